@@ -1,0 +1,57 @@
+# The front door: `make run` and `make test` are all a newcomer needs (see README.md).
+# Every target first installs what is missing (scripts/install-deps) and builds.
+
+ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build run test test-release test-asan test-tsan bench format tidy clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+# Until sluiced exists: replay examples/burst.csv (10 per second, with a burst across a
+# window edge) through every algorithm and draw the comparison.
+run: build
+	@mkdir -p out
+	build/bin/sluice simulate --compare $(ALGORITHMS) --limit 10 --period 1s --buckets 10 \
+	  --svg out/burst.svg examples/burst.csv > out/burst.csv
+	@echo
+	@echo "Decisions: out/burst.csv    Picture: out/burst.svg (open it in a browser)"
+	@echo "Try one algorithm yourself:"
+	@echo "  build/bin/sluice simulate --algorithm gcra --limit 10 --period 1s examples/burst.csv"
+
+# Every test: the release build, then the unit tests under ASan+UBSan, then the concurrent
+# tests under TSan.
+test: test-release test-asan test-tsan
+
+test-release: build
+	@ctest --preset release -j $(JOBS)
+
+test-asan: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j $(JOBS)
+	@ctest --preset asan -j $(JOBS)
+
+test-tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@ctest --preset tsan -j $(JOBS)
+
+bench: build
+	build/bin/sluice_bench --benchmark_counters_tabular=true
+	build/bin/sluice_memory_bench
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+tidy: build
+	clang-tidy -p build $$(git ls-files 'src/*.cc' 'tools/*.cc')
+
+clean:
+	rm -rf build build-asan build-tsan out

@@ -1,0 +1,119 @@
+#pragma once
+
+// The seven algorithms of docs/algorithms.md as pure functions over small state structs.
+// They read no clock and take no lock: the caller passes the time and owns the state. The
+// memory store, `sluice simulate` and the tests of the Redis scripts all run this one code.
+//
+// Every Decide overload:
+//   - computes in integers only, widening to 128 bits where a product can exceed 64;
+//   - changes `state` only when the request is allowed with cost > 0 (a denied request and a
+//     cost-0 query change nothing);
+//   - treats a time earlier than the key's last state change as that time, for the states
+//     that record one (all but gcra and leaky_bucket, whose single number records no time:
+//     for them an earlier time is evaluated as given, which can only deny more, never less).
+// REQUIRES: cost >= 0, and the state type matches limit.algorithm().
+// Thread-compatible: a state must not be decided on from two threads at once.
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limit.h"
+
+namespace sluice {
+
+using Int128 = __int128;
+
+// The `last` of a state that has never changed: earlier than every time.
+inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
+
+struct FixedWindowState {
+  int64_t last = kNoTime;  // Time of the last admission; its window is floor(last / P).
+  int64_t count = 0;       // Units admitted in that window.
+};
+
+struct SlidingWindowState {
+  int64_t last = kNoTime;  // Time of the last admission; the current window is floor(last / P).
+  int64_t cur = 0;         // Units admitted in the current window.
+  int64_t prev = 0;        // Units admitted in the window before it.
+};
+
+// A queue of counts, oldest first, one entry per distinct index (a timestamp for sliding_log,
+// a bucket number for sliding_buckets). Entries are consumed from the front without moving
+// the rest; the vector is compacted when the consumed part is the larger half.
+class CountQueue {
+ public:
+  struct Entry {
+    int64_t index;
+    int64_t count;
+    friend bool operator==(const Entry&, const Entry&) = default;
+  };
+
+  std::span<const Entry> entries() const {
+    return {entries_.data() + head_, entries_.size() - head_};
+  }
+  bool empty() const { return head_ == entries_.size(); }
+  int64_t total() const { return total_; }
+
+  // Adds `count` at `index`, merging with the newest entry when it has the same index.
+  // REQUIRES: count > 0; index >= the newest entry's index.
+  void Add(int64_t index, int64_t count);
+  // Drops every entry whose index is <= `index`.
+  void DropThrough(int64_t index);
+
+ private:
+  std::vector<Entry> entries_;
+  size_t head_ = 0;
+  int64_t total_ = 0;  // Sum of the counts of the live entries.
+};
+
+struct SlidingLogState {
+  int64_t last = kNoTime;
+  CountQueue log;  // (timestamp, units admitted at it)
+};
+
+struct SlidingBucketsState {
+  int64_t last = kNoTime;
+  CountQueue buckets;  // (bucket number floor(t / (P/K)), units admitted in it)
+};
+
+struct TokenBucketState {
+  Int128 level = 0;        // Tokens x P. Meaningless while last == kNoTime (a full bucket).
+  int64_t last = kNoTime;  // Time of the last admission.
+};
+
+// Theoretical arrival time x N. A new key's is "long ago", so max(TAT, t*N) = t*N.
+inline constexpr Int128 kNoTat = -(Int128{1} << 126);
+
+struct GcraState {
+  Int128 tat = kNoTat;
+};
+
+struct LeakyBucketState {
+  Int128 tat = kNoTat;
+};
+
+Decision Decide(const Limit& limit, FixedWindowState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, SlidingLogState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, SlidingWindowState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, SlidingBucketsState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost);
+Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost);
+
+// Any algorithm's state; alternative i belongs to Algorithm(i).
+using AnyState = std::variant<FixedWindowState, SlidingLogState, SlidingWindowState,
+                              SlidingBucketsState, TokenBucketState, GcraState, LeakyBucketState>;
+
+// The state of a key never seen, for `algorithm`.
+AnyState InitialState(Algorithm algorithm);
+
+// Dispatches to the overload for the state's alternative.
+// REQUIRES: state.index() == static_cast<size_t>(limit.algorithm()).
+Decision Decide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost);
+
+}  // namespace sluice

@@ -1,0 +1,90 @@
+#pragma once
+
+// Limit: one rate limit (an algorithm and its parameters), validated once at configuration time
+// so that every decision made with it is exact in 128-bit integer arithmetic and every figure
+// of a Decision fits in 64 bits.
+//
+// Limit is a small immutable value: copy it freely. Thread-compatible.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+#include "sluice/clock.h"
+
+namespace sluice {
+
+enum class Algorithm : uint8_t {
+  kFixedWindow,
+  kSlidingLog,
+  kSlidingWindow,
+  kSlidingBuckets,
+  kTokenBucket,
+  kGcra,
+  kLeakyBucket,
+};
+
+// "fixed_window", "sliding_log", ... as in the spec, the CLI and the config files.
+std::string_view AlgorithmName(Algorithm algorithm);
+// The inverse of AlgorithmName; InvalidArgument naming the text and the valid names otherwise.
+absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name);
+
+// Whether the algorithm uses a burst (capacity) B: token_bucket, gcra, leaky_bucket.
+bool UsesBurst(Algorithm algorithm);
+
+// What a Limit is made from. Options that an algorithm does not use (burst for fixed_window,
+// buckets for anything but sliding_buckets) are ignored, so one spec can be tried under
+// several algorithms.
+struct LimitSpec {
+  Algorithm algorithm = Algorithm::kFixedWindow;
+  int64_t limit = 0;               // N: units allowed per period.
+  Micros period{0};                // P.
+  std::optional<int64_t> burst;    // B: capacity; defaults to `limit`.
+  std::optional<int64_t> buckets;  // K: sub-windows of sliding_buckets; defaults to 60.
+};
+
+class Limit {
+ public:
+  // The largest limit or burst accepted: 10^15, exact in every backend (Redis Lua numbers are
+  // doubles, exact below 2^53), and far from overflowing the 128-bit intermediates.
+  static constexpr int64_t kMaxCount = 1'000'000'000'000'000;
+  // The longest period accepted: 100 years of 365 days.
+  static constexpr Micros kMaxPeriod{100LL * 365 * 86'400'000'000};
+  static constexpr int64_t kDefaultBuckets = 60;
+
+  // Validates `spec`. InvalidArgument, naming the parameter, when: limit, period, burst or
+  // buckets is zero or negative, or above its maximum; buckets does not divide the period;
+  // burst x period / limit (the longest reset time) does not fit in 64-bit microseconds.
+  static absl::StatusOr<Limit> Create(const LimitSpec& spec);
+
+  Algorithm algorithm() const { return algorithm_; }
+  int64_t limit() const { return limit_; }      // N
+  Micros period() const { return period_; }     // P
+  int64_t burst() const { return burst_; }      // B; equals N for algorithms without a burst.
+  int64_t buckets() const { return buckets_; }  // K; 1 for algorithms other than sliding_buckets.
+
+  // "gcra 10/1s burst 20", for messages and plots.
+  std::string ToString() const;
+
+  friend bool operator==(const Limit&, const Limit&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Limit& l) {
+    return H::combine(std::move(h), l.algorithm_, l.limit_, l.period_.count(), l.burst_,
+                      l.buckets_);
+  }
+
+ private:
+  Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets)
+      : algorithm_(algorithm), limit_(limit), period_(period), burst_(burst), buckets_(buckets) {}
+
+  Algorithm algorithm_;
+  int64_t limit_;
+  Micros period_;
+  int64_t burst_;
+  int64_t buckets_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+#pragma once
+
+// MemoryStore: the embedded, in-process Store. Each distinct Limit gets its own table of
+// per-key states, split into shards that each have their own lock, so threads deciding on
+// different keys rarely meet and there is no global lock. A key takes memory only once a
+// request on it has been admitted: denied requests and cost-0 queries never create a key.
+//
+// Thread-safe. Decisions are exact: two threads racing on one key are serialised by the
+// key's shard lock.
+
+#include <cstddef>
+#include <memory>
+
+#include "sluice/store.h"
+
+namespace sluice {
+
+class MemoryStore final : public Store {
+ public:
+  // The number of distinct Limits one store holds tables for; a further one is refused with
+  // ResourceExhausted. Rules and ad-hoc limits reuse tables, so this bounds only variety.
+  static constexpr size_t kMaxLimits = 4096;
+
+  MemoryStore();
+  ~MemoryStore() override;
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  absl::StatusOr<Decision> Decide(const Limit& limit, std::string_view key, int64_t cost,
+                                  Timestamp now) override;
+  absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
+                                     Timestamp now, std::span<Decision> each) override;
+
+  // The number of keys holding state, over all limits. Takes every shard lock in turn.
+  size_t KeyCount() const;
+
+ private:
+  class Tables;
+  std::unique_ptr<Tables> tables_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,57 @@
+#pragma once
+
+// Store: where the per-key state of the limits lives, and the only place a decision that
+// changes state is made. MemoryStore (memory_store.h) keeps it in this process; a Redis store
+// shares it across a fleet.
+//
+// Time authority: the caller passes `now`, read once per request (or per batch) from its
+// Clock, so a server can read the clock once for many decisions. A store with its own time
+// authority (Redis TIME) may document that it uses its own instead.
+//
+// Thread-safety: every Store implementation is safe to call from any number of threads.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limit.h"
+
+namespace sluice {
+
+// One limit applied to one key. Both must outlive the call they are passed to.
+struct LimitedKey {
+  const Limit* limit;
+  std::string_view key;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Decides a request of `cost` units on `key` under `limit` at `now`, and records it when
+  // allowed. Errors: InvalidArgument for a negative cost; a store-specific error (Unavailable,
+  // DeadlineExceeded) when the state cannot be reached.
+  virtual absl::StatusOr<Decision> Decide(const Limit& limit, std::string_view key, int64_t cost,
+                                          Timestamp now) = 0;
+
+  // Decides one request of `cost` units against every entry of `requests`, all or nothing:
+  // allowed only if every limit allows it, and then every limit records it; when any denies,
+  // none records anything. Writes each limit's own decision to `each` (a limit that would
+  // have allowed a denied request reports its figures as they stand, as a cost-0 query does)
+  // and returns their Combine.
+  // REQUIRES: each.size() == requests.size().
+  // Errors: as Decide; InvalidArgument for an empty `requests`.
+  virtual absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
+                                             Timestamp now, std::span<Decision> each) = 0;
+};
+
+// The argument checks every Store makes before it decides: OK, or InvalidArgument naming the
+// problem (a negative cost, no limits).
+absl::Status ValidateRequest(size_t limit_count, int64_t cost);
+
+}  // namespace sluice

@@ -1,0 +1,292 @@
+#include "sluice/algorithms.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace sluice {
+namespace {
+
+// Division rounded towards minus infinity / plus infinity. REQUIRES: b > 0.
+Int128 FloorDiv(Int128 a, Int128 b) {
+  const Int128 q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+Int128 CeilDiv(Int128 a, Int128 b) { return -FloorDiv(-a, b); }
+
+int64_t Us(Timestamp t) { return t.time_since_epoch().count(); }
+
+// Narrows a figure that Limit::Create has proven to fit.
+int64_t Narrow(Int128 v) {
+  assert(v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max());
+  return static_cast<int64_t>(v);
+}
+Micros NarrowMicros(Int128 v) { return Micros{Narrow(v)}; }
+
+// sliding_log and sliding_buckets are one algorithm: counts in buckets of `width` us, a window
+// of `span` buckets. sliding_log is the case width = 1us, span = P: a bucket per timestamp.
+// Bucket i holds traffic until (i + span) * width, when it leaves the window.
+Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_t& last,
+                              CountQueue& queue, Timestamp now, int64_t cost) {
+  const int64_t t = std::max(Us(now), last);
+  const int64_t bucket = Narrow(FloorDiv(t, width));
+  auto leaves_at = [&](int64_t i) { return (Int128{i} + span) * width; };
+
+  // Entries that have left the window stay in the queue until the next admission drops them.
+  int64_t expired = 0;
+  for (const CountQueue::Entry& e : queue.entries()) {
+    if (leaves_at(e.index) > t) {
+      break;
+    }
+    expired += e.count;
+  }
+  int64_t used = queue.total() - expired;
+
+  Decision d;
+  d.allowed = cost <= limit - used;
+  if (d.allowed && cost > 0) {
+    queue.DropThrough(Narrow(std::max<Int128>(Int128{bucket} - span, kNoTime)));
+    queue.Add(bucket, cost);
+    last = t;
+    used += cost;
+  }
+  d.remaining = limit - used;
+  if (used > 0) {
+    d.reset_after = NarrowMicros(leaves_at(queue.entries().back().index) - t);
+  }
+  if (!d.allowed) {
+    if (cost > limit) {
+      d.retry_after = kNeverAllowed;
+    } else {
+      int64_t freed = 0;
+      for (const CountQueue::Entry& e : queue.entries()) {
+        if (leaves_at(e.index) <= t) {
+          continue;
+        }
+        freed += e.count;
+        if (used - freed <= limit - cost) {
+          d.retry_after = NarrowMicros(leaves_at(e.index) - t);
+          break;
+        }
+      }
+    }
+  }
+  return d;
+}
+
+// gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
+Decision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
+                   bool shapes_traffic) {
+  const Int128 n = limit.limit();
+  const Int128 p = limit.period().count();
+  const Int128 capacity = Int128{limit.burst()} * p;  // B*P
+  const Int128 t_n = Int128{Us(now)} * n;
+  const Int128 base = std::max(tat, t_n);
+  const Int128 backlog = base + Int128{cost} * p - t_n;
+
+  Decision d;
+  d.allowed = backlog <= capacity;
+  if (d.allowed && cost > 0) {
+    tat = base + Int128{cost} * p;
+  }
+  const Int128 ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
+  d.remaining = Narrow(std::max<Int128>(0, FloorDiv(capacity - ahead, p)));
+  d.reset_after = NarrowMicros(CeilDiv(ahead, n));
+  if (!d.allowed) {
+    d.retry_after =
+        cost > limit.burst() ? kNeverAllowed : NarrowMicros(CeilDiv(backlog - capacity, n));
+  } else if (shapes_traffic) {
+    d.delay = NarrowMicros(CeilDiv(base - t_n, n));
+  }
+  return d;
+}
+
+}  // namespace
+
+void CountQueue::Add(int64_t index, int64_t count) {
+  assert(count > 0);
+  if (!empty() && entries_.back().index == index) {
+    entries_.back().count += count;
+  } else {
+    assert(empty() || entries_.back().index < index);
+    entries_.push_back({index, count});
+  }
+  total_ += count;
+}
+
+void CountQueue::DropThrough(int64_t index) {
+  while (!empty() && entries_[head_].index <= index) {
+    total_ -= entries_[head_].count;
+    ++head_;
+  }
+  if (empty()) {
+    entries_.clear();
+    head_ = 0;
+  } else if (head_ * 2 >= entries_.size()) {
+    entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+}
+
+Decision Decide(const Limit& limit, FixedWindowState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  const int64_t n = limit.limit();
+  const int64_t p = limit.period().count();
+  const int64_t t = std::max(Us(now), state.last);
+  const Int128 window = FloorDiv(t, p);
+  int64_t count = window == FloorDiv(state.last, p) ? state.count : 0;
+  const Micros to_window_end = NarrowMicros((window + 1) * p - t);
+
+  Decision d;
+  d.allowed = cost <= n - count;
+  if (d.allowed && cost > 0) {
+    count += cost;
+    state = {.last = t, .count = count};
+  }
+  d.remaining = n - count;
+  d.reset_after = count > 0 ? to_window_end : Micros{0};
+  if (!d.allowed) {
+    d.retry_after = cost > n ? kNeverAllowed : to_window_end;
+  }
+  return d;
+}
+
+Decision Decide(const Limit& limit, SlidingLogState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  return DecideWindowedCounts(limit.limit(), /*width=*/1, /*span=*/limit.period().count(),
+                              state.last, state.log, now, cost);
+}
+
+Decision Decide(const Limit& limit, SlidingBucketsState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  return DecideWindowedCounts(limit.limit(), limit.period().count() / limit.buckets(),
+                              limit.buckets(), state.last, state.buckets, now, cost);
+}
+
+Decision Decide(const Limit& limit, SlidingWindowState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  const int64_t n = limit.limit();
+  const int64_t p = limit.period().count();
+  const int64_t t = std::max(Us(now), state.last);
+  const Int128 window = FloorDiv(t, p);
+  const Int128 last_window = FloorDiv(state.last, p);
+  int64_t cur = state.cur;
+  int64_t prev = state.prev;
+  if (window == last_window + 1) {
+    prev = cur;
+    cur = 0;
+  } else if (window > last_window + 1) {
+    prev = 0;
+    cur = 0;
+  }
+  const int64_t r = Narrow(t - window * p);  // 0 <= r < P
+  const Int128 np = Int128{n} * p;
+  // The weighted count of the window ending at t, x P, after adding `c` units.
+  auto weighted = [&](Int128 prev_units, Int128 elapsed, Int128 cur_units) {
+    return prev_units * (p - elapsed) + cur_units * p;
+  };
+
+  Decision d;
+  d.allowed = cost <= n && weighted(prev, r, Int128{cur} + cost) <= np;
+  if (d.allowed && cost > 0) {
+    cur += cost;
+    state = {.last = t, .cur = cur, .prev = prev};
+  }
+  d.remaining = Narrow(std::max<Int128>(0, FloorDiv(np - weighted(prev, r, cur), p)));
+  if (cur > 0) {
+    d.reset_after = Micros{2 * p - r};
+  } else if (prev > 0) {
+    d.reset_after = Micros{p - r};
+  }
+  if (d.allowed) {
+    return d;
+  }
+  if (cost > n) {
+    d.retry_after = kNeverAllowed;
+    return d;
+  }
+  // Without new requests the weighted count only falls, so the answer is the first instant at
+  // which the condition holds: look in the rest of this window, then the next, then the one
+  // after (where both counts have left and any cost <= N fits).
+  const Int128 room_now = np - (Int128{cur} + cost) * p;  // prev * (P - r') must be <= this.
+  if (prev > 0 && room_now >= 0) {
+    const Int128 wait = std::max<Int128>(1, p - r - room_now / prev);
+    if (wait <= p - r - 1) {
+      d.retry_after = NarrowMicros(wait);
+      return d;
+    }
+  }
+  // In the next window prev' = cur, cur' = 0: cur * (P - r') <= (N - c) * P.
+  if (cur == 0) {
+    d.retry_after = Micros{p - r};
+    return d;
+  }
+  const Int128 fits = (Int128{n} - cost) * p / cur;  // P - r' must be <= this.
+  if (fits >= 1) {
+    d.retry_after = NarrowMicros(p - r + std::max<Int128>(0, p - fits));
+    return d;
+  }
+  d.retry_after = Micros{2 * p - r};
+  return d;
+}
+
+Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  const Int128 n = limit.limit();
+  const Int128 p = limit.period().count();
+  const Int128 capacity = Int128{limit.burst()} * p;
+  const int64_t t = std::max(Us(now), state.last);
+  const Int128 level = state.last == kNoTime
+                           ? capacity
+                           : std::min(capacity, state.level + (Int128{t} - state.last) * n);
+  const Int128 need = Int128{cost} * p;
+
+  Decision d;
+  d.allowed = level >= need;
+  const Int128 after = d.allowed ? level - need : level;
+  if (d.allowed && cost > 0) {
+    state = {.level = after, .last = t};
+  }
+  d.remaining = Narrow(FloorDiv(after, p));
+  d.reset_after = NarrowMicros(CeilDiv(capacity - after, n));
+  if (!d.allowed) {
+    d.retry_after = cost > limit.burst() ? kNeverAllowed : NarrowMicros(CeilDiv(need - level, n));
+  }
+  return d;
+}
+
+Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false);
+}
+
+Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true);
+}
+
+AnyState InitialState(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kFixedWindow:
+      return FixedWindowState{};
+    case Algorithm::kSlidingLog:
+      return SlidingLogState{};
+    case Algorithm::kSlidingWindow:
+      return SlidingWindowState{};
+    case Algorithm::kSlidingBuckets:
+      return SlidingBucketsState{};
+    case Algorithm::kTokenBucket:
+      return TokenBucketState{};
+    case Algorithm::kGcra:
+      return GcraState{};
+    case Algorithm::kLeakyBucket:
+      return LeakyBucketState{};
+  }
+  return FixedWindowState{};  // Unreachable: the switch covers every enumerator.
+}
+
+Decision Decide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost) {
+  assert(state.index() == static_cast<size_t>(limit.algorithm()));
+  return std::visit([&](auto& s) { return Decide(limit, s, now, cost); }, state);
+}
+
+}  // namespace sluice

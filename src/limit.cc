@@ -1,0 +1,109 @@
+#include "sluice/limit.h"
+
+#include <array>
+#include <limits>
+#include <ranges>
+#include <utility>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+
+#include "sluice/duration.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::array<std::pair<Algorithm, std::string_view>, 7> kNames{{
+    {Algorithm::kFixedWindow, "fixed_window"},
+    {Algorithm::kSlidingLog, "sliding_log"},
+    {Algorithm::kSlidingWindow, "sliding_window"},
+    {Algorithm::kSlidingBuckets, "sliding_buckets"},
+    {Algorithm::kTokenBucket, "token_bucket"},
+    {Algorithm::kGcra, "gcra"},
+    {Algorithm::kLeakyBucket, "leaky_bucket"},
+}};
+
+absl::Status CheckCount(std::string_view what, int64_t value) {
+  if (value <= 0 || value > Limit::kMaxCount) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} must be between 1 and {}, not {}", what, Limit::kMaxCount, value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view AlgorithmName(Algorithm algorithm) {
+  for (const auto& [a, name] : kNames) {
+    if (a == algorithm) {
+      return name;
+    }
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
+  for (const auto& [a, n] : kNames) {
+    if (n == name) {
+      return a;
+    }
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown algorithm '{}'; expected one of {}", name,
+                                                fmt::join(kNames | std::views::values, ", ")));
+}
+
+bool UsesBurst(Algorithm algorithm) {
+  return algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra ||
+         algorithm == Algorithm::kLeakyBucket;
+}
+
+absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
+  if (absl::Status s = CheckCount("limit", spec.limit); !s.ok()) {
+    return s;
+  }
+  if (spec.period <= Micros{0} || spec.period > kMaxPeriod) {
+    return absl::InvalidArgumentError(fmt::format("period must be between 1us and {}, not {}us",
+                                                  FormatDuration(kMaxPeriod), spec.period.count()));
+  }
+  int64_t burst = spec.limit;
+  if (UsesBurst(spec.algorithm)) {
+    burst = spec.burst.value_or(spec.limit);
+    if (absl::Status s = CheckCount("burst", burst); !s.ok()) {
+      return s;
+    }
+    // reset_after and retry_after reach burst * period / limit: it must fit in int64 us.
+    const __int128 longest = static_cast<__int128>(burst) * spec.period.count() / spec.limit;
+    if (longest > std::numeric_limits<int64_t>::max()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "burst {} x period {} / limit {} is longer than 64-bit microseconds can count", burst,
+          FormatDuration(spec.period), spec.limit));
+    }
+  }
+  int64_t buckets = 1;
+  if (spec.algorithm == Algorithm::kSlidingBuckets) {
+    buckets = spec.buckets.value_or(kDefaultBuckets);
+    if (buckets <= 0) {
+      return absl::InvalidArgumentError(fmt::format("buckets must be positive, not {}", buckets));
+    }
+    if (spec.period.count() % buckets != 0) {
+      return absl::InvalidArgumentError(fmt::format(
+          "buckets {} does not divide the period {} ({}us); choose a divisor such as 10 or 100",
+          buckets, FormatDuration(spec.period), spec.period.count()));
+    }
+  }
+  return Limit(spec.algorithm, spec.limit, spec.period, burst, buckets);
+}
+
+std::string Limit::ToString() const {
+  std::string out =
+      fmt::format("{} {}/{}", AlgorithmName(algorithm_), limit_, FormatDuration(period_));
+  if (UsesBurst(algorithm_)) {
+    fmt::format_to(std::back_inserter(out), " burst {}", burst_);
+  }
+  if (algorithm_ == Algorithm::kSlidingBuckets) {
+    fmt::format_to(std::back_inserter(out), " buckets {}", buckets_);
+  }
+  return out;
+}
+
+}  // namespace sluice

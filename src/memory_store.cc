@@ -1,0 +1,280 @@
+#include "sluice/memory_store.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cassert>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
+#include "boost/unordered/unordered_flat_map.hpp"
+#include "fmt/format.h"
+
+#include "sluice/algorithms.h"
+#include "src/mutex.h"
+
+namespace sluice {
+
+namespace {
+
+using internal::Mutex;
+using internal::MutexLock;
+
+constexpr size_t kShardBits = 6;
+constexpr size_t kShards = size_t{1} << kShardBits;
+
+struct KeyHash {
+  using is_transparent = void;
+  using is_avalanching = std::true_type;  // absl::Hash mixes well; boost need not mix again.
+  size_t operator()(std::string_view key) const noexcept {
+    return absl::Hash<std::string_view>{}(key);
+  }
+};
+struct KeyEqual {
+  using is_transparent = void;
+  bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+};
+
+// The flat map places a key by the high bits of its hash; pick the shard from a multiplicative
+// remix so that the keys of one shard still spread over the whole of its map.
+size_t ShardOf(size_t hash) { return (hash * 0x9E3779B97F4A7C15ULL) >> (64 - kShardBits); }
+
+enum class Mode { kApply, kDryRun };
+
+// The states of one Limit's keys.
+class Table {
+ public:
+  explicit Table(const Limit& limit) : limit_(limit) {}
+  virtual ~Table() = default;
+
+  const Limit& limit() const { return limit_; }
+
+  // Decides under the shard's lock.
+  virtual Decision Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now) = 0;
+  // DecideAll's steps: the caller holds MutexFor(hash) for the whole of them.
+  virtual Mutex& MutexFor(size_t hash) = 0;
+  virtual Decision DecideHeld(std::string_view key, size_t hash, int64_t cost, Timestamp now,
+                              Mode mode) = 0;
+  virtual size_t KeyCount() = 0;
+
+ private:
+  const Limit limit_;
+};
+
+template <typename State>
+class TableOf final : public Table {
+ public:
+  using Table::Table;
+
+  Decision Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now) override {
+    Shard& shard = shards_[ShardOf(hash)];
+    MutexLock lock(shard.mu);
+    return DecideInShard(shard, key, cost, now, Mode::kApply);
+  }
+
+  Mutex& MutexFor(size_t hash) override { return shards_[ShardOf(hash)].mu; }
+
+  Decision DecideHeld(std::string_view key, size_t hash, int64_t cost, Timestamp now,
+                      Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
+    return DecideInShard(shards_[ShardOf(hash)], key, cost, now, mode);
+  }
+
+  size_t KeyCount() override {
+    size_t n = 0;
+    for (Shard& shard : shards_) {
+      MutexLock lock(shard.mu);
+      n += shard.states.size();
+    }
+    return n;
+  }
+
+ private:
+  struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
+    Mutex mu;
+    boost::unordered_flat_map<std::string, State, KeyHash, KeyEqual> states ABSL_GUARDED_BY(mu);
+  };
+
+  Decision DecideInShard(Shard& shard, std::string_view key, int64_t cost, Timestamp now, Mode mode)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    auto it = shard.states.find(key);
+    if (it != shard.states.end()) {
+      if (mode == Mode::kDryRun) {
+        State copy = it->second;
+        return sluice::Decide(limit(), copy, now, cost);
+      }
+      return sluice::Decide(limit(), it->second, now, cost);
+    }
+    // A key is created only by an admission that changes its state.
+    State fresh;
+    const Decision d = sluice::Decide(limit(), fresh, now, cost);
+    if (mode == Mode::kApply && d.allowed && cost > 0) {
+      shard.states.emplace(std::string(key), std::move(fresh));
+    }
+    return d;
+  }
+
+  std::array<Shard, kShards> shards_;
+};
+
+std::unique_ptr<Table> MakeTable(const Limit& limit) {
+  switch (limit.algorithm()) {
+    case Algorithm::kFixedWindow:
+      return std::make_unique<TableOf<FixedWindowState>>(limit);
+    case Algorithm::kSlidingLog:
+      return std::make_unique<TableOf<SlidingLogState>>(limit);
+    case Algorithm::kSlidingWindow:
+      return std::make_unique<TableOf<SlidingWindowState>>(limit);
+    case Algorithm::kSlidingBuckets:
+      return std::make_unique<TableOf<SlidingBucketsState>>(limit);
+    case Algorithm::kTokenBucket:
+      return std::make_unique<TableOf<TokenBucketState>>(limit);
+    case Algorithm::kGcra:
+      return std::make_unique<TableOf<GcraState>>(limit);
+    case Algorithm::kLeakyBucket:
+      return std::make_unique<TableOf<LeakyBucketState>>(limit);
+  }
+  return nullptr;  // Unreachable: the switch covers every enumerator.
+}
+
+}  // namespace
+
+// Finds a Limit's table without a lock: an open-addressed array of pointers that only ever go
+// from null to a table, so a reader that meets null knows the limit was absent when it
+// looked, and the writer, under its lock, looks again before it inserts.
+class MemoryStore::Tables {
+ public:
+  absl::StatusOr<Table*> Find(const Limit& limit) {
+    const size_t start = absl::Hash<Limit>{}(limit);
+    for (size_t i = 0; i < kMaxLimits; ++i) {
+      // Acquire: the table a non-null pointer leads to was fully built before it was published.
+      Table* table = slots_[(start + i) % kMaxLimits].load(std::memory_order_acquire);
+      if (table == nullptr) {
+        return Insert(limit, start);
+      }
+      if (table->limit() == limit) {
+        return table;
+      }
+    }
+    return Full(limit);
+  }
+
+  size_t KeyCount() {
+    size_t n = 0;
+    for (auto& slot : slots_) {
+      if (Table* table = slot.load(std::memory_order_acquire); table != nullptr) {
+        n += table->KeyCount();
+      }
+    }
+    return n;
+  }
+
+ private:
+  absl::StatusOr<Table*> Insert(const Limit& limit, size_t start) {
+    MutexLock lock(insert_mu_);
+    for (size_t i = 0; i < kMaxLimits; ++i) {
+      std::atomic<Table*>& slot = slots_[(start + i) % kMaxLimits];
+      Table* table = slot.load(std::memory_order_relaxed);  // Writers are serialised by the lock.
+      if (table == nullptr) {
+        owned_.push_back(MakeTable(limit));
+        slot.store(owned_.back().get(), std::memory_order_release);
+        return owned_.back().get();
+      }
+      if (table->limit() == limit) {
+        return table;
+      }
+    }
+    return Full(limit);
+  }
+
+  static absl::Status Full(const Limit& limit) {
+    return absl::ResourceExhaustedError(
+        fmt::format("the memory store already holds {} distinct limits; refusing {}", kMaxLimits,
+                    limit.ToString()));
+  }
+
+  std::array<std::atomic<Table*>, kMaxLimits> slots_{};
+  Mutex insert_mu_;
+  std::vector<std::unique_ptr<Table>> owned_ ABSL_GUARDED_BY(insert_mu_);
+};
+
+MemoryStore::MemoryStore() : tables_(std::make_unique<Tables>()) {}
+MemoryStore::~MemoryStore() = default;
+
+absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
+                                             Timestamp now) {
+  if (absl::Status s = ValidateRequest(1, cost); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<Table*> table = tables_->Find(limit);
+  if (!table.ok()) {
+    return table.status();
+  }
+  return (*table)->Decide(key, KeyHash{}(key), cost, now);
+}
+
+absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
+                                                Timestamp now,
+                                                std::span<Decision> each)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks a runtime set of shard mutexes, in address order.
+  assert(each.size() == requests.size());
+  if (absl::Status s = ValidateRequest(requests.size(), cost); !s.ok()) {
+    return s;
+  }
+  struct Target {
+    Table* table;
+    size_t hash;
+  };
+  absl::InlinedVector<Target, 4> targets;
+  absl::InlinedVector<Mutex*, 4> locks;
+  for (const LimitedKey& r : requests) {
+    absl::StatusOr<Table*> table = tables_->Find(*r.limit);
+    if (!table.ok()) {
+      return table.status();
+    }
+    const size_t hash = KeyHash{}(r.key);
+    for (size_t j = 0; j < targets.size(); ++j) {
+      if (targets[j].table == *table && requests[j].key == r.key) {
+        // Deciding one state twice in one all-or-nothing request cannot be undone half-way.
+        return absl::InvalidArgumentError(
+            fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key));
+      }
+    }
+    targets.push_back({*table, hash});
+    locks.push_back(&(*table)->MutexFor(hash));
+  }
+  // One global order (by address) for taking several shard locks, so two requests that share
+  // shards can never wait on each other.
+  std::sort(locks.begin(), locks.end());
+  locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
+  for (Mutex* mu : locks) {
+    mu->Lock();
+  }
+  bool all_allowed = true;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    each[i] =
+        targets[i].table->DecideHeld(requests[i].key, targets[i].hash, cost, now, Mode::kDryRun);
+    all_allowed = all_allowed && each[i].allowed;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (all_allowed) {
+      each[i] =
+          targets[i].table->DecideHeld(requests[i].key, targets[i].hash, cost, now, Mode::kApply);
+    } else if (each[i].allowed) {
+      // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
+      each[i] =
+          targets[i].table->DecideHeld(requests[i].key, targets[i].hash, 0, now, Mode::kDryRun);
+    }
+  }
+  for (Mutex* mu : locks) {
+    mu->Unlock();
+  }
+  return Combine(each);
+}
+
+size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
+
+}  // namespace sluice
