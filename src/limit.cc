@@ -2,11 +2,9 @@
 
 #include <array>
 #include <limits>
-#include <ranges>
 #include <utility>
 
 #include "fmt/format.h"
-#include "fmt/ranges.h"
 
 #include "sluice/duration.h"
 
@@ -48,8 +46,12 @@ absl::StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
       return a;
     }
   }
-  return absl::InvalidArgumentError(fmt::format("unknown algorithm '{}'; expected one of {}", name,
-                                                fmt::join(kNames | std::views::values, ", ")));
+  std::string names;
+  for (const auto& [a, n] : kNames) {
+    fmt::format_to(std::back_inserter(names), "{}{}", names.empty() ? "" : ", ", n);
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown algorithm '{}'; expected one of {}", name, names));
 }
 
 bool UsesBurst(Algorithm algorithm) {

@@ -11,11 +11,14 @@ namespace sluice::tools {
 
 absl::Status Simulate(std::istream& in, std::ostream& csv, std::vector<Lane>& lanes,
                       KeepRows keep) {
+  TraceReader reader(in);
+  if (absl::Status s = reader.ReadHeader(); !s.ok()) {
+    return s;  // Nothing written: not even our header follows a trace that has none.
+  }
   const bool compare = lanes.size() > 1;
   csv << (compare ? "algorithm," : "")
       << "time_us,key,cost,allowed,remaining,reset_after_us,retry_after_us,delay_us\n";
   std::vector<absl::flat_hash_map<std::string, AnyState>> states(lanes.size());
-  TraceReader reader(in);
   std::string line;
   while (true) {
     absl::StatusOr<std::optional<TraceRow>> row = reader.Next();

@@ -39,6 +39,9 @@ std::vector<std::string_view> SplitCommas(std::string_view line) {
 }
 
 absl::Status TraceReader::ReadHeader() {
+  if (header_read_) {
+    return absl::OkStatus();
+  }
   std::string line;
   if (!ReadLine(in_, line)) {
     return absl::InvalidArgumentError(
@@ -70,10 +73,8 @@ absl::Status TraceReader::ReadHeader() {
 }
 
 absl::StatusOr<std::optional<TraceRow>> TraceReader::Next() {
-  if (!header_read_) {
-    if (absl::Status s = ReadHeader(); !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = ReadHeader(); !s.ok()) {
+    return s;
   }
   std::string line;
   do {

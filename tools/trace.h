@@ -35,8 +35,10 @@ class TraceReader {
   // must not be used again.
   absl::StatusOr<std::optional<TraceRow>> Next();
 
- private:
+  // Reads and checks the header line, if Next has not yet; errors as Next's.
   absl::Status ReadHeader();
+
+ private:
 
   std::istream& in_;
   int line_ = 0;

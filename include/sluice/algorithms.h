@@ -14,6 +14,7 @@
 // REQUIRES: cost >= 0, and the state type matches limit.algorithm().
 // Thread-compatible: a state must not be decided on from two threads at once.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -34,12 +35,14 @@ inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
 struct FixedWindowState {
   int64_t last = kNoTime;  // Time of the last admission; its window is floor(last / P).
   int64_t count = 0;       // Units admitted in that window.
+  friend bool operator==(const FixedWindowState&, const FixedWindowState&) = default;
 };
 
 struct SlidingWindowState {
   int64_t last = kNoTime;  // Time of the last admission; the current window is floor(last / P).
   int64_t cur = 0;         // Units admitted in the current window.
   int64_t prev = 0;        // Units admitted in the window before it.
+  friend bool operator==(const SlidingWindowState&, const SlidingWindowState&) = default;
 };
 
 // A queue of counts, oldest first, one entry per distinct index (a timestamp for sliding_log,
@@ -65,6 +68,11 @@ class CountQueue {
   // Drops every entry whose index is <= `index`.
   void DropThrough(int64_t index);
 
+  // Equal when the live entries are (however the vector is laid out).
+  friend bool operator==(const CountQueue& a, const CountQueue& b) {
+    return a.total_ == b.total_ && std::ranges::equal(a.entries(), b.entries());
+  }
+
  private:
   std::vector<Entry> entries_;
   size_t head_ = 0;
@@ -74,16 +82,19 @@ class CountQueue {
 struct SlidingLogState {
   int64_t last = kNoTime;
   CountQueue log;  // (timestamp, units admitted at it)
+  friend bool operator==(const SlidingLogState&, const SlidingLogState&) = default;
 };
 
 struct SlidingBucketsState {
   int64_t last = kNoTime;
   CountQueue buckets;  // (bucket number floor(t / (P/K)), units admitted in it)
+  friend bool operator==(const SlidingBucketsState&, const SlidingBucketsState&) = default;
 };
 
 struct TokenBucketState {
   Int128 level = 0;        // Tokens x P. Meaningless while last == kNoTime (a full bucket).
   int64_t last = kNoTime;  // Time of the last admission.
+  friend bool operator==(const TokenBucketState&, const TokenBucketState&) = default;
 };
 
 // Theoretical arrival time x N. A new key's is "long ago", so max(TAT, t*N) = t*N.
@@ -91,10 +102,12 @@ inline constexpr Int128 kNoTat = -(Int128{1} << 126);
 
 struct GcraState {
   Int128 tat = kNoTat;
+  friend bool operator==(const GcraState&, const GcraState&) = default;
 };
 
 struct LeakyBucketState {
   Int128 tat = kNoTat;
+  friend bool operator==(const LeakyBucketState&, const LeakyBucketState&) = default;
 };
 
 Decision Decide(const Limit& limit, FixedWindowState& state, Timestamp now, int64_t cost);

@@ -1,0 +1,122 @@
+// Threads race on shared keys with the clock frozen: the number admitted must be exact, for
+// every algorithm and for several limits decided all or nothing. Run under ThreadSanitizer
+// by `make test`.
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "sluice/limiter.h"
+#include "sluice/memory_store.h"
+#include "tests/testing/util.h"
+
+namespace sluice {
+namespace {
+
+using testing::At;
+using testing::kEpoch;
+using testing::MustLimit;
+using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
+
+constexpr int kThreads = 4;
+
+// Each thread makes `attempts` cost-1 checks on `key`; returns how many were admitted.
+int64_t Race(Limiter& limiter, std::string_view key, int attempts) {
+  std::atomic<int64_t> admitted{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      for (int a = 0; a < attempts; ++a) {
+        absl::StatusOr<Decision> d = limiter.Check(key);
+        if (d.ok() && d->allowed) {
+          admitted.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  return admitted.load();
+}
+
+class ConcurrencyTest : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(ConcurrencyTest, FrozenClockAdmitsExactlyTheLimitThenExactlyTheRefill) {
+  ManualClock clock(At(kEpoch));
+  MemoryStore store;
+  Limiter limiter(MustLimit({.algorithm = GetParam(), .limit = 1000, .period = 1s, .buckets = 10}),
+                  store, clock);
+  EXPECT_EQ(Race(limiter, "hot", 500), 1000);
+  // A quarter of a period later: the token buckets earn back exactly 250; the windows,
+  // which hold everything until the period has passed, nothing.
+  clock.Advance(250ms);
+  const bool refills = UsesBurst(GetParam());
+  EXPECT_EQ(Race(limiter, "hot", 500), refills ? 250 : 0);
+  // Two periods after the start every algorithm has forgotten the first second.
+  clock.Set(At(kEpoch) + 2s);
+  EXPECT_EQ(Race(limiter, "hot", 500), 1000);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, ConcurrencyTest,
+                         ::testing::Values(Algorithm::kFixedWindow, Algorithm::kSlidingLog,
+                                           Algorithm::kSlidingWindow, Algorithm::kSlidingBuckets,
+                                           Algorithm::kTokenBucket, Algorithm::kGcra,
+                                           Algorithm::kLeakyBucket),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) {
+                           return std::string(AlgorithmName(info.param));
+                         });
+
+TEST(ConcurrencyAllOrNothingTest, SeveralLimitsCountTogetherUnderRaces) {
+  ManualClock clock(At(kEpoch));
+  MemoryStore store;
+  // 50 per second and 120 per hour, on the same key, from several threads.
+  Limiter limiter({MustLimit({.algorithm = Algorithm::kGcra, .limit = 50, .period = 1s}),
+                   MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 120, .period = 1h})},
+                  store, clock);
+  Limiter hourly_only(MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 120, .period = 1h}),
+                      store, clock);
+  EXPECT_EQ(Race(limiter, "u", 100), 50);
+  clock.Advance(1s);
+  EXPECT_EQ(Race(limiter, "u", 100), 50);
+  clock.Advance(1s);
+  EXPECT_EQ(Race(limiter, "u", 100), 20);  // The hour's remainder, not 50.
+  // The hourly limit counted exactly what was admitted: 120, so nothing is left.
+  EXPECT_EQ(hourly_only.Check("u", 0)->remaining, 0);
+}
+
+TEST(ConcurrencyManyKeysTest, KeysInDifferentShardsStayExact) {
+  ManualClock clock(At(kEpoch));
+  MemoryStore store;
+  Limiter limiter(MustLimit({.algorithm = Algorithm::kGcra, .limit = 3, .period = 1min}), store,
+                  clock);
+  constexpr int kKeys = 2000;
+  std::atomic<int64_t> admitted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 2; ++round) {
+        for (int k = 0; k < kKeys; ++k) {
+          const std::string key = "user-" + std::to_string((k * 7 + i) % kKeys);
+          if (limiter.Check(key)->allowed) {
+            admitted.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(admitted.load(), 3 * kKeys);
+  EXPECT_EQ(store.KeyCount(), static_cast<size_t>(kKeys));
+}
+
+}  // namespace
+}  // namespace sluice
