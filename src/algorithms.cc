@@ -15,7 +15,7 @@ Int128 CeilDiv(Int128 a, Int128 b) { return -FloorDiv(-a, b); }
 
 int64_t Us(Timestamp t) { return t.time_since_epoch().count(); }
 
-// Narrows a figure that Limit::Create has proven to fit.
+// Narrows a figure that the limit's bounds keep within 64 bits.
 int64_t Narrow(Int128 v) {
   assert(v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max());
   return static_cast<int64_t>(v);
@@ -74,8 +74,8 @@ Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_
 }
 
 // gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
-Decision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
-                   bool shapes_traffic) {
+WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
+                       bool shapes_traffic) {
   const Int128 n = limit.limit();
   const Int128 p = limit.period().count();
   const Int128 capacity = Int128{limit.burst()} * p;  // B*P
@@ -83,21 +83,72 @@ Decision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
   const Int128 base = std::max(tat, t_n);
   const Int128 backlog = base + Int128{cost} * p - t_n;
 
-  Decision d;
+  WideDecision d;
   d.allowed = backlog <= capacity;
   if (d.allowed && cost > 0) {
     tat = base + Int128{cost} * p;
   }
   const Int128 ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
-  d.remaining = Narrow(std::max<Int128>(0, FloorDiv(capacity - ahead, p)));
-  d.reset_after = NarrowMicros(CeilDiv(ahead, n));
+  d.remaining = std::max<Int128>(0, FloorDiv(capacity - ahead, p));
+  d.reset_after_us = CeilDiv(ahead, n);
   if (!d.allowed) {
-    d.retry_after =
-        cost > limit.burst() ? kNeverAllowed : NarrowMicros(CeilDiv(backlog - capacity, n));
+    d.retry_after_us =
+        cost > limit.burst() ? kNeverAllowed.count() : CeilDiv(backlog - capacity, n);
   } else if (shapes_traffic) {
-    d.delay = NarrowMicros(CeilDiv(base - t_n, n));
+    d.delay_us = CeilDiv(base - t_n, n);
   }
   return d;
+}
+
+WideDecision DecideTokenBucket(const Limit& limit, TokenBucketState& state, Timestamp now,
+                               int64_t cost) {
+  const Int128 n = limit.limit();
+  const Int128 p = limit.period().count();
+  const Int128 capacity = Int128{limit.burst()} * p;
+  const int64_t t = std::max(Us(now), state.last);
+  const Int128 level = state.last == kNoTime
+                           ? capacity
+                           : std::min(capacity, state.level + (Int128{t} - state.last) * n);
+  const Int128 need = Int128{cost} * p;
+
+  WideDecision d;
+  d.allowed = level >= need;
+  const Int128 after = d.allowed ? level - need : level;
+  if (d.allowed && cost > 0) {
+    state = {.level = after, .last = t};
+  }
+  d.remaining = FloorDiv(after, p);
+  d.reset_after_us = CeilDiv(capacity - after, n);
+  if (!d.allowed) {
+    d.retry_after_us = cost > limit.burst() ? kNeverAllowed.count() : CeilDiv(need - level, n);
+  }
+  return d;
+}
+
+WideDecision Widen(const Decision& d) {
+  return {.allowed = d.allowed,
+          .remaining = d.remaining,
+          .reset_after_us = d.reset_after.count(),
+          .retry_after_us = d.retry_after.count(),
+          .delay_us = d.delay.count()};
+}
+
+// The exact figures: the bucket algorithms compute them in 128 bits; for the windows, whose
+// figures are at most two periods, the 64-bit Decision is already exact.
+WideDecision DecideExactly(const Limit& limit, TokenBucketState& state, Timestamp now,
+                           int64_t cost) {
+  return DecideTokenBucket(limit, state, now, cost);
+}
+WideDecision DecideExactly(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false);
+}
+WideDecision DecideExactly(const Limit& limit, LeakyBucketState& state, Timestamp now,
+                           int64_t cost) {
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true);
+}
+template <typename State>
+WideDecision DecideExactly(const Limit& limit, State& state, Timestamp now, int64_t cost) {
+  return Widen(Decide(limit, state, now, cost));
 }
 
 }  // namespace
@@ -231,37 +282,17 @@ Decision Decide(const Limit& limit, SlidingWindowState& state, Timestamp now, in
 
 Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  const Int128 n = limit.limit();
-  const Int128 p = limit.period().count();
-  const Int128 capacity = Int128{limit.burst()} * p;
-  const int64_t t = std::max(Us(now), state.last);
-  const Int128 level = state.last == kNoTime
-                           ? capacity
-                           : std::min(capacity, state.level + (Int128{t} - state.last) * n);
-  const Int128 need = Int128{cost} * p;
-
-  Decision d;
-  d.allowed = level >= need;
-  const Int128 after = d.allowed ? level - need : level;
-  if (d.allowed && cost > 0) {
-    state = {.level = after, .last = t};
-  }
-  d.remaining = Narrow(FloorDiv(after, p));
-  d.reset_after = NarrowMicros(CeilDiv(capacity - after, n));
-  if (!d.allowed) {
-    d.retry_after = cost > limit.burst() ? kNeverAllowed : NarrowMicros(CeilDiv(need - level, n));
-  }
-  return d;
+  return Narrow(DecideTokenBucket(limit, state, now, cost));
 }
 
 Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false);
+  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false));
 }
 
 Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true);
+  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true));
 }
 
 AnyState InitialState(Algorithm algorithm) {
@@ -287,6 +318,23 @@ AnyState InitialState(Algorithm algorithm) {
 Decision Decide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost) {
   assert(state.index() == static_cast<size_t>(limit.algorithm()));
   return std::visit([&](auto& s) { return Decide(limit, s, now, cost); }, state);
+}
+
+WideDecision DecideWide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost) {
+  assert(cost >= 0);
+  assert(state.index() == static_cast<size_t>(limit.algorithm()));
+  return std::visit([&](auto& s) { return DecideExactly(limit, s, now, cost); }, state);
+}
+
+Decision Narrow(const WideDecision& wide) {
+  auto saturate = [](Int128 us) {
+    return Micros{static_cast<int64_t>(std::min<Int128>(us, std::numeric_limits<int64_t>::max()))};
+  };
+  return {.allowed = wide.allowed,
+          .remaining = Narrow(wide.remaining),
+          .reset_after = saturate(wide.reset_after_us),
+          .retry_after = saturate(wide.retry_after_us),
+          .delay = saturate(wide.delay_us)};
 }
 
 }  // namespace sluice

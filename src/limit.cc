@@ -73,13 +73,6 @@ absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
     if (absl::Status s = CheckCount("burst", burst); !s.ok()) {
       return s;
     }
-    // reset_after and retry_after reach burst * period / limit: it must fit in int64 us.
-    const __int128 longest = static_cast<__int128>(burst) * spec.period.count() / spec.limit;
-    if (longest > std::numeric_limits<int64_t>::max()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "burst {} x period {} / limit {} is longer than 64-bit microseconds can count", burst,
-          FormatDuration(spec.period), spec.limit));
-    }
   }
   int64_t buckets = 1;
   if (spec.algorithm == Algorithm::kSlidingBuckets) {

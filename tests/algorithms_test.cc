@@ -340,6 +340,36 @@ TEST(LeakyBucketTest, SpacesABurstOutAndDeniesWhatDoesNotFit) {
   EXPECT_EQ(later.delay, 1'333'333us);  // ceil((5P - 333334 * 3) / 3)
 }
 
+// ---------------------------------------------------------------------------- 128-bit figures
+
+// A burst of 10^9 refilled at 3 per 13 hours takes 1.56 x 10^19 us (half a million years) to
+// refill from empty: beyond a Decision's 64 bits. DecideWide is exact; Decide saturates.
+class HugeFiguresTest : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(HugeFiguresTest, WideIsExactAndNarrowSaturates) {
+  const Limit limit =
+      MustLimit({.algorithm = GetParam(), .limit = 3, .period = 13h, .burst = 1'000'000'000});
+  AnyState state = InitialState(GetParam());
+  const WideDecision empty = DecideWide(limit, state, At(kEpoch), 1'000'000'000);
+  ASSERT_TRUE(empty.allowed);
+  const Int128 expected = (Int128{1'000'000'000} * 46'800'000'000 + 2) / 3;  // ceil(B*P/N)
+  EXPECT_TRUE(empty.reset_after_us == expected);
+  EXPECT_EQ(Narrow(empty).reset_after, Micros::max());
+
+  const WideDecision more = DecideWide(limit, state, At(kEpoch), 999'999'999);
+  EXPECT_FALSE(more.allowed);
+  EXPECT_TRUE(more.retry_after_us == (Int128{999'999'999} * 46'800'000'000 + 2) / 3);
+  EXPECT_EQ(Decide(limit, state, At(kEpoch), 999'999'999).retry_after, Micros::max());
+  EXPECT_EQ(Decide(limit, state, At(kEpoch), 1).retry_after, Micros(15'600'000'000));
+}
+
+INSTANTIATE_TEST_SUITE_P(Buckets, HugeFiguresTest,
+                         ::testing::Values(Algorithm::kTokenBucket, Algorithm::kGcra,
+                                           Algorithm::kLeakyBucket),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) {
+                           return std::string(AlgorithmName(info.param));
+                         });
+
 // ---------------------------------------------------------------------------- every algorithm
 
 // For every algorithm and for periods from 1 us to 400 days and limits up to 10^9: a full

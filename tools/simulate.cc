@@ -36,17 +36,17 @@ absl::Status Simulate(std::istream& in, std::ostream& csv, std::vector<Lane>& la
       if (inserted) {
         it->second = InitialState(limit.algorithm());
       }
-      const Decision d = Decide(limit, it->second, Timestamp(Micros(r.time_us)), r.cost);
+      const WideDecision d = DecideWide(limit, it->second, Timestamp(Micros(r.time_us)), r.cost);
       line.clear();
       if (compare) {
         fmt::format_to(std::back_inserter(line), "{},", AlgorithmName(limit.algorithm()));
       }
       fmt::format_to(std::back_inserter(line), "{},{},{},{},{},{},{},{}\n", r.time_us, r.key,
-                     r.cost, d.allowed ? 1 : 0, d.remaining, d.reset_after.count(),
-                     d.retry_after.count(), d.delay.count());
+                     r.cost, d.allowed ? 1 : 0, d.remaining, d.reset_after_us, d.retry_after_us,
+                     d.delay_us);
       csv << line;
       if (keep == KeepRows::kYes) {
-        lanes[i].rows.push_back({r, d});
+        lanes[i].rows.push_back({r, Narrow(d)});
       }
     }
   }

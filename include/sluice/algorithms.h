@@ -6,6 +6,7 @@
 //
 // Every Decide overload:
 //   - computes in integers only, widening to 128 bits where a product can exceed 64;
+//   - returns figures exact to the microsecond, saturated at Micros::max() (see WideDecision);
 //   - changes `state` only when the request is allowed with cost > 0 (a denied request and a
 //     cost-0 query change nothing);
 //   - treats a time earlier than the key's last state change as that time, for the states
@@ -118,6 +119,22 @@ Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int6
 Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost);
 Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost);
 
+// A decision with its figures in 128 bits. The bucket algorithms' reset_after, retry_after
+// and delay reach B*P/N, which for absurd but valid limits (a burst of 10^9 refilled at 3 per
+// 13 hours: 500,000 years) exceeds the 2^63-1 us a Decision holds. `sluice simulate` prints
+// these exact figures; Decide saturates them at Micros::max().
+struct WideDecision {
+  bool allowed = false;
+  Int128 remaining = 0;
+  Int128 reset_after_us = 0;
+  Int128 retry_after_us = 0;  // -1: never allowed.
+  Int128 delay_us = 0;
+  friend bool operator==(const WideDecision&, const WideDecision&) = default;
+};
+
+// `wide` with its times saturated at Micros::max() (292,000 years).
+Decision Narrow(const WideDecision& wide);
+
 // Any algorithm's state; alternative i belongs to Algorithm(i).
 using AnyState = std::variant<FixedWindowState, SlidingLogState, SlidingWindowState,
                               SlidingBucketsState, TokenBucketState, GcraState, LeakyBucketState>;
@@ -128,5 +145,8 @@ AnyState InitialState(Algorithm algorithm);
 // Dispatches to the overload for the state's alternative.
 // REQUIRES: state.index() == static_cast<size_t>(limit.algorithm()).
 Decision Decide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost);
+
+// As Decide, with the exact 128-bit figures.
+WideDecision DecideWide(const Limit& limit, AnyState& state, Timestamp now, int64_t cost);
 
 }  // namespace sluice

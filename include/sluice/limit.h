@@ -1,8 +1,7 @@
 #pragma once
 
 // Limit: one rate limit (an algorithm and its parameters), validated once at configuration time
-// so that every decision made with it is exact in 128-bit integer arithmetic and every figure
-// of a Decision fits in 64 bits.
+// so that every decision made with it is exact in 128-bit integer arithmetic.
 //
 // Limit is a small immutable value: copy it freely. Thread-compatible.
 
@@ -56,8 +55,7 @@ class Limit {
   static constexpr int64_t kDefaultBuckets = 60;
 
   // Validates `spec`. InvalidArgument, naming the parameter, when: limit, period, burst or
-  // buckets is zero or negative, or above its maximum; buckets does not divide the period;
-  // burst x period / limit (the longest reset time) does not fit in 64-bit microseconds.
+  // buckets is zero or negative, or above its maximum; buckets does not divide the period.
   static absl::StatusOr<Limit> Create(const LimitSpec& spec);
 
   Algorithm algorithm() const { return algorithm_; }

@@ -297,7 +297,6 @@ class Runner:
         replay = (f"replay: python3 {shlex.quote(sys.argv[0])} --sluice {shlex.quote(self.sluice)}"
                   f" --seed {self.args.seed} --only {case['index']}")
         if p.returncode != 0:
-            kept = self.keep_trace(trace, f"seed{self.args.seed}-case{case['index']}.csv")
             within = (case["N"] <= MAX_N and (case["B"] or 0) <= MAX_B and case["P"] <= MAX_P)
             if p.returncode == 2:
                 # the spec allows rejecting limits whose products a backend cannot represent,
@@ -310,6 +309,7 @@ class Runner:
                 what = "REJECTED (exit 2) a limit within N,B <= 1e9, P <= 400 days"
             else:
                 what = f"exit status {p.returncode}"
+            kept = self.keep_trace(trace, f"seed{self.args.seed}-case{case['index']}.csv")
             self.fail(describe(case), [what, "stderr: " + p.stderr.strip()[:500],
                                        "command: " + shlex.join(cmd[:-1] + [kept]), replay])
             return

@@ -1,0 +1,162 @@
+// MemoryStore throughput: one hot key, and keys spread over 1,000,000, on 1 and 2 threads;
+// with a clock read per call (Limiter::Check) and with the time passed in (CheckAt), as a
+// server that reads the clock once per batch would. Keys are made on the fly from a cheap
+// pseudo-random sequence, not read from a big array. Baseline in the same run: the same keys
+// counted in a mutex-guarded std::unordered_map, the obvious hand-written limiter.
+
+#include <charconv>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "benchmark/benchmark.h"
+#include "sluice/limiter.h"
+#include "sluice/memory_store.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kKeys = 1'000'000;
+
+Limit GcraLimit() {
+  return *Limit::Create(
+      {.algorithm = Algorithm::kGcra, .limit = 100, .period = std::chrono::seconds(1)});
+}
+
+// A key "user:<n>" for n in [0, kKeys), from a per-thread xorshift sequence.
+class KeyMaker {
+ public:
+  explicit KeyMaker(uint64_t seed) : x_(seed * 0x9E3779B97F4A7C15ULL + 1) {}
+  std::string_view Next() {
+    x_ ^= x_ << 13;
+    x_ ^= x_ >> 7;
+    x_ ^= x_ << 17;
+    const auto n = static_cast<int64_t>(x_ % kKeys);
+    char* const end = std::to_chars(buf_ + 5, buf_ + sizeof(buf_), n).ptr;
+    return {buf_, static_cast<size_t>(end - buf_)};
+  }
+
+ private:
+  uint64_t x_;
+  char buf_[32] = {'u', 's', 'e', 'r', ':'};
+};
+
+// One store shared by all threads of a benchmark run, filled with every key before timing.
+struct Shared {
+  MemoryStore store;
+  Limiter limiter{GcraLimit(), store, SystemClock()};
+};
+Shared* shared = nullptr;
+
+void Fill(Limiter& limiter) {
+  char buf[32] = {'u', 's', 'e', 'r', ':'};
+  for (int64_t n = 0; n < kKeys; ++n) {
+    char* const end = std::to_chars(buf + 5, buf + sizeof(buf), n).ptr;
+    (void)limiter.Check(std::string_view(buf, static_cast<size_t>(end - buf)));
+  }
+}
+
+void SetUp(const benchmark::State& bench, bool fill) {
+  if (bench.thread_index() == 0) {
+    shared = new Shared();
+    if (fill) {
+      Fill(shared->limiter);
+    }
+  }
+}
+void TearDown(const benchmark::State& bench) {
+  if (bench.thread_index() == 0) {
+    delete shared;
+    shared = nullptr;
+  }
+}
+
+void BM_HotKeyWithClock(benchmark::State& bench) {
+  for (auto _ : bench) {
+    benchmark::DoNotOptimize(shared->limiter.Check("hot"));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_HotKeyWithClock)
+    ->Setup([](const benchmark::State& s) { SetUp(s, false); })
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+void BM_HotKeyTimePassedIn(benchmark::State& bench) {
+  Timestamp now = SystemClock().Now();
+  int64_t calls = 0;
+  for (auto _ : bench) {
+    if ((++calls & 1023) == 0) {
+      now = SystemClock().Now();  // A server's once-per-batch clock read.
+    }
+    benchmark::DoNotOptimize(shared->limiter.CheckAt("hot", 1, now));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_HotKeyTimePassedIn)
+    ->Setup([](const benchmark::State& s) { SetUp(s, false); })
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+void BM_MillionKeysTimePassedIn(benchmark::State& bench) {
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  Timestamp now = SystemClock().Now();
+  int64_t calls = 0;
+  for (auto _ : bench) {
+    if ((++calls & 1023) == 0) {
+      now = SystemClock().Now();
+    }
+    benchmark::DoNotOptimize(shared->limiter.CheckAt(keys.Next(), 1, now));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_MillionKeysTimePassedIn)
+    ->Setup([](const benchmark::State& s) { SetUp(s, true); })
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+void BM_MillionKeysWithClock(benchmark::State& bench) {
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  for (auto _ : bench) {
+    benchmark::DoNotOptimize(shared->limiter.Check(keys.Next()));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_MillionKeysWithClock)
+    ->Setup([](const benchmark::State& s) { SetUp(s, true); })
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// Baseline: a counter per key in one std::unordered_map behind one mutex.
+void BM_BaselineUnorderedMapMillionKeys(benchmark::State& bench) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, int64_t>* counts = nullptr;
+  if (bench.thread_index() == 0) {
+    counts = new std::unordered_map<std::string, int64_t>();
+    KeyMaker fill(99);
+    for (int64_t i = 0; i < 4 * kKeys; ++i) {
+      (*counts)[std::string(fill.Next())] = 0;
+    }
+  }
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  for (auto _ : bench) {
+    std::lock_guard lock(mu);
+    auto it = counts->find(std::string(keys.Next()));
+    if (it != counts->end()) {
+      ++it->second;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_BaselineUnorderedMapMillionKeys)->Threads(1)->Threads(2)->UseRealTime();
+
+}  // namespace
+}  // namespace sluice
