@@ -42,10 +42,8 @@ int MakeKey(int64_t n, char* buf) {
 }
 
 void Measure(Algorithm algorithm, int64_t keys) {
-  const Limit limit = *Limit::Create({.algorithm = algorithm,
-                                      .limit = 100,
-                                      .period = std::chrono::hours(1),
-                                      .buckets = 60});
+  const Limit limit = *Limit::Create(
+      {.algorithm = algorithm, .limit = 100, .period = std::chrono::hours(1), .buckets = 60});
   MemoryStore store;
   const Timestamp now = SystemClock().Now();
   char buf[32];

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "benchmark/benchmark.h"
+
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"
 

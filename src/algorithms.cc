@@ -7,7 +7,17 @@ namespace sluice {
 namespace {
 
 // Division rounded towards minus infinity / plus infinity. REQUIRES: b > 0.
+// A 128-bit division is a library call several times slower than a 64-bit one, and for most
+// limits both operands fit in 64 bits: take the short path then.
 Int128 FloorDiv(Int128 a, Int128 b) {
+  constexpr Int128 kMin = std::numeric_limits<int64_t>::min();
+  constexpr Int128 kMax = std::numeric_limits<int64_t>::max();
+  if (a > kMin && a <= kMax && b <= kMax) {
+    const auto a64 = static_cast<int64_t>(a);
+    const auto b64 = static_cast<int64_t>(b);
+    const int64_t q = a64 / b64;
+    return (a64 % b64 != 0 && a64 < 0) ? q - 1 : q;
+  }
   const Int128 q = a / b;
   return (a % b != 0 && a < 0) ? q - 1 : q;
 }
@@ -73,31 +83,53 @@ Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_
   return d;
 }
 
-// gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
-WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
-                       bool shapes_traffic) {
-  const Int128 n = limit.limit();
-  const Int128 p = limit.period().count();
-  const Int128 capacity = Int128{limit.burst()} * p;  // B*P
-  const Int128 t_n = Int128{Us(now)} * n;
-  const Int128 base = std::max(tat, t_n);
-  const Int128 backlog = base + Int128{cost} * p - t_n;
+// The spec's gcra in integers of type Int: 128 bits always suffice; 64 bits do when every
+// product fits (see DecideTat), and then each step is a single instruction.
+// Division of a non-negative numerator: one instruction in 64 bits; in 128, FloorDiv's
+// shortcut for operands that fit 64.
+int64_t DivideNonNegative(int64_t a, int64_t b) { return a / b; }
+Int128 DivideNonNegative(Int128 a, Int128 b) { return FloorDiv(a, b); }
 
+template <typename Int>
+WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n, Int tat, Int cost, int64_t burst,
+                         bool shapes_traffic, Int128& tat_out) {
+  const Int base = std::max(tat, t_n);
+  const Int backlog = base + cost * p - t_n;
   WideDecision d;
   d.allowed = backlog <= capacity;
   if (d.allowed && cost > 0) {
-    tat = base + Int128{cost} * p;
+    tat_out = base + cost * p;
   }
-  const Int128 ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
-  d.remaining = std::max<Int128>(0, FloorDiv(capacity - ahead, p));
-  d.reset_after_us = CeilDiv(ahead, n);
+  const Int ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
+  // ahead <= capacity unless time stepped back; all numerators here are >= 0 but that one.
+  d.remaining = ahead <= capacity ? DivideNonNegative(capacity - ahead, p) : 0;
+  d.reset_after_us = DivideNonNegative(ahead + n - 1, n);  // ceil(ahead / N)
   if (!d.allowed) {
-    d.retry_after_us =
-        cost > limit.burst() ? kNeverAllowed.count() : CeilDiv(backlog - capacity, n);
+    d.retry_after_us = cost > burst ? Int128{kNeverAllowed.count()}
+                                    : Int128{DivideNonNegative(backlog - capacity + n - 1, n)};
   } else if (shapes_traffic) {
-    d.delay_us = CeilDiv(base - t_n, n);
+    d.delay_us = DivideNonNegative(base - t_n + n - 1, n);
   }
   return d;
+}
+
+// gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
+WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
+                       bool shapes_traffic) {
+  const int64_t n = limit.limit();
+  const int64_t p = limit.period().count();
+  const Int128 capacity = Int128{limit.burst()} * p;  // B*P
+  const Int128 t_n = Int128{Us(now)} * n;
+  // 64 bits hold every value below if t*N, B*P, c*P and TAT stay under 2^61: their sums then
+  // stay under 2^63. True for ordinary limits until the year 2200 or so.
+  constexpr Int128 kSmall = Int128{1} << 61;
+  const Int128 cost_p = Int128{cost} * p;
+  if (t_n >= 0 && t_n < kSmall && capacity < kSmall && cost_p < kSmall && tat < kSmall) {
+    const int64_t tat64 = tat < 0 ? 0 : static_cast<int64_t>(tat);  // kNoTat: "long ago".
+    return DecideTatIn<int64_t>(n, p, static_cast<int64_t>(capacity), static_cast<int64_t>(t_n),
+                                tat64, cost, limit.burst(), shapes_traffic, tat);
+  }
+  return DecideTatIn<Int128>(n, p, capacity, t_n, tat, cost, limit.burst(), shapes_traffic, tat);
 }
 
 WideDecision DecideTokenBucket(const Limit& limit, TokenBucketState& state, Timestamp now,

@@ -10,6 +10,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
+#include "boost/container_hash/hash.hpp"
 #include "boost/unordered/unordered_flat_map.hpp"
 #include "fmt/format.h"
 
@@ -22,19 +23,32 @@ namespace {
 
 using internal::Mutex;
 using internal::MutexLock;
+using internal::SpinLock;
+using internal::SpinLockHolder;
 
 constexpr size_t kShardBits = 6;
 constexpr size_t kShards = size_t{1} << kShardBits;
 
+// A key with its hash computed once: the shard is chosen by it, and the shard's map finds
+// the key by it without hashing again (heterogeneous lookup).
+struct HashedKey {
+  std::string_view key;
+  size_t hash;
+};
+
+// boost::hash is header-only, so it inlines; Debian's absl::Hash is a call into a shared
+// library. It does not avalanche, so the map mixes it once more (one multiplication).
+size_t HashOf(std::string_view key) { return boost::hash<std::string_view>{}(key); }
+
 struct KeyHash {
   using is_transparent = void;
-  using is_avalanching = std::true_type;  // absl::Hash mixes well; boost need not mix again.
-  size_t operator()(std::string_view key) const noexcept {
-    return absl::Hash<std::string_view>{}(key);
-  }
+  size_t operator()(const HashedKey& k) const noexcept { return k.hash; }
+  size_t operator()(std::string_view key) const noexcept { return HashOf(key); }
 };
 struct KeyEqual {
   using is_transparent = void;
+  bool operator()(const HashedKey& a, std::string_view b) const noexcept { return a.key == b; }
+  bool operator()(std::string_view a, const HashedKey& b) const noexcept { return a == b.key; }
   bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
 };
 
@@ -53,11 +67,10 @@ class Table {
   const Limit& limit() const { return limit_; }
 
   // Decides under the shard's lock.
-  virtual Decision Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now) = 0;
-  // DecideAll's steps: the caller holds MutexFor(hash) for the whole of them.
-  virtual Mutex& MutexFor(size_t hash) = 0;
-  virtual Decision DecideHeld(std::string_view key, size_t hash, int64_t cost, Timestamp now,
-                              Mode mode) = 0;
+  virtual Decision Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
+  // DecideAll's steps: the caller holds LockFor(key) for the whole of them.
+  virtual SpinLock& LockFor(HashedKey key) = 0;
+  virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
   virtual size_t KeyCount() = 0;
 
  private:
@@ -69,24 +82,24 @@ class TableOf final : public Table {
  public:
   using Table::Table;
 
-  Decision Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now) override {
-    Shard& shard = shards_[ShardOf(hash)];
-    MutexLock lock(shard.mu);
+  Decision Decide(HashedKey key, int64_t cost, Timestamp now) override {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    SpinLockHolder lock(shard.mu);
     return DecideInShard(shard, key, cost, now, Mode::kApply);
   }
 
-  Mutex& MutexFor(size_t hash) override { return shards_[ShardOf(hash)].mu; }
+  SpinLock& LockFor(HashedKey key) override { return shards_[ShardOf(key.hash)].mu; }
 
-  Decision DecideHeld(std::string_view key, size_t hash, int64_t cost, Timestamp now,
+  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now,
                       Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
-    return DecideInShard(shards_[ShardOf(hash)], key, cost, now, mode);
+    return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode);
   }
 
   size_t KeyCount() override {
     size_t n = 0;
     for (Shard& shard : shards_) {
-      MutexLock lock(shard.mu);
+      SpinLockHolder lock(shard.mu);
       n += shard.states.size();
     }
     return n;
@@ -94,11 +107,11 @@ class TableOf final : public Table {
 
  private:
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
-    Mutex mu;
+    SpinLock mu;
     boost::unordered_flat_map<std::string, State, KeyHash, KeyEqual> states ABSL_GUARDED_BY(mu);
   };
 
-  Decision DecideInShard(Shard& shard, std::string_view key, int64_t cost, Timestamp now, Mode mode)
+  Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     auto it = shard.states.find(key);
     if (it != shard.states.end()) {
@@ -112,7 +125,7 @@ class TableOf final : public Table {
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
-      shard.states.emplace(std::string(key), std::move(fresh));
+      shard.states.emplace(std::string(key.key), std::move(fresh));
     }
     return d;
   }
@@ -148,7 +161,7 @@ std::unique_ptr<Table> MakeTable(const Limit& limit) {
 class MemoryStore::Tables {
  public:
   absl::StatusOr<Table*> Find(const Limit& limit) {
-    const size_t start = absl::Hash<Limit>{}(limit);
+    const size_t start = SlotOf(limit);
     for (size_t i = 0; i < kMaxLimits; ++i) {
       // Acquire: the table a non-null pointer leads to was fully built before it was published.
       Table* table = slots_[(start + i) % kMaxLimits].load(std::memory_order_acquire);
@@ -190,6 +203,16 @@ class MemoryStore::Tables {
     return Full(limit);
   }
 
+  // Where a limit's probe starts: a cheap mix of its numbers, since this runs on every request.
+  static size_t SlotOf(const Limit& limit) {
+    uint64_t h = static_cast<uint64_t>(limit.limit()) * 0x9E3779B97F4A7C15ULL;
+    h ^= static_cast<uint64_t>(limit.period().count()) * 0xC2B2AE3D27D4EB4FULL;
+    h ^= static_cast<uint64_t>(limit.burst()) * 0x165667B19E3779F9ULL;
+    h ^= static_cast<uint64_t>(limit.buckets()) * 0x27D4EB2F165667C5ULL;
+    h ^= static_cast<uint64_t>(limit.algorithm());
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+
   static absl::Status Full(const Limit& limit) {
     return absl::ResourceExhaustedError(
         fmt::format("the memory store already holds {} distinct limits; refusing {}", kMaxLimits,
@@ -213,7 +236,7 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   if (!table.ok()) {
     return table.status();
   }
-  return (*table)->Decide(key, KeyHash{}(key), cost, now);
+  return (*table)->Decide({key, HashOf(key)}, cost, now);
 }
 
 absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
@@ -226,16 +249,16 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   }
   struct Target {
     Table* table;
-    size_t hash;
+    HashedKey key;
   };
   absl::InlinedVector<Target, 4> targets;
-  absl::InlinedVector<Mutex*, 4> locks;
+  absl::InlinedVector<SpinLock*, 4> locks;
   for (const LimitedKey& r : requests) {
     absl::StatusOr<Table*> table = tables_->Find(*r.limit);
     if (!table.ok()) {
       return table.status();
     }
-    const size_t hash = KeyHash{}(r.key);
+    const HashedKey key{r.key, HashOf(r.key)};
     for (size_t j = 0; j < targets.size(); ++j) {
       if (targets[j].table == *table && requests[j].key == r.key) {
         // Deciding one state twice in one all-or-nothing request cannot be undone half-way.
@@ -243,34 +266,31 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
             fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key));
       }
     }
-    targets.push_back({*table, hash});
-    locks.push_back(&(*table)->MutexFor(hash));
+    targets.push_back({*table, key});
+    locks.push_back(&(*table)->LockFor(key));
   }
   // One global order (by address) for taking several shard locks, so two requests that share
   // shards can never wait on each other.
   std::sort(locks.begin(), locks.end());
   locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
-  for (Mutex* mu : locks) {
-    mu->Lock();
+  for (SpinLock* lock : locks) {
+    lock->Lock();
   }
   bool all_allowed = true;
   for (size_t i = 0; i < requests.size(); ++i) {
-    each[i] =
-        targets[i].table->DecideHeld(requests[i].key, targets[i].hash, cost, now, Mode::kDryRun);
+    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
     all_allowed = all_allowed && each[i].allowed;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (all_allowed) {
-      each[i] =
-          targets[i].table->DecideHeld(requests[i].key, targets[i].hash, cost, now, Mode::kApply);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply);
     } else if (each[i].allowed) {
       // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
-      each[i] =
-          targets[i].table->DecideHeld(requests[i].key, targets[i].hash, 0, now, Mode::kDryRun);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun);
     }
   }
-  for (Mutex* mu : locks) {
-    mu->Unlock();
+  for (SpinLock* lock : locks) {
+    lock->Unlock();
   }
   return Combine(each);
 }
