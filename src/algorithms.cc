@@ -116,8 +116,8 @@ WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n, Int tat, Int cost,
 // gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
 WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
                        bool shapes_traffic) {
-  const int64_t n = limit.limit();
-  const int64_t p = limit.period().count();
+  const int64_t n = limit.rate_units();
+  const int64_t p = limit.rate_period_us();
   const Int128 capacity = Int128{limit.burst()} * p;  // B*P
   const Int128 t_n = Int128{Us(now)} * n;
   // 64 bits hold every value below if t*N, B*P, c*P and TAT stay under 2^61: their sums then
@@ -134,8 +134,8 @@ WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t c
 
 WideDecision DecideTokenBucket(const Limit& limit, TokenBucketState& state, Timestamp now,
                                int64_t cost) {
-  const Int128 n = limit.limit();
-  const Int128 p = limit.period().count();
+  const Int128 n = limit.rate_units();
+  const Int128 p = limit.rate_period_us();
   const Int128 capacity = Int128{limit.burst()} * p;
   const int64_t t = std::max(Us(now), state.last);
   const Int128 level = state.last == kNoTime

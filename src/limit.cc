@@ -2,6 +2,7 @@
 
 #include <array>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "fmt/format.h"
@@ -58,6 +59,15 @@ bool UsesBurst(Algorithm algorithm) {
   return algorithm == Algorithm::kTokenBucket || algorithm == Algorithm::kGcra ||
          algorithm == Algorithm::kLeakyBucket;
 }
+
+Limit::Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets)
+    : algorithm_(algorithm),
+      limit_(limit),
+      period_(period),
+      burst_(burst),
+      buckets_(buckets),
+      rate_units_(limit / std::gcd(limit, period.count())),
+      rate_period_us_(period.count() / std::gcd(limit, period.count())) {}
 
 absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
   if (absl::Status s = CheckCount("limit", spec.limit); !s.ok()) {

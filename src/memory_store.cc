@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cassert>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,12 +16,14 @@
 #include "fmt/format.h"
 
 #include "sluice/algorithms.h"
+#include "src/inline_key.h"
 #include "src/mutex.h"
 
 namespace sluice {
 
 namespace {
 
+using internal::InlineKey;
 using internal::Mutex;
 using internal::MutexLock;
 using internal::SpinLock;
@@ -43,13 +46,66 @@ size_t HashOf(std::string_view key) { return boost::hash<std::string_view>{}(key
 struct KeyHash {
   using is_transparent = void;
   size_t operator()(const HashedKey& k) const noexcept { return k.hash; }
-  size_t operator()(std::string_view key) const noexcept { return HashOf(key); }
+  size_t operator()(const InlineKey& key) const noexcept { return HashOf(key.view()); }
 };
 struct KeyEqual {
   using is_transparent = void;
-  bool operator()(const HashedKey& a, std::string_view b) const noexcept { return a.key == b; }
-  bool operator()(std::string_view a, const HashedKey& b) const noexcept { return a == b.key; }
-  bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  bool operator()(const HashedKey& a, const InlineKey& b) const noexcept {
+    return a.key == b.view();
+  }
+  bool operator()(const InlineKey& a, const HashedKey& b) const noexcept {
+    return a.view() == b.key;
+  }
+  bool operator()(const InlineKey& a, const InlineKey& b) const noexcept {
+    return a.view() == b.view();
+  }
+};
+
+// How a table stores a key's state. By default as the algorithm's own struct; the bucket
+// algorithms' 128-bit numbers in 64 bits when the limit keeps them there (see Compact*).
+template <typename State>
+struct AsIs {
+  using Stored = State;
+  static State Unpack(const Stored& s) { return s; }
+  static Stored Pack(const State& s) { return s; }
+};
+
+// TAT x N' of gcra and leaky_bucket never exceeds t*N' + B*P' (a larger backlog is denied). It
+// fits in an int64 for every t up to kCompactUntil when that bound does: 8 bytes per key.
+// kCompactUntil is 2200-01-01; a compact table is not to be used past it.
+constexpr int64_t kCompactUntil = 7'258'118'400'000'000;
+constexpr int64_t kNoCompactTat = std::numeric_limits<int64_t>::min();
+
+bool TatFitsCompact(const Limit& limit) {
+  const Int128 largest =
+      Int128{kCompactUntil} * limit.rate_units() + Int128{limit.burst()} * limit.rate_period_us();
+  return largest <= std::numeric_limits<int64_t>::max();
+}
+
+template <typename State>  // GcraState or LeakyBucketState
+struct CompactTat {
+  using Stored = int64_t;
+  static State Unpack(Stored s) { return {.tat = s == kNoCompactTat ? kNoTat : Int128{s}}; }
+  static Stored Pack(const State& s) {
+    assert(s.tat == kNoTat || s.tat <= std::numeric_limits<int64_t>::max());
+    return s.tat == kNoTat ? kNoCompactTat : static_cast<int64_t>(s.tat);
+  }
+};
+
+// token_bucket's level never exceeds B*P': 16 bytes per key when that fits in an int64.
+bool LevelFitsCompact(const Limit& limit) {
+  return Int128{limit.burst()} * limit.rate_period_us() <= std::numeric_limits<int64_t>::max();
+}
+
+struct CompactTokenBucket {
+  struct Stored {
+    int64_t level;
+    int64_t last;
+  };
+  static TokenBucketState Unpack(const Stored& s) { return {.level = s.level, .last = s.last}; }
+  static Stored Pack(const TokenBucketState& s) {
+    return {.level = static_cast<int64_t>(s.level), .last = s.last};
+  }
 };
 
 // The flat map places a key by the high bits of its hash; pick the shard from a multiplicative
@@ -77,10 +133,11 @@ class Table {
   const Limit limit_;
 };
 
-template <typename State>
+template <typename State, typename Storage = AsIs<State>>
 class TableOf final : public Table {
  public:
   using Table::Table;
+  using Stored = typename Storage::Stored;
 
   Decision Decide(HashedKey key, int64_t cost, Timestamp now) override {
     Shard& shard = shards_[ShardOf(key.hash)];
@@ -108,24 +165,30 @@ class TableOf final : public Table {
  private:
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
     SpinLock mu;
-    boost::unordered_flat_map<std::string, State, KeyHash, KeyEqual> states ABSL_GUARDED_BY(mu);
+    boost::unordered_flat_map<InlineKey, Stored, KeyHash, KeyEqual> states ABSL_GUARDED_BY(mu);
   };
 
   Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     auto it = shard.states.find(key);
     if (it != shard.states.end()) {
-      if (mode == Mode::kDryRun) {
-        State copy = it->second;
-        return sluice::Decide(limit(), copy, now, cost);
+      if constexpr (std::is_same_v<Stored, State>) {
+        if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
+          return sluice::Decide(limit(), it->second, now, cost);
+        }
       }
-      return sluice::Decide(limit(), it->second, now, cost);
+      State state = Storage::Unpack(it->second);
+      const Decision d = sluice::Decide(limit(), state, now, cost);
+      if (mode == Mode::kApply && d.allowed && cost > 0) {
+        it->second = Storage::Pack(state);
+      }
+      return d;
     }
     // A key is created only by an admission that changes its state.
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
-      shard.states.emplace(std::string(key.key), std::move(fresh));
+      shard.states.emplace(InlineKey(key.key), Storage::Pack(fresh));
     }
     return d;
   }
@@ -144,10 +207,19 @@ std::unique_ptr<Table> MakeTable(const Limit& limit) {
     case Algorithm::kSlidingBuckets:
       return std::make_unique<TableOf<SlidingBucketsState>>(limit);
     case Algorithm::kTokenBucket:
+      if (LevelFitsCompact(limit)) {
+        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit);
+      }
       return std::make_unique<TableOf<TokenBucketState>>(limit);
     case Algorithm::kGcra:
+      if (TatFitsCompact(limit)) {
+        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit);
+      }
       return std::make_unique<TableOf<GcraState>>(limit);
     case Algorithm::kLeakyBucket:
+      if (TatFitsCompact(limit)) {
+        return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit);
+      }
       return std::make_unique<TableOf<LeakyBucketState>>(limit);
   }
   return nullptr;  // Unreachable: the switch covers every enumerator.

@@ -295,8 +295,8 @@ TEST_F(GcraTest, DeniesUntilExactlyOneIntervalHasPassed) {
 
 TEST_F(GcraTest, StateIsOneNumberAndDenialsLeaveItAlone) {
   ASSERT_TRUE(Decide(limit_, state_, At(kEpoch), 2).allowed);
-  // TAT = t*N + c*P = kEpoch*10 + 2 s.
-  EXPECT_TRUE(state_.tat == Int128{kEpoch} * 10 + 2 * kSecond);
+  // TAT = t*N' + c*P' with the rate in lowest terms, 10/1s = 1/100ms: kEpoch + 2 x 100 ms.
+  EXPECT_TRUE(state_.tat == Int128{kEpoch} + 2 * 100'000);
   const GcraState before = state_;
   EXPECT_FALSE(Decide(limit_, state_, At(kEpoch + 1), 1).allowed);
   EXPECT_EQ(Decide(limit_, state_, At(kEpoch + 1), 3).retry_after, kNeverAllowed);

@@ -39,7 +39,7 @@ TEST(PropertyTest, GcraAndTokenBucketAgreeOnEveryFigure) {
       const WideDecision a = DecideWide(gcra, g, At(t), cost);
       const WideDecision b = DecideWide(token_bucket, tb, At(t), cost);
       ASSERT_TRUE(a == b) << gcra.ToString() << " case " << c << " row " << row << " t=" << t
-                      << " cost=" << cost;
+                          << " cost=" << cost;
     }
   }
 }
@@ -71,8 +71,8 @@ bool Representable(int64_t t, Int128 d) { return t + d <= std::numeric_limits<in
 
 // Checks what each figure of `d`, decided on `before` at `t`, promises. Figures are the exact
 // 128-bit ones; a promise about a time too far away to represent is not checked.
-void ExpectFiguresHold(const Limit& limit, const AnyState& before, const AnyState& after,
-                       int64_t t, int64_t cost, const WideDecision& d) {
+void ExpectFiguresHold(const Limit& limit, const AnyState& before, const AnyState& after, int64_t t,
+                       int64_t cost, const WideDecision& d) {
   const int64_t capacity = limit.burst();
   if (!d.allowed) {
     EXPECT_TRUE(before == after) << "a denied request changed the state";
@@ -82,7 +82,8 @@ void ExpectFiguresHold(const Limit& limit, const AnyState& before, const AnyStat
       ASSERT_TRUE(d.retry_after_us >= 1);
       const auto retry = static_cast<int64_t>(d.retry_after_us);
       AnyState probe = before;
-      EXPECT_TRUE(Decide(limit, probe, At(t + retry), cost).allowed) << "not allowed at retry_after";
+      EXPECT_TRUE(Decide(limit, probe, At(t + retry), cost).allowed)
+          << "not allowed at retry_after";
       if (retry > 1) {
         probe = before;
         EXPECT_FALSE(Decide(limit, probe, At(t + retry - 1), cost).allowed)

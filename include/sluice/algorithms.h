@@ -92,13 +92,17 @@ struct SlidingBucketsState {
   friend bool operator==(const SlidingBucketsState&, const SlidingBucketsState&) = default;
 };
 
+// token_bucket, gcra and leaky_bucket keep their numbers in the units of the limit's rate in
+// lowest terms (Limit::rate_units() per Limit::rate_period_us()): the spec's L = tokens x P and
+// TAT = time x N, with N and P divided by gcd(N, P). The decisions are the same.
+
 struct TokenBucketState {
-  Int128 level = 0;        // Tokens x P. Meaningless while last == kNoTime (a full bucket).
+  Int128 level = 0;        // Tokens x P'. Meaningless while last == kNoTime (a full bucket).
   int64_t last = kNoTime;  // Time of the last admission.
   friend bool operator==(const TokenBucketState&, const TokenBucketState&) = default;
 };
 
-// Theoretical arrival time x N. A new key's is "long ago", so max(TAT, t*N) = t*N.
+// Theoretical arrival time x N'. A new key's is "long ago", so max(TAT, t*N') = t*N'.
 inline constexpr Int128 kNoTat = -(Int128{1} << 126);
 
 struct GcraState {

@@ -64,10 +64,20 @@ class Limit {
   int64_t burst() const { return burst_; }      // B; equals N for algorithms without a burst.
   int64_t buckets() const { return buckets_; }  // K; 1 for algorithms other than sliding_buckets.
 
+  // The rate N/P in lowest terms: N and P divided by gcd(N, P). The bucket algorithms compute
+  // in these units, which changes none of their figures (every formula is homogeneous in N
+  // and P) and keeps their state within 64 bits for ordinary limits: 10^9 per second is 1000
+  // per millisecond, whose TAT x 1000 fits 64 bits until the year 2262.
+  int64_t rate_units() const { return rate_units_; }
+  int64_t rate_period_us() const { return rate_period_us_; }
+
   // "gcra 10/1s burst 20", for messages and plots.
   std::string ToString() const;
 
-  friend bool operator==(const Limit&, const Limit&) = default;
+  friend bool operator==(const Limit& a, const Limit& b) {
+    return a.algorithm_ == b.algorithm_ && a.limit_ == b.limit_ && a.period_ == b.period_ &&
+           a.burst_ == b.burst_ && a.buckets_ == b.buckets_;
+  }
   template <typename H>
   friend H AbslHashValue(H h, const Limit& l) {
     return H::combine(std::move(h), l.algorithm_, l.limit_, l.period_.count(), l.burst_,
@@ -75,14 +85,15 @@ class Limit {
   }
 
  private:
-  Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets)
-      : algorithm_(algorithm), limit_(limit), period_(period), burst_(burst), buckets_(buckets) {}
+  Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets);
 
   Algorithm algorithm_;
   int64_t limit_;
   Micros period_;
   int64_t burst_;
   int64_t buckets_;
+  int64_t rate_units_;      // Derived: limit_ / gcd(limit_, period_).
+  int64_t rate_period_us_;  // Derived: period_ / gcd(limit_, period_).
 };
 
 }  // namespace sluice
