@@ -4,7 +4,7 @@
 
 namespace sluice {
 
-absl::Status ValidateRequest(size_t limit_count, int64_t cost) {
+absl::Status internal::InvalidRequest(size_t limit_count, int64_t cost) {
   if (cost < 0) {
     return absl::InvalidArgumentError(fmt::format("cost must be >= 0, not {}", cost));
   }

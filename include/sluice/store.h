@@ -29,6 +29,10 @@ struct LimitedKey {
   std::string_view key;
 };
 
+namespace internal {
+absl::Status InvalidRequest(size_t limit_count, int64_t cost);  // ValidateRequest's slow path.
+}  // namespace internal
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -51,7 +55,12 @@ class Store {
 };
 
 // The argument checks every Store makes before it decides: OK, or InvalidArgument naming the
-// problem (a negative cost, no limits).
-absl::Status ValidateRequest(size_t limit_count, int64_t cost);
+// problem (a negative cost, no limits). Inline: it runs on every request.
+inline absl::Status ValidateRequest(size_t limit_count, int64_t cost) {
+  if (cost >= 0 && limit_count > 0) [[likely]] {
+    return absl::OkStatus();
+  }
+  return internal::InvalidRequest(limit_count, cost);
+}
 
 }  // namespace sluice
