@@ -16,7 +16,7 @@ class SystemClockImpl final : public Clock {
 }  // namespace
 
 Clock& SystemClock() {
-  static SystemClockImpl* const clock = new SystemClockImpl();  // Never destroyed: no exit races.
+  static auto* const clock = new SystemClockImpl();  // Never destroyed: no exit races.
   return *clock;
 }
 

@@ -63,7 +63,7 @@ class InlineKey {
     return p;
   }
 
-  alignas(8) char bytes_[24];
+  alignas(8) char bytes_[24] = {};
 };
 
 static_assert(sizeof(InlineKey) == 24);

@@ -133,5 +133,10 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
-  return sluice::tools::Main(argc, argv);
+  try {
+    return sluice::tools::Main(argc, argv);
+  } catch (const std::exception& e) {  // CLI11 may throw beyond its parse errors.
+    std::cerr << "sluice: " << e.what() << "\n";
+    return 1;
+  }
 }

@@ -108,35 +108,34 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
     c.push_back({acts_at, row.request.cost});
     c.push_back({acts_at + period, -row.request.cost});
   }
-  int64_t most = 0;
-  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, int64_t>>>> steps;
+  struct KeyLine {
+    std::string key;
+    std::vector<std::pair<int64_t, int64_t>> points;  // (time, units in the trailing period)
+    int64_t peak = 0;
+  };
+  std::vector<KeyLine> lines;
   for (auto& [key, c] : changes) {
     std::stable_sort(c.begin(), c.end(), [](const Change& a, const Change& b) {
       // At one instant, departures first: the period (t - P, t] excludes t - P.
       return a.at != b.at ? a.at < b.at : a.units < b.units;
     });
-    std::vector<std::pair<int64_t, int64_t>> points;
+    KeyLine line{.key = key};
     int64_t level = 0;
     for (const Change& ch : c) {
       level += ch.units;
-      if (!points.empty() && points.back().first == ch.at) {
-        points.back().second = level;
+      if (!line.points.empty() && line.points.back().first == ch.at) {
+        line.points.back().second = level;
       } else {
-        points.push_back({ch.at, level});
+        line.points.emplace_back(ch.at, level);
       }
-      most = std::max(most, level);
+      line.peak = std::max(line.peak, level);
     }
-    steps.emplace_back(key, std::move(points));
+    lines.push_back(std::move(line));
   }
   // Busiest keys first, so that the lines drawn are the ones that matter.
-  std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
-    auto peak = [](const auto& s) {
-      int64_t m = 0;
-      for (const auto& p : s.second) m = std::max(m, p.second);
-      return m;
-    };
-    return peak(a) > peak(b);
-  });
+  std::stable_sort(lines.begin(), lines.end(),
+                   [](const KeyLine& a, const KeyLine& b) { return a.peak > b.peak; });
+  const int64_t most = lines.empty() ? 0 : lines.front().peak;
 
   const double plot_top = top + kTitleHeight;
   const double plot_bottom = plot_top + kPlotHeight;
@@ -164,10 +163,10 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
   svg += fmt::sprintf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"limit\"/>\n",
                       kLeft, y(limit), kWidth - kRight, y(limit));
 
-  for (size_t k = 0; k < steps.size() && k < kMaxKeyLines; ++k) {
+  for (size_t k = 0; k < lines.size() && k < kMaxKeyLines; ++k) {
     std::string path = fmt::sprintf("M%.1f,%.1f", kLeft, y(0));
     int64_t level = 0;
-    for (const auto& [at, next] : steps[k].second) {
+    for (const auto& [at, next] : lines[k].points) {
       if (at > canvas.t1()) {
         break;
       }
@@ -179,7 +178,7 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
     svg += fmt::sprintf(
         "<path d=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"><title>key %s</title>"
         "</path>\n",
-        path, kKeyColors[k], Escape(steps[k].first));
+        path, kKeyColors[k], Escape(lines[k].key));
   }
 
   const double marks_top = plot_bottom + 6;
