@@ -366,9 +366,7 @@ TEST_P(HugeFiguresTest, WideIsExactAndNarrowSaturates) {
 INSTANTIATE_TEST_SUITE_P(Buckets, HugeFiguresTest,
                          ::testing::Values(Algorithm::kTokenBucket, Algorithm::kGcra,
                                            Algorithm::kLeakyBucket),
-                         [](const ::testing::TestParamInfo<Algorithm>& info) {
-                           return std::string(AlgorithmName(info.param));
-                         });
+                         testing::AlgorithmTestName);
 
 // ---------------------------------------------------------------------------- every algorithm
 
@@ -421,10 +419,10 @@ TEST_P(ExtremesTest, BoundariesAreExactAtEveryScale) {
 
 std::vector<Extreme> AllExtremes() {
   std::vector<Extreme> out;
-  for (int a = 0; a <= static_cast<int>(Algorithm::kLeakyBucket); ++a) {
+  for (Algorithm algorithm : testing::AllAlgorithms()) {
     for (int64_t limit : {int64_t{1}, int64_t{7}, int64_t{1'000'000'000}}) {
       for (Micros period : {Micros{1}, Micros{1'000'000}, Micros{400LL * 86'400'000'000}}) {
-        out.push_back({static_cast<Algorithm>(a), limit, period});
+        out.push_back({algorithm, limit, period});
       }
     }
   }

@@ -65,13 +65,7 @@ TEST_P(ConcurrencyTest, FrozenClockAdmitsExactlyTheLimitThenExactlyTheRefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, ConcurrencyTest,
-                         ::testing::Values(Algorithm::kFixedWindow, Algorithm::kSlidingLog,
-                                           Algorithm::kSlidingWindow, Algorithm::kSlidingBuckets,
-                                           Algorithm::kTokenBucket, Algorithm::kGcra,
-                                           Algorithm::kLeakyBucket),
-                         [](const ::testing::TestParamInfo<Algorithm>& info) {
-                           return std::string(AlgorithmName(info.param));
-                         });
+                         ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
 
 TEST(ConcurrencyAllOrNothingTest, SeveralLimitsCountTogetherUnderRaces) {
   ManualClock clock(At(kEpoch));

@@ -43,13 +43,7 @@ TEST_P(MemoryStoreAlgorithmTest, DecidesAsThePureAlgorithm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MemoryStoreAlgorithmTest,
-                         ::testing::Values(Algorithm::kFixedWindow, Algorithm::kSlidingLog,
-                                           Algorithm::kSlidingWindow, Algorithm::kSlidingBuckets,
-                                           Algorithm::kTokenBucket, Algorithm::kGcra,
-                                           Algorithm::kLeakyBucket),
-                         [](const ::testing::TestParamInfo<Algorithm>& info) {
-                           return std::string(AlgorithmName(info.param));
-                         });
+                         ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
 
 TEST(MemoryStoreTest, OnlyAnAdmissionCreatesAKey) {
   MemoryStore store;

@@ -136,14 +136,8 @@ TEST_P(FiguresTest, EveryFigureIsExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllAlgorithms, FiguresTest,
-                         ::testing::Values(Algorithm::kFixedWindow, Algorithm::kSlidingLog,
-                                           Algorithm::kSlidingWindow, Algorithm::kSlidingBuckets,
-                                           Algorithm::kTokenBucket, Algorithm::kGcra,
-                                           Algorithm::kLeakyBucket),
-                         [](const ::testing::TestParamInfo<Algorithm>& info) {
-                           return std::string(AlgorithmName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, FiguresTest, ::testing::ValuesIn(testing::AllAlgorithms()),
+                         testing::AlgorithmTestName);
 
 }  // namespace
 }  // namespace sluice

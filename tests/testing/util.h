@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -16,6 +17,20 @@
 namespace sluice::testing {
 
 using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace): tests read better.
+
+// Every algorithm, in enum order, and a printable test name for a parameter of that type:
+//   INSTANTIATE_TEST_SUITE_P(AllAlgorithms, SomeTest, ::testing::ValuesIn(AllAlgorithms()),
+//                            AlgorithmTestName);
+inline std::vector<Algorithm> AllAlgorithms() {
+  std::vector<Algorithm> all;
+  for (int a = 0; a <= static_cast<int>(Algorithm::kLeakyBucket); ++a) {
+    all.push_back(static_cast<Algorithm>(a));
+  }
+  return all;
+}
+inline std::string AlgorithmTestName(const ::testing::TestParamInfo<Algorithm>& info) {
+  return std::string(AlgorithmName(info.param));
+}
 
 // A realistic epoch time (2023-11-14T22:13:20Z), aligned to every period up to a second.
 inline constexpr int64_t kEpoch = 1'700'000'000'000'000;
