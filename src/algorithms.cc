@@ -83,13 +83,13 @@ Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_
   return d;
 }
 
-// The spec's gcra in integers of type Int: 128 bits always suffice; 64 bits do when every
-// product fits (see DecideTat), and then each step is a single instruction.
 // Division of a non-negative numerator: one instruction in 64 bits; in 128, FloorDiv's
 // shortcut for operands that fit 64.
 int64_t DivideNonNegative(int64_t a, int64_t b) { return a / b; }
 Int128 DivideNonNegative(Int128 a, Int128 b) { return FloorDiv(a, b); }
 
+// The spec's gcra in integers of type Int: 128 bits always suffice; 64 bits do when every
+// product fits (see DecideTat), and then each step is a single instruction.
 template <typename Int>
 WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n, Int tat, Int cost, int64_t burst,
                          bool shapes_traffic, Int128& tat_out) {
@@ -263,7 +263,8 @@ Decision Decide(const Limit& limit, SlidingWindowState& state, Timestamp now, in
   }
   const int64_t r = Narrow(t - window * p);  // 0 <= r < P
   const Int128 np = Int128{n} * p;
-  // The weighted count of the window ending at t, x P, after adding `c` units.
+  // The sliding count at t, times P: the previous window weighs the part of it, (P - elapsed)/P,
+  // that the window (t - P, t] still covers.
   auto weighted = [&](Int128 prev_units, Int128 elapsed, Int128 cur_units) {
     return prev_units * (p - elapsed) + cur_units * p;
   };

@@ -108,8 +108,8 @@ struct CompactTokenBucket {
   }
 };
 
-// The flat map places a key by the high bits of its hash; pick the shard from a multiplicative
-// remix so that the keys of one shard still spread over the whole of its map.
+// The shard is the top bits of a multiplicative remix of the hash; the map mixes the hash its
+// own way to place the key, so the keys of one shard still spread over the whole of its map.
 size_t ShardOf(size_t hash) { return (hash * 0x9E3779B97F4A7C15ULL) >> (64 - kShardBits); }
 
 enum class Mode { kApply, kDryRun };
