@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/hash/hash.h"
 #include "boost/container_hash/hash.hpp"
 #include "boost/unordered/unordered_flat_map.hpp"
@@ -18,6 +19,7 @@
 #include "sluice/algorithms.h"
 #include "src/inline_key.h"
 #include "src/mutex.h"
+#include "src/snapshot.h"
 
 namespace sluice {
 
@@ -26,6 +28,8 @@ namespace {
 using internal::InlineKey;
 using internal::Mutex;
 using internal::MutexLock;
+using internal::SnapshotReader;
+using internal::SnapshotWriter;
 using internal::SpinLock;
 using internal::SpinLockHolder;
 
@@ -66,6 +70,7 @@ struct KeyEqual {
 template <typename State>
 struct AsIs {
   using Stored = State;
+  static bool Fits(const State&) { return true; }
   static State Unpack(const Stored& s) { return s; }
   static Stored Pack(const State& s) { return s; }
 };
@@ -85,6 +90,10 @@ bool TatFitsCompact(const Limit& limit) {
 template <typename State>  // GcraState or LeakyBucketState
 struct CompactTat {
   using Stored = int64_t;
+  static bool Fits(const State& s) {
+    return s.tat == kNoTat ||
+           (s.tat > kNoCompactTat && s.tat <= std::numeric_limits<int64_t>::max());
+  }
   static State Unpack(Stored s) { return {.tat = s == kNoCompactTat ? kNoTat : Int128{s}}; }
   static Stored Pack(const State& s) {
     assert(s.tat == kNoTat || s.tat <= std::numeric_limits<int64_t>::max());
@@ -102,6 +111,9 @@ struct CompactTokenBucket {
     int64_t level;
     int64_t last;
   };
+  static bool Fits(const TokenBucketState& s) {
+    return s.level <= std::numeric_limits<int64_t>::max();
+  }
   static TokenBucketState Unpack(const Stored& s) { return {.level = s.level, .last = s.last}; }
   static Stored Pack(const TokenBucketState& s) {
     return {.level = static_cast<int64_t>(s.level), .last = s.last};
@@ -128,6 +140,12 @@ class Table {
   virtual SpinLock& LockFor(HashedKey key) = 0;
   virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
   virtual size_t KeyCount() = 0;
+
+  // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/snapshot.h.
+  virtual void Save(SnapshotWriter& w) = 0;
+  // Stores `state` for `key`. REQUIRES: the state's alternative is this table's algorithm and
+  // Storable(limit(), state).
+  virtual void Put(std::string_view key, const AnyState& state) = 0;
 
  private:
   const Limit limit_;
@@ -162,6 +180,28 @@ class TableOf final : public Table {
     return n;
   }
 
+  void Save(SnapshotWriter& w) override {
+    for (Shard& shard : shards_) {
+      SpinLockHolder lock(shard.mu);
+      for (const auto& [key, stored] : shard.states) {
+        w.U8(1);
+        w.U32(static_cast<uint32_t>(key.view().size()));
+        w.Bytes(key.view());
+        Encode(Storage::Unpack(stored), w);
+      }
+    }
+  }
+
+  void Put(std::string_view key, const AnyState& state) override {
+    const State& s = std::get<State>(state);
+    assert(Storage::Fits(s));
+    Shard& shard = shards_[ShardOf(HashOf(key))];
+    SpinLockHolder lock(shard.mu);
+    shard.states.insert_or_assign(InlineKey(key), Storage::Pack(s));
+  }
+
+  static bool Fits(const State& s) { return Storage::Fits(s); }
+
  private:
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
     SpinLock mu;
@@ -195,6 +235,23 @@ class TableOf final : public Table {
 
   std::array<Shard, kShards> shards_;
 };
+
+// Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
+// (a state written by this store always does; a crafted snapshot might not).
+bool Storable(const Limit& limit, const AnyState& state) {
+  switch (limit.algorithm()) {
+    case Algorithm::kTokenBucket:
+      return !LevelFitsCompact(limit) ||
+             CompactTokenBucket::Fits(std::get<TokenBucketState>(state));
+    case Algorithm::kGcra:
+      return !TatFitsCompact(limit) || CompactTat<GcraState>::Fits(std::get<GcraState>(state));
+    case Algorithm::kLeakyBucket:
+      return !TatFitsCompact(limit) ||
+             CompactTat<LeakyBucketState>::Fits(std::get<LeakyBucketState>(state));
+    default:
+      return true;
+  }
+}
 
 std::unique_ptr<Table> MakeTable(const Limit& limit) {
   switch (limit.algorithm()) {
@@ -249,12 +306,17 @@ class MemoryStore::Tables {
 
   size_t KeyCount() {
     size_t n = 0;
+    ForEach([&](Table& table) { n += table.KeyCount(); });
+    return n;
+  }
+
+  template <typename F>
+  void ForEach(F f) {
     for (auto& slot : slots_) {
       if (Table* table = slot.load(std::memory_order_acquire); table != nullptr) {
-        n += table->KeyCount();
+        f(*table);
       }
     }
-    return n;
   }
 
  private:
@@ -368,5 +430,120 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
 }
 
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
+
+absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
+  SnapshotWriter w;
+  tables_->ForEach([&](Table& table) {
+    const Limit& limit = table.limit();
+    w.U8(1);
+    w.U8(static_cast<uint8_t>(limit.algorithm()));
+    w.I64(limit.limit());
+    w.I64(limit.period().count());
+    w.I64(limit.burst());
+    w.I64(limit.buckets());
+    table.Save(w);
+    w.U8(0);
+  });
+  w.U8(0);
+  return internal::WriteSnapshotFile(path, w.data());
+}
+
+namespace {
+
+enum class Pass { kCheck, kLoad };
+
+// One pass over a snapshot's body: kCheck only checks that every part is well-formed; kLoad
+// also stores, in the table `find` gives, each key that still carries information at `now`.
+// Returns the number of such keys.
+absl::StatusOr<size_t> ReadSnapshotBody(
+    std::string_view body, const std::string& path, Timestamp now,
+    absl::FunctionRef<absl::StatusOr<Table*>(const Limit&)> find, Pass pass) {
+  SnapshotReader r(body);
+  auto corrupt = [&](std::string_view why) {
+    return absl::DataLossError(
+        fmt::format("snapshot {} is unusable at byte {} of its body: {}", path, r.offset(), why));
+  };
+  size_t kept = 0;
+  while (true) {
+    uint8_t more = 0;
+    if (!r.U8(more) || more > 1) {
+      return corrupt("expected a table or the end");
+    }
+    if (more == 0) {
+      break;
+    }
+    uint8_t algorithm = 0;
+    LimitSpec spec;
+    int64_t period = 0;
+    int64_t burst = 0;
+    int64_t buckets = 0;
+    if (!r.U8(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
+        !r.I64(spec.limit) || !r.I64(period) || !r.I64(burst) || !r.I64(buckets)) {
+      return corrupt("a table's limit is malformed");
+    }
+    spec.algorithm = static_cast<Algorithm>(algorithm);
+    spec.period = Micros(period);
+    spec.burst = burst;
+    spec.buckets = buckets;
+    const absl::StatusOr<Limit> limit = Limit::Create(spec);
+    if (!limit.ok()) {
+      return corrupt(std::string(limit.status().message()));
+    }
+    Table* table = nullptr;
+    if (pass == Pass::kLoad) {
+      absl::StatusOr<Table*> found = find(*limit);
+      if (!found.ok()) {
+        return found.status();
+      }
+      table = *found;
+    }
+    while (true) {
+      uint8_t entry = 0;
+      if (!r.U8(entry) || entry > 1) {
+        return corrupt("expected a key or the end of a table");
+      }
+      if (entry == 0) {
+        break;
+      }
+      uint32_t length = 0;
+      std::string_view key;
+      AnyState state = InitialState(limit->algorithm());
+      const bool decoded = r.U32(length) && r.Bytes(length, key) &&
+                           std::visit([&](auto& s) { return internal::Decode(r, s); }, state);
+      if (!decoded || !Storable(*limit, state)) {
+        return corrupt("a key's state is malformed");
+      }
+      // A state that has fully reset decides as a new key does: it carries nothing.
+      AnyState probe = state;
+      if (Decide(*limit, probe, now, 0).reset_after == Micros{0}) {
+        continue;
+      }
+      ++kept;
+      if (table != nullptr) {
+        table->Put(key, state);
+      }
+    }
+  }
+  if (!r.at_end()) {
+    return corrupt("bytes after the end");
+  }
+  return kept;
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> MemoryStore::LoadSnapshot(const std::string& path, Timestamp now) {
+  const absl::StatusOr<std::string> body = internal::ReadSnapshotFile(path);
+  if (!body.ok()) {
+    return body.status();
+  }
+  auto find = [this](const Limit& limit) { return tables_->Find(limit); };
+  // Check the whole body before storing anything: a snapshot loads whole or not at all.
+  if (absl::StatusOr<size_t> checked = ReadSnapshotBody(*body, path, now, find, Pass::kCheck);
+      !checked.ok()) {
+    return checked.status();
+  }
+  return ReadSnapshotBody(*body, path, now, find, Pass::kLoad);
+}
 
 }  // namespace sluice

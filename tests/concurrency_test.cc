@@ -2,7 +2,10 @@
 // every algorithm and for several limits decided all or nothing. Run under ThreadSanitizer
 // by `make test`.
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -110,6 +113,42 @@ TEST(ConcurrencyManyKeysTest, KeysInDifferentShardsStayExact) {
   }
   EXPECT_EQ(admitted.load(), 3 * kKeys);
   EXPECT_EQ(store.KeyCount(), static_cast<size_t>(kKeys));
+}
+
+TEST(ConcurrencySnapshotTest, SavingWhileTrafficFlowsLosesNoAdmission) {
+  ManualClock clock(At(kEpoch));
+  MemoryStore store;
+  const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 100, .period = 1h});
+  Limiter limiter(limit, store, clock);
+  char dir[] = "/tmp/sluice-snapshot-race-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/store.snap";
+  std::atomic<bool> done{false};
+  std::thread saver([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      EXPECT_TRUE(store.SaveSnapshot(path).ok());
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kThreads; ++i) {
+    workers.emplace_back([&, i] {
+      for (int k = 0; k < 300; ++k) {
+        (void)limiter.Check("key-" + std::to_string((k + i) % 50));
+      }
+    });
+  }
+  for (std::thread& t : workers) {
+    t.join();
+  }
+  done.store(true, std::memory_order_release);
+  saver.join();
+  // After the traffic, a last snapshot holds every admission: 50 keys, 24 each.
+  ASSERT_TRUE(store.SaveSnapshot(path).ok());
+  MemoryStore restarted;
+  EXPECT_EQ(*restarted.LoadSnapshot(path, clock.Now()), 50u);
+  EXPECT_EQ(restarted.Decide(limit, "key-0", 0, clock.Now())->remaining, 100 - 24);
+  std::remove(path.c_str());
+  rmdir(dir);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "sluice/store.h"
 
@@ -33,6 +34,19 @@ class MemoryStore final : public Store {
 
   // The number of keys holding state, over all limits. Takes every shard lock in turn.
   size_t KeyCount() const;
+
+  // Writes the state of every key to `path` atomically: a temporary file beside it, fsync'd,
+  // then renamed, so a crash leaves the previous snapshot or this one whole. Each key's state
+  // is consistent; keys in different shards are read one shard lock at a time, so traffic may
+  // go on. Errors: Unavailable naming the path and the step that failed.
+  absl::Status SaveSnapshot(const std::string& path) const;
+
+  // Loads a snapshot written by SaveSnapshot into this store (a loaded key replaces the one
+  // here), dropping every key whose state has fully reset by `now`: it would decide as a new
+  // key does. Returns the number of keys loaded. Errors, after which nothing is loaded:
+  // NotFound when there is no file; DataLoss naming the file when it is empty, truncated, not
+  // a snapshot, or its checksum or contents are wrong; ResourceExhausted as Decide.
+  absl::StatusOr<size_t> LoadSnapshot(const std::string& path, Timestamp now);
 
  private:
   class Tables;

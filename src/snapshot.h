@@ -1,0 +1,96 @@
+#pragma once
+
+// The memory store's snapshot format: how each algorithm's state is written and read back,
+// and the file around it. The format describes states as the algorithms define them, not as
+// the store lays them out in memory, so the store's tables can change without old snapshots
+// becoming unreadable.
+//
+// File: "SLUICESNAP" + version (u32) + body length (u64) + body + CRC-32 of everything before
+// it (u32). Numbers are little-endian. Body: a table per limit,
+//   u8 1, u8 algorithm, i64 limit, i64 period_us, i64 burst, i64 buckets,
+//   then per key: u8 1, u32 key length, key bytes, the state; then u8 0.
+// and u8 0 after the last table.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "sluice/algorithms.h"
+
+namespace sluice::internal {
+
+class SnapshotWriter {
+ public:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { Little(v, 4); }
+  void I64(int64_t v) { Little(static_cast<uint64_t>(v), 8); }
+  void I128(Int128 v) {
+    I64(static_cast<int64_t>(v >> 64));
+    I64(static_cast<int64_t>(static_cast<uint64_t>(v)));
+  }
+  void Bytes(std::string_view bytes) { out_.append(bytes); }
+
+  const std::string& data() const { return out_; }
+
+ private:
+  void Little(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) {
+      out_.push_back(static_cast<char>(v >> (8 * i)));
+    }
+  }
+
+  std::string out_;
+};
+
+// Reads what SnapshotWriter wrote. Every read checks that the bytes are there; a failed read
+// returns false and leaves the reader failed.
+class SnapshotReader {
+ public:
+  explicit SnapshotReader(std::string_view data) : data_(data) {}
+
+  bool U8(uint8_t& v);
+  bool U32(uint32_t& v);
+  bool I64(int64_t& v);
+  bool I128(Int128& v);
+  bool Bytes(size_t n, std::string_view& v);
+
+  size_t offset() const { return offset_; }
+  bool at_end() const { return offset_ == data_.size(); }
+
+ private:
+  bool Little(int bytes, uint64_t& v);
+
+  std::string_view data_;
+  size_t offset_ = 0;
+};
+
+// Each state's encoding. Decode checks what the algorithms assume (counts positive, indices
+// increasing) and returns false for anything else.
+void Encode(const FixedWindowState& s, SnapshotWriter& w);
+void Encode(const SlidingLogState& s, SnapshotWriter& w);
+void Encode(const SlidingWindowState& s, SnapshotWriter& w);
+void Encode(const SlidingBucketsState& s, SnapshotWriter& w);
+void Encode(const TokenBucketState& s, SnapshotWriter& w);
+void Encode(const GcraState& s, SnapshotWriter& w);
+void Encode(const LeakyBucketState& s, SnapshotWriter& w);
+bool Decode(SnapshotReader& r, FixedWindowState& s);
+bool Decode(SnapshotReader& r, SlidingLogState& s);
+bool Decode(SnapshotReader& r, SlidingWindowState& s);
+bool Decode(SnapshotReader& r, SlidingBucketsState& s);
+bool Decode(SnapshotReader& r, TokenBucketState& s);
+bool Decode(SnapshotReader& r, GcraState& s);
+bool Decode(SnapshotReader& r, LeakyBucketState& s);
+
+// Writes `body`, framed and checksummed, to `path` atomically: to a temporary file beside it,
+// fsync'd, then renamed over `path`, so a crash leaves the old snapshot or the new, never half
+// of one. Errors name the path and the failing step.
+absl::Status WriteSnapshotFile(const std::string& path, std::string_view body);
+
+// Reads the body of the snapshot at `path`. NotFound when there is none; DataLoss naming the
+// path when it is empty, truncated, not a snapshot, of another version, or fails its checksum.
+absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path);
+
+}  // namespace sluice::internal
