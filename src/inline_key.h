@@ -4,6 +4,10 @@
 // (an IPv6 address's /64 prefix, "user:1234567890", an API key id) live inside it; longer ones
 // on the heap. std::string holds only 15 inline in 32 bytes, so a 16-character key would cost
 // 32 bytes in the table plus a heap block.
+//
+// It also carries one flag for the store, in a spare bit of its tag byte: whether a request on
+// the key has been denied. The flag is mutable (a map's keys are const) and is no part of the
+// key's value: equality and hashing see only view().
 
 #include <cstdint>
 #include <cstring>
@@ -18,23 +22,24 @@ class InlineKey {
   explicit InlineKey(std::string_view key) {
     if (key.size() <= kInlineCapacity) {
       std::memcpy(bytes_, key.data(), key.size());
-      bytes_[kTag] = static_cast<char>(key.size());
+      tag_ = static_cast<uint8_t>(key.size());
     } else {
       char* heap = new char[key.size()];
       std::memcpy(heap, key.data(), key.size());
       const uint64_t size = key.size();
       std::memcpy(bytes_, &heap, sizeof(heap));
       std::memcpy(bytes_ + 8, &size, sizeof(size));
-      bytes_[kTag] = kOnHeap;
+      tag_ = kOnHeap;
     }
   }
   InlineKey(const InlineKey& other) : InlineKey(other.view()) {}
-  InlineKey(InlineKey&& other) noexcept {
+  InlineKey(InlineKey&& other) noexcept : tag_(other.tag_) {
     std::memcpy(bytes_, other.bytes_, sizeof(bytes_));
-    other.bytes_[kTag] = 0;  // The heap block, if any, is ours now.
+    other.tag_ = 0;  // The heap block, if any, is ours now.
   }
   InlineKey& operator=(InlineKey other) noexcept {
     std::swap(bytes_, other.bytes_);
+    std::swap(tag_, other.tag_);
     return *this;
   }
   ~InlineKey() {
@@ -49,21 +54,28 @@ class InlineKey {
       std::memcpy(&size, bytes_ + 8, sizeof(size));
       return {heap(), size};
     }
-    return {bytes_, static_cast<size_t>(bytes_[kTag])};
+    return {bytes_, static_cast<size_t>(tag_ & kLengthMask)};
   }
 
- private:
-  static constexpr size_t kTag = 23;  // Length when inline; kOnHeap otherwise.
-  static constexpr char kOnHeap = static_cast<char>(0xFF);
+  // The store's flag: a request on this key has been denied.
+  bool denied() const { return (tag_ & kDenied) != 0; }
+  void mark_denied() const { tag_ |= kDenied; }
 
-  bool on_heap() const { return bytes_[kTag] == kOnHeap; }
+ private:
+  // tag_: the length (0 to 23) or kOnHeap in the low bits, and the kDenied flag.
+  static constexpr uint8_t kLengthMask = 0x7F;
+  static constexpr uint8_t kOnHeap = 0x7F;
+  static constexpr uint8_t kDenied = 0x80;
+
+  bool on_heap() const { return (tag_ & kLengthMask) == kOnHeap; }
   char* heap() const {
     char* p = nullptr;
     std::memcpy(&p, bytes_, sizeof(p));
     return p;
   }
 
-  alignas(8) char bytes_[24] = {};
+  alignas(8) char bytes_[kInlineCapacity] = {};
+  mutable uint8_t tag_ = 0;
 };
 
 static_assert(sizeof(InlineKey) == 24);

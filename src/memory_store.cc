@@ -126,19 +126,37 @@ size_t ShardOf(size_t hash) { return (hash * 0x9E3779B97F4A7C15ULL) >> (64 - kSh
 
 enum class Mode { kApply, kDryRun };
 
+// The store-wide key count and its bound, shared by every table. Touched only when a key is
+// created or dropped, not on the decisions about existing keys.
+struct Budget {
+  explicit Budget(size_t max) : max_keys(static_cast<int64_t>(max)) {}
+  bool Full() const { return max_keys > 0 && keys.load(std::memory_order_relaxed) >= max_keys; }
+
+  const int64_t max_keys;  // 0: no bound.
+  std::atomic<int64_t> keys{0};
+  std::atomic<uint64_t> reclaimed{0};
+  std::atomic<uint64_t> evicted{0};
+};
+
+constexpr int kReclaimPerInsert = 2;  // Keys looked at, per new key, for a reset state.
+constexpr int kEvictionSample = 8;    // Keys compared to choose one to evict.
+
 // The states of one Limit's keys.
 class Table {
  public:
-  explicit Table(const Limit& limit) : limit_(limit) {}
+  Table(const Limit& limit, Budget& budget) : limit_(limit), budget_(budget) {}
   virtual ~Table() = default;
 
   const Limit& limit() const { return limit_; }
+  Budget& budget() const { return budget_; }
 
   // Decides under the shard's lock.
   virtual Decision Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
   // DecideAll's steps: the caller holds LockFor(key) for the whole of them.
   virtual SpinLock& LockFor(HashedKey key) = 0;
   virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
+  // Marks a key as denied (if it is stored) after DecideAll denied it. Lock held as above.
+  virtual void MarkDeniedHeld(HashedKey key) = 0;
   virtual size_t KeyCount() = 0;
 
   // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/snapshot.h.
@@ -149,6 +167,7 @@ class Table {
 
  private:
   const Limit limit_;
+  Budget& budget_;  // The store's; outlives the table.
 };
 
 template <typename State, typename Storage = AsIs<State>>
@@ -169,6 +188,13 @@ class TableOf final : public Table {
                       Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
     return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode);
+  }
+
+  void MarkDeniedHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (auto it = shard.states.find(key); it != shard.states.end()) {
+      it->first.mark_denied();
+    }
   }
 
   size_t KeyCount() override {
@@ -197,30 +223,41 @@ class TableOf final : public Table {
     assert(Storage::Fits(s));
     Shard& shard = shards_[ShardOf(HashOf(key))];
     SpinLockHolder lock(shard.mu);
-    shard.states.insert_or_assign(InlineKey(key), Storage::Pack(s));
+    if (shard.states.insert_or_assign(InlineKey(key), Storage::Pack(s)).second) {
+      budget().keys.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
   static bool Fits(const State& s) { return Storage::Fits(s); }
 
  private:
+  using Map = boost::unordered_flat_map<InlineKey, Stored, KeyHash, KeyEqual>;
+
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
     SpinLock mu;
-    boost::unordered_flat_map<InlineKey, Stored, KeyHash, KeyEqual> states ABSL_GUARDED_BY(mu);
+    Map states ABSL_GUARDED_BY(mu);
+    std::string cursor ABSL_GUARDED_BY(mu);  // Where the walk of MakeRoom resumes.
   };
 
   Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     auto it = shard.states.find(key);
     if (it != shard.states.end()) {
+      Decision d;
       if constexpr (std::is_same_v<Stored, State>) {
         if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
-          return sluice::Decide(limit(), it->second, now, cost);
+          d = sluice::Decide(limit(), it->second, now, cost);
         }
       }
-      State state = Storage::Unpack(it->second);
-      const Decision d = sluice::Decide(limit(), state, now, cost);
-      if (mode == Mode::kApply && d.allowed && cost > 0) {
-        it->second = Storage::Pack(state);
+      if (!std::is_same_v<Stored, State> || mode == Mode::kDryRun) {
+        State state = Storage::Unpack(it->second);
+        d = sluice::Decide(limit(), state, now, cost);
+        if (mode == Mode::kApply && d.allowed && cost > 0) {
+          it->second = Storage::Pack(state);
+        }
+      }
+      if (mode == Mode::kApply && !d.allowed) {
+        it->first.mark_denied();  // Its owner is being limited: evict it last.
       }
       return d;
     }
@@ -228,9 +265,80 @@ class TableOf final : public Table {
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
+      MakeRoom(shard, now);
       shard.states.emplace(InlineKey(key.key), Storage::Pack(fresh));
+      budget().keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
+  }
+
+  // The figures a cost-0 query would get for a stored state: what eviction weighs.
+  Decision Probe(const Stored& stored, Timestamp now) {
+    State state = Storage::Unpack(stored);
+    return sluice::Decide(limit(), state, now, 0);
+  }
+
+  void Drop(Shard& shard, typename Map::iterator it, std::atomic<uint64_t>& counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    shard.states.erase(it);
+    budget().keys.fetch_sub(1, std::memory_order_relaxed);
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Calls visit(iterator) on the next `n` keys of the shard's walk (fewer if it has fewer);
+  // visit may erase the key it is given. The walk resumes from the key it stopped at, and
+  // starts over when that key has gone.
+  template <typename Visit>
+  void Walk(Shard& shard, int n, Visit visit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    Map& map = shard.states;
+    auto it = map.end();
+    if (!shard.cursor.empty()) {
+      it = map.find(HashedKey{shard.cursor, HashOf(shard.cursor)});
+    }
+    if (it == map.end()) {
+      it = map.begin();
+    }
+    for (int i = 0; i < n && i < static_cast<int>(map.size()); ++i) {
+      if (it == map.end()) {
+        it = map.begin();
+      }
+      visit(it++);  // Erasing one element leaves the others' iterators valid.
+    }
+    shard.cursor = it == map.end() ? std::string() : std::string(it->first.view());
+  }
+
+  // Before a new key goes in: drop reset keys met on the walk, and evict one if the store is
+  // full (see MemoryStore's comment for the policy).
+  void MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    Walk(shard, kReclaimPerInsert, [&](typename Map::iterator it) {
+      if (Probe(it->second, now).reset_after == Micros{0}) {
+        Drop(shard, it, budget().reclaimed);
+      }
+    });
+    if (!budget().Full() || shard.states.empty()) {
+      return;
+    }
+    struct Candidate {
+      typename Map::iterator it;
+      bool denied;
+      Decision figures;
+    };
+    absl::InlinedVector<Candidate, kEvictionSample> sample;
+    Walk(shard, kEvictionSample, [&](typename Map::iterator it) {
+      sample.push_back({it, it->first.denied(), Probe(it->second, now)});
+    });
+    // Best victim first: never denied, then most remaining, then closest to resetting.
+    auto better_victim = [](const Candidate& a, const Candidate& b) {
+      if (a.denied != b.denied) {
+        return !a.denied;
+      }
+      if (!a.denied && a.figures.remaining != b.figures.remaining) {
+        return a.figures.remaining > b.figures.remaining;
+      }
+      return a.figures.reset_after < b.figures.reset_after;
+    };
+    const Candidate& victim = *std::min_element(sample.begin(), sample.end(), better_victim);
+    Drop(shard, victim.it, budget().evicted);
   }
 
   std::array<Shard, kShards> shards_;
@@ -253,31 +361,32 @@ bool Storable(const Limit& limit, const AnyState& state) {
   }
 }
 
-std::unique_ptr<Table> MakeTable(const Limit& limit) {
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget) {
   switch (limit.algorithm()) {
     case Algorithm::kFixedWindow:
-      return std::make_unique<TableOf<FixedWindowState>>(limit);
+      return std::make_unique<TableOf<FixedWindowState>>(limit, budget);
     case Algorithm::kSlidingLog:
-      return std::make_unique<TableOf<SlidingLogState>>(limit);
+      return std::make_unique<TableOf<SlidingLogState>>(limit, budget);
     case Algorithm::kSlidingWindow:
-      return std::make_unique<TableOf<SlidingWindowState>>(limit);
+      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget);
     case Algorithm::kSlidingBuckets:
-      return std::make_unique<TableOf<SlidingBucketsState>>(limit);
+      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget);
     case Algorithm::kTokenBucket:
       if (LevelFitsCompact(limit)) {
-        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit);
+        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget);
       }
-      return std::make_unique<TableOf<TokenBucketState>>(limit);
+      return std::make_unique<TableOf<TokenBucketState>>(limit, budget);
     case Algorithm::kGcra:
       if (TatFitsCompact(limit)) {
-        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit);
+        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit, budget);
       }
-      return std::make_unique<TableOf<GcraState>>(limit);
+      return std::make_unique<TableOf<GcraState>>(limit, budget);
     case Algorithm::kLeakyBucket:
       if (TatFitsCompact(limit)) {
-        return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit);
+        return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit,
+                                                                                         budget);
       }
-      return std::make_unique<TableOf<LeakyBucketState>>(limit);
+      return std::make_unique<TableOf<LeakyBucketState>>(limit, budget);
   }
   return nullptr;  // Unreachable: the switch covers every enumerator.
 }
@@ -289,6 +398,10 @@ std::unique_ptr<Table> MakeTable(const Limit& limit) {
 // looked, and the writer, under its lock, looks again before it inserts.
 class MemoryStore::Tables {
  public:
+  explicit Tables(size_t max_keys) : budget_(max_keys) {}
+
+  const Budget& budget() const { return budget_; }
+
   absl::StatusOr<Table*> Find(const Limit& limit) {
     const size_t start = SlotOf(limit);
     for (size_t i = 0; i < kMaxLimits; ++i) {
@@ -326,7 +439,7 @@ class MemoryStore::Tables {
       std::atomic<Table*>& slot = slots_[(start + i) % kMaxLimits];
       Table* table = slot.load(std::memory_order_relaxed);  // Writers are serialised by the lock.
       if (table == nullptr) {
-        owned_.push_back(MakeTable(limit));
+        owned_.push_back(MakeTable(limit, budget_));
         slot.store(owned_.back().get(), std::memory_order_release);
         return owned_.back().get();
       }
@@ -353,12 +466,14 @@ class MemoryStore::Tables {
                     limit.ToString()));
   }
 
+  Budget budget_;
   std::array<std::atomic<Table*>, kMaxLimits> slots_{};
   Mutex insert_mu_;
   std::vector<std::unique_ptr<Table>> owned_ ABSL_GUARDED_BY(insert_mu_);
 };
 
-MemoryStore::MemoryStore() : tables_(std::make_unique<Tables>()) {}
+MemoryStore::MemoryStore(MemoryStoreOptions options)
+    : tables_(std::make_unique<Tables>(options.max_keys)) {}
 MemoryStore::~MemoryStore() = default;
 
 absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
@@ -421,6 +536,8 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
     } else if (each[i].allowed) {
       // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
       each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun);
+    } else {
+      targets[i].table->MarkDeniedHeld(targets[i].key);
     }
   }
   for (SpinLock* lock : locks) {
@@ -430,6 +547,13 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
 }
 
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
+
+MemoryStoreStats MemoryStore::Stats() const {
+  const Budget& budget = tables_->budget();
+  return {.keys = static_cast<size_t>(budget.keys.load(std::memory_order_relaxed)),
+          .reclaimed = budget.reclaimed.load(std::memory_order_relaxed),
+          .evicted = budget.evicted.load(std::memory_order_relaxed)};
+}
 
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
   SnapshotWriter w;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 
 #include "sluice/algorithms.h"
@@ -141,6 +142,61 @@ TEST(MemoryStoreTest, RefusesMoreDistinctLimitsThanItHoldsTablesFor) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   // A limit it already holds still works.
   EXPECT_TRUE(store.Decide(MustLimit({.limit = 7, .period = 1s}), "k", 1, At(kEpoch)).ok());
+}
+
+TEST(MemoryStoreBoundTest, NewKeysReclaimKeysWhoseStateHasReset) {
+  MemoryStore store;  // No bound: reclaiming runs anyway, a little per new key.
+  const Limit limit = MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s});
+  for (int k = 0; k < 1000; ++k) {
+    ASSERT_TRUE(store.Decide(limit, fmt::format("old-{}", k), 1, At(kEpoch))->allowed);
+  }
+  // Two seconds later every old key has reset; each new key looks at two keys of its shard.
+  for (int k = 0; k < 1000; ++k) {
+    ASSERT_TRUE(store.Decide(limit, fmt::format("new-{}", k), 1, At(kEpoch + 2'000'000))->allowed);
+  }
+  const MemoryStoreStats stats = store.Stats();
+  EXPECT_GT(stats.reclaimed, 900u);
+  EXPECT_EQ(stats.evicted, 0u);
+  EXPECT_EQ(store.KeyCount(), 2000 - stats.reclaimed);
+  EXPECT_EQ(stats.keys, store.KeyCount());
+  // A key still holding state is never reclaimed: the new ones all still count.
+  for (int k = 0; k < 1000; ++k) {
+    ASSERT_FALSE(store.Decide(limit, fmt::format("new-{}", k), 1, At(kEpoch + 2'000'000))->allowed);
+  }
+}
+
+TEST(MemoryStoreBoundTest, HoldsAtMostMaxKeysPlusAKeyPerShard) {
+  MemoryStore store({.max_keys = 500});
+  const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 5, .period = 1h});
+  for (int k = 0; k < 20'000; ++k) {
+    ASSERT_TRUE(store.Decide(limit, fmt::format("k{}", k), 1, At(kEpoch))->allowed);
+  }
+  EXPECT_LE(store.KeyCount(), 500u + 64u);
+  EXPECT_GE(store.KeyCount(), 500u);
+  EXPECT_EQ(store.Stats().evicted, 20'000 - store.KeyCount());
+}
+
+TEST(MemoryStoreBoundTest, AKeyBeingLimitedOutlivesAFloodOfNewKeys) {
+  MemoryStore store({.max_keys = 1000});
+  // One per hour: every flood key is at its limit too after one request, but only the victim
+  // has been denied.
+  const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 1, .period = 1h});
+  const Limit per_user = MustLimit({.algorithm = Algorithm::kGcra, .limit = 2, .period = 1h});
+  ASSERT_TRUE(store.Decide(limit, "victim", 1, At(kEpoch))->allowed);
+  ASSERT_FALSE(store.Decide(limit, "victim", 1, At(kEpoch))->allowed);
+  const LimitedKey both[] = {{&limit, "pair"}, {&per_user, "pair"}};
+  std::vector<Decision> each(2);
+  ASSERT_TRUE(store.DecideAll(both, 1, At(kEpoch), each)->allowed);
+  ASSERT_FALSE(store.DecideAll(both, 1, At(kEpoch), each)->allowed);  // Denied all or nothing.
+  for (int k = 0; k < 50'000; ++k) {
+    ASSERT_TRUE(store.Decide(limit, fmt::format("spray-{}", k), 1, At(kEpoch + 1))->allowed);
+    if (k % 5'000 == 0) {
+      ASSERT_FALSE(store.Decide(limit, "victim", 1, At(kEpoch + 1))->allowed) << "during, " << k;
+    }
+  }
+  EXPECT_GT(store.Stats().evicted, 40'000u);
+  EXPECT_FALSE(store.Decide(limit, "victim", 1, At(kEpoch + 2))->allowed);
+  EXPECT_FALSE(store.Decide(limit, "pair", 1, At(kEpoch + 2))->allowed);
 }
 
 }  // namespace

@@ -16,13 +16,34 @@
 
 namespace sluice {
 
+struct MemoryStoreOptions {
+  // The most keys the store holds, over all its limits; 0 for no bound. A new key that would
+  // go past it first makes room: see "Bounded memory" in MemoryStore's comment.
+  size_t max_keys = 0;
+};
+
+struct MemoryStoreStats {
+  size_t keys = 0;         // Keys holding state now.
+  uint64_t reclaimed = 0;  // Keys dropped because their state had fully reset.
+  uint64_t evicted = 0;    // Keys dropped, still holding state, to make room for new ones.
+};
+
+// Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
+// drop it: every insertion of a new key first looks at the next two keys of its shard (a
+// cursor walks round each shard) and drops those that have reset. Memory is so reclaimed a
+// little at a time, never in a sweep. When the store holds max_keys, a new key also evicts
+// one: of eight keys sampled from the cursor, keys that have never been denied go first, the
+// one furthest from its limit (most remaining) first among them; a key that has been denied
+// (its owner is being limited, and evicting it would hand them a fresh quota) goes only when
+// all eight have been, and then the one closest to resetting. The bound can be exceeded by
+// a few keys when a new key's shard has nothing to evict.
 class MemoryStore final : public Store {
  public:
   // The number of distinct Limits one store holds tables for; a further one is refused with
   // ResourceExhausted. Rules and ad-hoc limits reuse tables, so this bounds only variety.
   static constexpr size_t kMaxLimits = 4096;
 
-  MemoryStore();
+  explicit MemoryStore(MemoryStoreOptions options = {});
   ~MemoryStore() override;
   MemoryStore(const MemoryStore&) = delete;
   MemoryStore& operator=(const MemoryStore&) = delete;
@@ -34,6 +55,9 @@ class MemoryStore final : public Store {
 
   // The number of keys holding state, over all limits. Takes every shard lock in turn.
   size_t KeyCount() const;
+
+  // Counters for monitoring; keys as KeyCount() but without taking locks.
+  MemoryStoreStats Stats() const;
 
   // Writes the state of every key to `path` atomically: a temporary file beside it, fsync'd,
   // then renamed, so a crash leaves the previous snapshot or this one whole. Each key's state
