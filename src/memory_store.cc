@@ -285,36 +285,35 @@ class TableOf final : public Table {
     counter.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // Calls visit(iterator) on the next `n` keys of the shard's walk (fewer if it has fewer);
-  // visit may erase the key it is given. The walk resumes from the key it stopped at, and
-  // starts over when that key has gone.
-  template <typename Visit>
-  void Walk(Shard& shard, int n, Visit visit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  // The next `n` keys of the shard's walk (fewer if it has fewer). The walk resumes from the
+  // key it stopped at, and starts over when that key has gone. Erasing one of the returned
+  // keys leaves the others' iterators valid.
+  absl::InlinedVector<typename Map::iterator, kEvictionSample> Walk(Shard& shard, int n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     Map& map = shard.states;
+    absl::InlinedVector<typename Map::iterator, kEvictionSample> walked;
     auto it = map.end();
     if (!shard.cursor.empty()) {
       it = map.find(HashedKey{shard.cursor, HashOf(shard.cursor)});
-    }
-    if (it == map.end()) {
-      it = map.begin();
     }
     for (int i = 0; i < n && i < static_cast<int>(map.size()); ++i) {
       if (it == map.end()) {
         it = map.begin();
       }
-      visit(it++);  // Erasing one element leaves the others' iterators valid.
+      walked.push_back(it++);
     }
     shard.cursor = it == map.end() ? std::string() : std::string(it->first.view());
+    return walked;
   }
 
   // Before a new key goes in: drop reset keys met on the walk, and evict one if the store is
   // full (see MemoryStore's comment for the policy).
   void MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-    Walk(shard, kReclaimPerInsert, [&](typename Map::iterator it) {
+    for (typename Map::iterator it : Walk(shard, kReclaimPerInsert)) {
       if (Probe(it->second, now).reset_after == Micros{0}) {
         Drop(shard, it, budget().reclaimed);
       }
-    });
+    }
     if (!budget().Full() || shard.states.empty()) {
       return;
     }
@@ -324,9 +323,9 @@ class TableOf final : public Table {
       Decision figures;
     };
     absl::InlinedVector<Candidate, kEvictionSample> sample;
-    Walk(shard, kEvictionSample, [&](typename Map::iterator it) {
+    for (typename Map::iterator it : Walk(shard, kEvictionSample)) {
       sample.push_back({it, it->first.denied(), Probe(it->second, now)});
-    });
+    }
     // Best victim first: never denied, then most remaining, then closest to resetting.
     auto better_victim = [](const Candidate& a, const Candidate& b) {
       if (a.denied != b.denied) {
