@@ -5,6 +5,7 @@
 // counted in a mutex-guarded std::unordered_map, the obvious hand-written limiter.
 
 #include <charconv>
+#include <cmath>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -19,9 +20,12 @@ namespace {
 
 constexpr int64_t kKeys = 1'000'000;
 
+// 1,000 an hour: a key holds state for the whole run, so the benchmarks measure a million
+// live keys (with 100 a second a key would reset between its requests, about 200 ms apart,
+// and be reclaimed and made again each time: BM_KeysResettingBetweenRequests measures that).
 Limit GcraLimit() {
   return *Limit::Create(
-      {.algorithm = Algorithm::kGcra, .limit = 100, .period = std::chrono::seconds(1)});
+      {.algorithm = Algorithm::kGcra, .limit = 1000, .period = std::chrono::hours(1)});
 }
 
 // A key "user:<n>" for n in [0, kKeys), from a per-thread xorshift sequence.
@@ -132,6 +136,97 @@ void BM_MillionKeysWithClock(benchmark::State& bench) {
 BENCHMARK(BM_MillionKeysWithClock)
     ->Setup([](const benchmark::State& s) { SetUp(s, true); })
     ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// Keys over 1,000,000 with a Zipf-like distribution: key k with probability about 1/k (a few
+// keys take most of the traffic, as real clients do). Drawn as floor(10^6 ^ u) for uniform u.
+void BM_MillionKeysZipf(benchmark::State& bench) {
+  uint64_t x = static_cast<uint64_t>(bench.thread_index()) * 0x9E3779B97F4A7C15ULL + 7;
+  char buf[32] = {'u', 's', 'e', 'r', ':'};
+  Timestamp now = SystemClock().Now();
+  int64_t calls = 0;
+  for (auto _ : bench) {
+    if ((++calls & 1023) == 0) {
+      now = SystemClock().Now();
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
+    const auto n = static_cast<int64_t>(std::pow(static_cast<double>(kKeys), u)) - 1;
+    char* const end = std::to_chars(buf + 5, buf + sizeof(buf), n).ptr;
+    benchmark::DoNotOptimize(
+        shared->limiter.CheckAt(std::string_view(buf, static_cast<size_t>(end - buf)), 1, now));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_MillionKeysZipf)
+    ->Setup([](const benchmark::State& s) { SetUp(s, true); })
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// The cost of a new key when the store is full: every call brings a key never seen, into a
+// store capped at 1,000,000 and already full, so each one evicts (sampling eight keys). Compare
+// with BM_MillionKeysTimePassedIn, where the keys exist.
+MemoryStore* full_store = nullptr;
+
+void BM_NewKeyIntoAFullStore(benchmark::State& bench) {
+  const Limit limit = GcraLimit();
+  const Timestamp now = SystemClock().Now();
+  char buf[32] = {'n', 'e', 'w', ':'};
+  int64_t n = 0;
+  auto next_key = [&] {
+    char* const end = std::to_chars(buf + 4, buf + sizeof(buf), ++n).ptr;
+    return std::string_view(buf, static_cast<size_t>(end - buf));
+  };
+  for (int64_t i = 0; i < kKeys; ++i) {  // Fill it: from here on every new key evicts one.
+    (void)full_store->Decide(limit, next_key(), 1, now);
+  }
+  for (auto _ : bench) {
+    benchmark::DoNotOptimize(full_store->Decide(limit, next_key(), 1, now));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+  bench.counters["evicted"] = static_cast<double>(full_store->Stats().evicted);
+}
+BENCHMARK(BM_NewKeyIntoAFullStore)
+    ->Setup([](const benchmark::State&) {
+      full_store = new MemoryStore({.max_keys = static_cast<size_t>(kKeys)});
+    })
+    ->Teardown([](const benchmark::State&) {
+      delete full_store;
+      full_store = nullptr;
+    })
+    ->UseRealTime();
+
+// A million keys that reset between their requests (100 a second, one request on a key about
+// every 200 ms): the store reclaims them as its tables near growth, so many requests make
+// their key anew. The price of keeping memory flat, against BM_MillionKeysTimePassedIn.
+MemoryStore* resetting_store = nullptr;
+
+void BM_KeysResettingBetweenRequests(benchmark::State& bench) {
+  const Limit limit = *Limit::Create(
+      {.algorithm = Algorithm::kGcra, .limit = 100, .period = std::chrono::seconds(1)});
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  Timestamp now = SystemClock().Now();
+  int64_t calls = 0;
+  for (auto _ : bench) {
+    if ((++calls & 1023) == 0) {
+      now = SystemClock().Now();
+    }
+    benchmark::DoNotOptimize(resetting_store->Decide(limit, keys.Next(), 1, now));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_KeysResettingBetweenRequests)
+    ->Setup([](const benchmark::State&) { resetting_store = new MemoryStore(); })
+    ->Teardown([](const benchmark::State&) {
+      delete resetting_store;
+      resetting_store = nullptr;
+    })
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();

@@ -126,16 +126,40 @@ size_t ShardOf(size_t hash) { return (hash * 0x9E3779B97F4A7C15ULL) >> (64 - kSh
 
 enum class Mode { kApply, kDryRun };
 
-// The store-wide key count and its bound, shared by every table. Touched only when a key is
-// created or dropped, not on the decisions about existing keys.
-struct Budget {
-  explicit Budget(size_t max) : max_keys(static_cast<int64_t>(max)) {}
-  bool Full() const { return max_keys > 0 && keys.load(std::memory_order_relaxed) >= max_keys; }
+// The store's key count and its bound, kept in one stripe per shard index (shard i of every
+// table counts in stripe i), each on a cache line of its own: keys are created and dropped all
+// the time (a key that resets between its requests is reclaimed and created again), and one
+// counter shared by all threads would bounce between their cores on every one. Each stripe
+// holds max_keys / kShards keys, rounded up; keys spread evenly over them by hash.
+class Budget {
+ public:
+  struct alignas(64) Stripe {
+    std::atomic<int64_t> keys{0};
+    std::atomic<uint64_t> reclaimed{0};
+    std::atomic<uint64_t> evicted{0};
+  };
 
-  const int64_t max_keys;  // 0: no bound.
-  std::atomic<int64_t> keys{0};
-  std::atomic<uint64_t> reclaimed{0};
-  std::atomic<uint64_t> evicted{0};
+  explicit Budget(size_t max_keys)
+      : max_per_stripe_(static_cast<int64_t>((max_keys + kShards - 1) / kShards)) {}
+
+  Stripe& stripe(size_t shard) { return stripes_[shard]; }
+  bool Full(size_t shard) const {
+    return max_per_stripe_ > 0 &&
+           stripes_[shard].keys.load(std::memory_order_relaxed) >= max_per_stripe_;
+  }
+  MemoryStoreStats Stats() const {
+    MemoryStoreStats stats;
+    for (const Stripe& s : stripes_) {
+      stats.keys += static_cast<size_t>(s.keys.load(std::memory_order_relaxed));
+      stats.reclaimed += s.reclaimed.load(std::memory_order_relaxed);
+      stats.evicted += s.evicted.load(std::memory_order_relaxed);
+    }
+    return stats;
+  }
+
+ private:
+  const int64_t max_per_stripe_;  // 0: no bound.
+  std::array<Stripe, kShards> stripes_;
 };
 
 constexpr int kReclaimPerInsert = 2;  // Keys looked at, per new key, for a reset state.
@@ -224,7 +248,7 @@ class TableOf final : public Table {
     Shard& shard = shards_[ShardOf(HashOf(key))];
     SpinLockHolder lock(shard.mu);
     if (shard.states.insert_or_assign(InlineKey(key), Storage::Pack(s)).second) {
-      budget().keys.fetch_add(1, std::memory_order_relaxed);
+      StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
@@ -267,7 +291,7 @@ class TableOf final : public Table {
     if (mode == Mode::kApply && d.allowed && cost > 0) {
       MakeRoom(shard, now);
       shard.states.emplace(InlineKey(key.key), Storage::Pack(fresh));
-      budget().keys.fetch_add(1, std::memory_order_relaxed);
+      StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
   }
@@ -278,10 +302,12 @@ class TableOf final : public Table {
     return sluice::Decide(limit(), state, now, 0);
   }
 
+  Budget::Stripe& StripeOf(const Shard& shard) { return budget().stripe(&shard - shards_.data()); }
+
   void Drop(Shard& shard, typename Map::iterator it, std::atomic<uint64_t>& counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     shard.states.erase(it);
-    budget().keys.fetch_sub(1, std::memory_order_relaxed);
+    StripeOf(shard).keys.fetch_sub(1, std::memory_order_relaxed);
     counter.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -306,15 +332,23 @@ class TableOf final : public Table {
     return walked;
   }
 
-  // Before a new key goes in: drop reset keys met on the walk, and evict one if the store is
-  // full (see MemoryStore's comment for the policy).
+  // Before a new key goes in: when the shard's map nears the point where it would grow, or
+  // the store is full, drop reset keys met on the walk; when the store is full, also evict one
+  // (see MemoryStore's comment for the policy). Reclaiming only under pressure matters: a key
+  // requested less often than it resets would otherwise be dropped and made again each time.
   void MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    const size_t index = static_cast<size_t>(&shard - shards_.data());
+    const bool full = budget().Full(index);
+    const bool nearing_growth = shard.states.size() * 4 >= shard.states.max_load() * 3;
+    if (!full && !nearing_growth) {
+      return;
+    }
     for (typename Map::iterator it : Walk(shard, kReclaimPerInsert)) {
       if (Probe(it->second, now).reset_after == Micros{0}) {
-        Drop(shard, it, budget().reclaimed);
+        Drop(shard, it, StripeOf(shard).reclaimed);
       }
     }
-    if (!budget().Full() || shard.states.empty()) {
+    if (!budget().Full(index) || shard.states.empty()) {
       return;
     }
     struct Candidate {
@@ -337,7 +371,7 @@ class TableOf final : public Table {
       return a.figures.reset_after < b.figures.reset_after;
     };
     const Candidate& victim = *std::min_element(sample.begin(), sample.end(), better_victim);
-    Drop(shard, victim.it, budget().evicted);
+    Drop(shard, victim.it, StripeOf(shard).evicted);
   }
 
   std::array<Shard, kShards> shards_;
@@ -392,6 +426,18 @@ std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget) {
 
 }  // namespace
 
+// The memory store's own bound on what a limit may ask of it; see kMaxSlidingLogLimit.
+absl::Status CheckMemoryLimit(const Limit& limit) {
+  if (limit.algorithm() == Algorithm::kSlidingLog &&
+      limit.limit() > MemoryStore::kMaxSlidingLogLimit) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: the memory store keeps sliding_log limits of at most {} (a log entry per admitted "
+        "timestamp per key); use sliding_buckets for a sliding window over more",
+        limit.ToString(), MemoryStore::kMaxSlidingLogLimit));
+  }
+  return absl::OkStatus();
+}
+
 // Finds a Limit's table without a lock: an open-addressed array of pointers that only ever go
 // from null to a table, so a reader that meets null knows the limit was absent when it
 // looked, and the writer, under its lock, looks again before it inserts.
@@ -433,6 +479,9 @@ class MemoryStore::Tables {
 
  private:
   absl::StatusOr<Table*> Insert(const Limit& limit, size_t start) {
+    if (absl::Status s = CheckMemoryLimit(limit); !s.ok()) {
+      return s;  // Refused once, when its table would be made: no cost on the hot path.
+    }
     MutexLock lock(insert_mu_);
     for (size_t i = 0; i < kMaxLimits; ++i) {
       std::atomic<Table*>& slot = slots_[(start + i) % kMaxLimits];
@@ -545,14 +594,11 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   return Combine(each);
 }
 
+absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMemoryLimit(limit); }
+
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
 
-MemoryStoreStats MemoryStore::Stats() const {
-  const Budget& budget = tables_->budget();
-  return {.keys = static_cast<size_t>(budget.keys.load(std::memory_order_relaxed)),
-          .reclaimed = budget.reclaimed.load(std::memory_order_relaxed),
-          .evicted = budget.evicted.load(std::memory_order_relaxed)};
-}
+MemoryStoreStats MemoryStore::Stats() const { return tables_->budget().Stats(); }
 
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
   SnapshotWriter w;

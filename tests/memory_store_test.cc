@@ -27,7 +27,7 @@ TEST_P(MemoryStoreAlgorithmTest, DecidesAsThePureAlgorithm) {
   Random random(testing::Seed(100 + static_cast<uint64_t>(GetParam())));
   for (int c = 0; c < 50; ++c) {
     MemoryStore store;
-    const Limit limit = random.ValidLimit(GetParam());
+    const Limit limit = random.LimitFor(store, GetParam());
     absl::flat_hash_map<std::string, AnyState> reference;
     int64_t t = kEpoch;
     for (int row = 0; row < 200; ++row) {
@@ -144,24 +144,48 @@ TEST(MemoryStoreTest, RefusesMoreDistinctLimitsThanItHoldsTablesFor) {
   EXPECT_TRUE(store.Decide(MustLimit({.limit = 7, .period = 1s}), "k", 1, At(kEpoch)).ok());
 }
 
-TEST(MemoryStoreBoundTest, NewKeysReclaimKeysWhoseStateHasReset) {
-  MemoryStore store;  // No bound: reclaiming runs anyway, a little per new key.
+TEST(MemoryStoreTest, RefusesSlidingLogsAboveItsCeilingAtConfigurationTime) {
+  MemoryStore store;
+  const Limit at = MustLimit({.algorithm = Algorithm::kSlidingLog,
+                              .limit = MemoryStore::kMaxSlidingLogLimit,
+                              .period = 1h});
+  const Limit above = MustLimit({.algorithm = Algorithm::kSlidingLog,
+                                 .limit = MemoryStore::kMaxSlidingLogLimit + 1,
+                                 .period = 1h});
+  EXPECT_TRUE(store.CheckLimit(at).ok());
+  EXPECT_EQ(store.CheckLimit(above).message(),
+            "sliding_log 10001/1h: the memory store keeps sliding_log limits of at most 10000 (a "
+            "log entry per admitted timestamp per key); use sliding_buckets for a sliding window "
+            "over more");
+  EXPECT_EQ(store.Decide(above, "k", 1, At(kEpoch)).status(), store.CheckLimit(above));
+  EXPECT_TRUE(store.Decide(at, "k", 1, At(kEpoch)).ok());
+  EXPECT_TRUE(
+      store
+          .CheckLimit(MustLimit(
+              {.algorithm = Algorithm::kSlidingBuckets, .limit = 1'000'000'000, .period = 1h}))
+          .ok());
+}
+
+TEST(MemoryStoreBoundTest, ResetKeysAreReclaimedSoMemoryStaysFlatWithoutABound) {
+  MemoryStore store;  // No bound: reclaiming still keeps the tables from growing.
   const Limit limit = MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s});
-  for (int k = 0; k < 1000; ++k) {
-    ASSERT_TRUE(store.Decide(limit, fmt::format("old-{}", k), 1, At(kEpoch))->allowed);
-  }
-  // Two seconds later every old key has reset; each new key looks at two keys of its shard.
-  for (int k = 0; k < 1000; ++k) {
-    ASSERT_TRUE(store.Decide(limit, fmt::format("new-{}", k), 1, At(kEpoch + 2'000'000))->allowed);
+  // 100 rounds of 1,000 new keys, 2 s apart: only the latest round holds state.
+  for (int round = 0; round < 100; ++round) {
+    for (int k = 0; k < 1000; ++k) {
+      ASSERT_TRUE(
+          store.Decide(limit, fmt::format("r{}-k{}", round, k), 1, At(kEpoch + round * 2'000'000))
+              ->allowed);
+    }
   }
   const MemoryStoreStats stats = store.Stats();
-  EXPECT_GT(stats.reclaimed, 900u);
   EXPECT_EQ(stats.evicted, 0u);
-  EXPECT_EQ(store.KeyCount(), 2000 - stats.reclaimed);
+  EXPECT_LT(store.KeyCount(), 10'000u) << "100,000 keys seen, 1,000 holding state";
+  EXPECT_EQ(store.KeyCount() + stats.reclaimed, 100'000u);
   EXPECT_EQ(stats.keys, store.KeyCount());
-  // A key still holding state is never reclaimed: the new ones all still count.
+  // The latest round still holds state: none of it was reclaimed.
   for (int k = 0; k < 1000; ++k) {
-    ASSERT_FALSE(store.Decide(limit, fmt::format("new-{}", k), 1, At(kEpoch + 2'000'000))->allowed);
+    ASSERT_FALSE(
+        store.Decide(limit, fmt::format("r99-k{}", k), 1, At(kEpoch + 198'000'000))->allowed);
   }
 }
 

@@ -61,9 +61,9 @@ class SnapshotRoundTripTest : public SnapshotTest,
 TEST_P(SnapshotRoundTripTest, DecisionsAfterARestartEqualThoseWithoutOne) {
   Random random(testing::Seed(300 + static_cast<uint64_t>(GetParam())));
   for (int c = 0; c < 20; ++c) {
-    const Limit limit = random.ValidLimit(GetParam());
-    const Limit other = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 3, .period = 1h});
     MemoryStore running;  // Never restarts.
+    const Limit limit = random.LimitFor(running, GetParam());
+    const Limit other = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 3, .period = 1h});
     int64_t t = kEpoch;
     auto key = [&] { return fmt::format("key-{}", random.Between(0, 9)); };
     for (int row = 0; row < 100; ++row) {

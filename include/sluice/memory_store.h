@@ -29,9 +29,11 @@ struct MemoryStoreStats {
 };
 
 // Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
-// drop it: every insertion of a new key first looks at the next two keys of its shard (a
-// cursor walks round each shard) and drops those that have reset. Memory is so reclaimed a
-// little at a time, never in a sweep. When the store holds max_keys, a new key also evicts
+// drop it. When a shard's table is three quarters of the way to growing, or the store is full,
+// each new key first looks at the next two keys of its shard (a cursor walks round each shard)
+// and drops those that have reset: memory is reclaimed a little at a time, never in a sweep,
+// and a table grows only when its keys still hold state. When the store holds max_keys, a new
+// key also evicts
 // one: of eight keys sampled from the cursor, keys that have never been denied go first, the
 // one furthest from its limit (most remaining) first among them; a key that has been denied
 // (its owner is being limited, and evicting it would hand them a fresh quota) goes only when
@@ -43,6 +45,11 @@ class MemoryStore final : public Store {
   // ResourceExhausted. Rules and ad-hoc limits reuse tables, so this bounds only variety.
   static constexpr size_t kMaxLimits = 4096;
 
+  // The largest sliding_log limit accepted. Its state keeps an entry (16 bytes) per distinct
+  // timestamp admitted within the period, up to the limit: at most 160 KB per key here. For
+  // larger limits sliding_buckets gives a sliding window in K counters.
+  static constexpr int64_t kMaxSlidingLogLimit = 10'000;
+
   explicit MemoryStore(MemoryStoreOptions options = {});
   ~MemoryStore() override;
   MemoryStore(const MemoryStore&) = delete;
@@ -52,6 +59,7 @@ class MemoryStore final : public Store {
                                   Timestamp now) override;
   absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                      Timestamp now, std::span<Decision> each) override;
+  absl::Status CheckLimit(const Limit& limit) const override;
 
   // The number of keys holding state, over all limits. Takes every shard lock in turn.
   size_t KeyCount() const;

@@ -52,6 +52,11 @@ class Store {
   // Errors: as Decide; InvalidArgument for an empty `requests`.
   virtual absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                              Timestamp now, std::span<Decision> each) = 0;
+
+  // Whether this store can keep state for `limit`: OK, or InvalidArgument saying why not (a
+  // backend may bound what its representation holds). A server calls it for every rule when it
+  // loads its configuration; Decide and DecideAll refuse such a limit with the same error.
+  virtual absl::Status CheckLimit(const Limit& limit) const = 0;
 };
 
 // The argument checks every Store makes before it decides: OK, or InvalidArgument naming the

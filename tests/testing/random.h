@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 
 #include "sluice/limit.h"
+#include "sluice/store.h"
 
 namespace sluice::testing {
 
@@ -61,12 +62,20 @@ class Random {
     }
     return spec;
   }
-  // A valid Limit: draws specs until Limit::Create accepts one (it refuses a burst whose
-  // reset time overflows 64-bit microseconds, for one).
+  // A valid Limit: draws specs until Limit::Create accepts one.
   Limit ValidLimit(Algorithm algorithm) {
     while (true) {
       if (absl::StatusOr<Limit> limit = Limit::Create(Spec(algorithm)); limit.ok()) {
         return *limit;
+      }
+    }
+  }
+
+  // A valid Limit that `store` can also keep (a store may bound limits further).
+  Limit LimitFor(const Store& store, Algorithm algorithm) {
+    while (true) {
+      if (const Limit limit = ValidLimit(algorithm); store.CheckLimit(limit).ok()) {
+        return limit;
       }
     }
   }
