@@ -12,11 +12,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/hash/hash.h"
-#include "boost/container_hash/hash.hpp"
-#include "boost/unordered/unordered_flat_map.hpp"
 #include "fmt/format.h"
 
 #include "sluice/algorithms.h"
+#include "src/compact_map.h"
 #include "src/inline_key.h"
 #include "src/mutex.h"
 #include "src/snapshot.h"
@@ -37,33 +36,13 @@ constexpr size_t kShardBits = 6;
 constexpr size_t kShards = size_t{1} << kShardBits;
 
 // A key with its hash computed once: the shard is chosen by it, and the shard's map finds
-// the key by it without hashing again (heterogeneous lookup).
+// the key by it without hashing again.
 struct HashedKey {
   std::string_view key;
   size_t hash;
 };
 
-// boost::hash is header-only, so it inlines; Debian's absl::Hash is a call into a shared
-// library. It does not avalanche, so the map mixes it once more (one multiplication).
-size_t HashOf(std::string_view key) { return boost::hash<std::string_view>{}(key); }
-
-struct KeyHash {
-  using is_transparent = void;
-  size_t operator()(const HashedKey& k) const noexcept { return k.hash; }
-  size_t operator()(const InlineKey& key) const noexcept { return HashOf(key.view()); }
-};
-struct KeyEqual {
-  using is_transparent = void;
-  bool operator()(const HashedKey& a, const InlineKey& b) const noexcept {
-    return a.key == b.view();
-  }
-  bool operator()(const InlineKey& a, const HashedKey& b) const noexcept {
-    return a.view() == b.key;
-  }
-  bool operator()(const InlineKey& a, const InlineKey& b) const noexcept {
-    return a.view() == b.view();
-  }
-};
+size_t HashOf(std::string_view key) { return internal::KeyHashOf(key); }
 
 // How a table stores a key's state. By default as the algorithm's own struct; the bucket
 // algorithms' 128-bit numbers in 64 bits when the limit keeps them there (see Compact*).
@@ -216,8 +195,8 @@ class TableOf final : public Table {
 
   void MarkDeniedHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Shard& shard = shards_[ShardOf(key.hash)];
-    if (auto it = shard.states.find(key); it != shard.states.end()) {
-      it->first.mark_denied();
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      slot->key.mark_denied();
     }
   }
 
@@ -233,21 +212,25 @@ class TableOf final : public Table {
   void Save(SnapshotWriter& w) override {
     for (Shard& shard : shards_) {
       SpinLockHolder lock(shard.mu);
-      for (const auto& [key, stored] : shard.states) {
+      shard.states.ForEach([&](const Slot& slot) {
         w.U8(1);
-        w.U32(static_cast<uint32_t>(key.view().size()));
-        w.Bytes(key.view());
-        Encode(Storage::Unpack(stored), w);
-      }
+        w.U32(static_cast<uint32_t>(slot.key.view().size()));
+        w.Bytes(slot.key.view());
+        Encode(Storage::Unpack(slot.value), w);
+      });
     }
   }
 
   void Put(std::string_view key, const AnyState& state) override {
-    const State& s = std::get<State>(state);
+    const auto& s = std::get<State>(state);
     assert(Storage::Fits(s));
-    Shard& shard = shards_[ShardOf(HashOf(key))];
+    const size_t hash = HashOf(key);
+    Shard& shard = shards_[ShardOf(hash)];
     SpinLockHolder lock(shard.mu);
-    if (shard.states.insert_or_assign(InlineKey(key), Storage::Pack(s)).second) {
+    if (Slot* slot = shard.states.Find(key, hash); slot != nullptr) {
+      slot->value = Storage::Pack(s);
+    } else {
+      shard.states.Insert(InlineKey(key), hash, Storage::Pack(s));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -255,33 +238,33 @@ class TableOf final : public Table {
   static bool Fits(const State& s) { return Storage::Fits(s); }
 
  private:
-  using Map = boost::unordered_flat_map<InlineKey, Stored, KeyHash, KeyEqual>;
+  using Map = internal::CompactMap<Stored>;
+  using Slot = typename Map::Slot;
 
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
     SpinLock mu;
     Map states ABSL_GUARDED_BY(mu);
-    std::string cursor ABSL_GUARDED_BY(mu);  // Where the walk of MakeRoom resumes.
+    size_t cursor ABSL_GUARDED_BY(mu) = 0;  // The slot where the walk of MakeRoom resumes.
   };
 
   Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-    auto it = shard.states.find(key);
-    if (it != shard.states.end()) {
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
       Decision d;
       if constexpr (std::is_same_v<Stored, State>) {
         if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
-          d = sluice::Decide(limit(), it->second, now, cost);
+          d = sluice::Decide(limit(), slot->value, now, cost);
         }
       }
       if (!std::is_same_v<Stored, State> || mode == Mode::kDryRun) {
-        State state = Storage::Unpack(it->second);
+        State state = Storage::Unpack(slot->value);
         d = sluice::Decide(limit(), state, now, cost);
         if (mode == Mode::kApply && d.allowed && cost > 0) {
-          it->second = Storage::Pack(state);
+          slot->value = Storage::Pack(state);
         }
       }
       if (mode == Mode::kApply && !d.allowed) {
-        it->first.mark_denied();  // Its owner is being limited: evict it last.
+        slot->key.mark_denied();  // Its owner is being limited: evict it last.
       }
       return d;
     }
@@ -290,7 +273,7 @@ class TableOf final : public Table {
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
       MakeRoom(shard, now);
-      shard.states.emplace(InlineKey(key.key), Storage::Pack(fresh));
+      shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
@@ -304,31 +287,29 @@ class TableOf final : public Table {
 
   Budget::Stripe& StripeOf(const Shard& shard) { return budget().stripe(&shard - shards_.data()); }
 
-  void Drop(Shard& shard, typename Map::iterator it, std::atomic<uint64_t>& counter)
+  void Drop(Shard& shard, Slot* slot, std::atomic<uint64_t>& counter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-    shard.states.erase(it);
+    shard.states.Erase(slot);
     StripeOf(shard).keys.fetch_sub(1, std::memory_order_relaxed);
     counter.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // The next `n` keys of the shard's walk (fewer if it has fewer). The walk resumes from the
-  // key it stopped at, and starts over when that key has gone. Erasing one of the returned
-  // keys leaves the others' iterators valid.
-  absl::InlinedVector<typename Map::iterator, kEvictionSample> Walk(Shard& shard, int n)
+  // The next `n` keys of the shard's walk round its slots (fewer if it holds fewer). Erasing
+  // one of them leaves the others where they are.
+  absl::InlinedVector<Slot*, kEvictionSample> Walk(Shard& shard, int n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     Map& map = shard.states;
-    absl::InlinedVector<typename Map::iterator, kEvictionSample> walked;
-    auto it = map.end();
-    if (!shard.cursor.empty()) {
-      it = map.find(HashedKey{shard.cursor, HashOf(shard.cursor)});
-    }
-    for (int i = 0; i < n && i < static_cast<int>(map.size()); ++i) {
-      if (it == map.end()) {
-        it = map.begin();
+    absl::InlinedVector<Slot*, kEvictionSample> walked;
+    const size_t capacity = map.capacity();
+    const size_t wanted = std::min(static_cast<size_t>(n), map.size());
+    size_t i = shard.cursor < capacity ? shard.cursor : 0;
+    for (size_t looked = 0; walked.size() < wanted && looked < capacity; ++looked) {
+      if (Slot* slot = map.At(i); slot != nullptr) {
+        walked.push_back(slot);
       }
-      walked.push_back(it++);
+      i = i + 1 == capacity ? 0 : i + 1;
     }
-    shard.cursor = it == map.end() ? std::string() : std::string(it->first.view());
+    shard.cursor = i;
     return walked;
   }
 
@@ -337,28 +318,28 @@ class TableOf final : public Table {
   // (see MemoryStore's comment for the policy). Reclaiming only under pressure matters: a key
   // requested less often than it resets would otherwise be dropped and made again each time.
   void MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-    const size_t index = static_cast<size_t>(&shard - shards_.data());
+    const auto index = static_cast<size_t>(&shard - shards_.data());
     const bool full = budget().Full(index);
-    const bool nearing_growth = shard.states.size() * 4 >= shard.states.max_load() * 3;
+    const bool nearing_growth = shard.states.NearingGrowth();
     if (!full && !nearing_growth) {
       return;
     }
-    for (typename Map::iterator it : Walk(shard, kReclaimPerInsert)) {
-      if (Probe(it->second, now).reset_after == Micros{0}) {
-        Drop(shard, it, StripeOf(shard).reclaimed);
+    for (Slot* slot : Walk(shard, kReclaimPerInsert)) {
+      if (Probe(slot->value, now).reset_after == Micros{0}) {
+        Drop(shard, slot, StripeOf(shard).reclaimed);
       }
     }
     if (!budget().Full(index) || shard.states.empty()) {
       return;
     }
     struct Candidate {
-      typename Map::iterator it;
-      bool denied;
+      Slot* slot = nullptr;
+      bool denied = false;
       Decision figures;
     };
     absl::InlinedVector<Candidate, kEvictionSample> sample;
-    for (typename Map::iterator it : Walk(shard, kEvictionSample)) {
-      sample.push_back({it, it->first.denied(), Probe(it->second, now)});
+    for (Slot* slot : Walk(shard, kEvictionSample)) {
+      sample.push_back({slot, slot->key.denied(), Probe(slot->value, now)});
     }
     // Best victim first: never denied, then most remaining, then closest to resetting.
     auto better_victim = [](const Candidate& a, const Candidate& b) {
@@ -371,7 +352,7 @@ class TableOf final : public Table {
       return a.figures.reset_after < b.figures.reset_after;
     };
     const Candidate& victim = *std::min_element(sample.begin(), sample.end(), better_victim);
-    Drop(shard, victim.it, StripeOf(shard).evicted);
+    Drop(shard, victim.slot, StripeOf(shard).evicted);
   }
 
   std::array<Shard, kShards> shards_;
@@ -656,7 +637,8 @@ absl::StatusOr<size_t> ReadSnapshotBody(
     spec.buckets = buckets;
     const absl::StatusOr<Limit> limit = Limit::Create(spec);
     if (!limit.ok()) {
-      return corrupt(std::string(limit.status().message()));
+      const absl::string_view why = limit.status().message();
+      return corrupt(std::string_view(why.data(), why.size()));
     }
     Table* table = nullptr;
     if (pass == Pass::kLoad) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "fmt/format.h"
 
@@ -57,7 +58,8 @@ void EncodeQueue(int64_t last, const CountQueue& queue, SnapshotWriter& w) {
 }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
-  return absl::UnavailableError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+  return absl::UnavailableError(
+      fmt::format("{} {}: {}", what, path, std::generic_category().message(errno)));
 }
 
 }  // namespace
@@ -169,7 +171,7 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
       continue;
     }
     if (n <= 0) {
-      const absl::Status s = Errno("cannot write", temp);
+      absl::Status s = Errno("cannot write", temp);
       ::close(fd);
       ::unlink(temp.c_str());
       return s;
@@ -177,14 +179,14 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
     rest.remove_prefix(static_cast<size_t>(n));
   }
   if (::fsync(fd) != 0) {
-    const absl::Status s = Errno("cannot fsync", temp);
+    absl::Status s = Errno("cannot fsync", temp);
     ::close(fd);
     ::unlink(temp.c_str());
     return s;
   }
   ::close(fd);
   if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const absl::Status s = Errno("cannot rename to", path);
+    absl::Status s = Errno("cannot rename to", path);
     ::unlink(temp.c_str());
     return s;
   }
@@ -208,7 +210,8 @@ absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path) {
   if (file.size() < kHeaderSize + kTrailerSize || !file.starts_with(kMagic)) {
     return corrupt("not a sluice snapshot");
   }
-  SnapshotReader header(std::string_view(file).substr(kMagic.size()));
+  const std::string_view bytes = file;
+  SnapshotReader header(bytes.substr(kMagic.size()));
   uint32_t version = 0;
   int64_t body_size = 0;
   header.U32(version);
@@ -221,10 +224,10 @@ absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path) {
     return corrupt(fmt::format("truncated or extended: {} bytes, the header promises {}",
                                file.size(), body_size + kHeaderSize + kTrailerSize));
   }
-  SnapshotReader trailer(std::string_view(file).substr(file.size() - kTrailerSize));
+  SnapshotReader trailer(bytes.substr(file.size() - kTrailerSize));
   uint32_t crc = 0;
   trailer.U32(crc);
-  if (crc != Crc32(std::string_view(file).substr(0, file.size() - kTrailerSize))) {
+  if (crc != Crc32(bytes.substr(0, file.size() - kTrailerSize))) {
     return corrupt("checksum mismatch");
   }
   return file.substr(kHeaderSize, static_cast<size_t>(body_size));
