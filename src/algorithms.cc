@@ -23,7 +23,9 @@ Int128 FloorDiv(Int128 a, Int128 b) {
 }
 Int128 CeilDiv(Int128 a, Int128 b) { return -FloorDiv(-a, b); }
 
-int64_t Us(Timestamp t) { return t.time_since_epoch().count(); }
+// The time in us. The earliest time, INT64_MIN, is the states' "never" (kNoTime): a request
+// then is taken 1 us later, so that what it records is not mistaken for nothing.
+int64_t Us(Timestamp t) { return std::max(t.time_since_epoch().count(), kNoTime + 1); }
 
 // Narrows a figure that the limit's bounds keep within 64 bits.
 int64_t Narrow(Int128 v) {

@@ -21,7 +21,9 @@ class InlineKey {
 
   explicit InlineKey(std::string_view key) {
     if (key.size() <= kInlineCapacity) {
-      std::memcpy(bytes_, key.data(), key.size());
+      if (!key.empty()) {  // An empty view's data() may be null, which memcpy must not get.
+        std::memcpy(bytes_, key.data(), key.size());
+      }
       tag_ = static_cast<uint8_t>(key.size());
     } else {
       char* heap = new char[key.size()];

@@ -55,9 +55,9 @@ struct AsIs {
 };
 
 // TAT x N' of gcra and leaky_bucket never exceeds t*N' + B*P' (a larger backlog is denied). It
-// fits in an int64 for every t up to kCompactUntil when that bound does: 8 bytes per key.
-// kCompactUntil is 2200-01-01; a compact table is not to be used past it.
-constexpr int64_t kCompactUntil = 7'258'118'400'000'000;
+// fits in an int64 for every t the store accepts (up to MemoryStore::kLatest) when that bound
+// does: 8 bytes per key.
+constexpr int64_t kCompactUntil = MemoryStore::kLatest.time_since_epoch().count();
 constexpr int64_t kNoCompactTat = std::numeric_limits<int64_t>::min();
 
 bool TatFitsCompact(const Limit& limit) {
@@ -407,6 +407,15 @@ std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget) {
 
 }  // namespace
 
+absl::Status CheckTime(Timestamp now) {
+  if (now < MemoryStore::kEarliest || now >= MemoryStore::kLatest) [[unlikely]] {
+    return absl::InvalidArgumentError(
+        fmt::format("time {}us is outside the memory store's range, 1970 to 2200",
+                    now.time_since_epoch().count()));
+  }
+  return absl::OkStatus();
+}
+
 // The memory store's own bound on what a limit may ask of it; see kMaxSlidingLogLimit.
 absl::Status CheckMemoryLimit(const Limit& limit) {
   if (limit.algorithm() == Algorithm::kSlidingLog &&
@@ -510,6 +519,9 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   if (absl::Status s = ValidateRequest(1, cost); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckTime(now); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<Table*> table = tables_->Find(limit);
   if (!table.ok()) {
     return table.status();
@@ -523,6 +535,9 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks a runtime set of shard mutexes, in address order.
   assert(each.size() == requests.size());
   if (absl::Status s = ValidateRequest(requests.size(), cost); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTime(now); !s.ok()) {
     return s;
   }
   struct Target {
@@ -551,9 +566,26 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   // shards can never wait on each other.
   std::sort(locks.begin(), locks.end());
   locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
-  for (SpinLock* lock : locks) {
-    lock->Lock();
-  }
+  // Held until the end of the call, however it ends.
+  class Held {
+   public:
+    explicit Held(absl::InlinedVector<SpinLock*, 4>& locks) ABSL_NO_THREAD_SAFETY_ANALYSIS
+        : locks_(locks) {
+      for (SpinLock* lock : locks_) {
+        lock->Lock();
+      }
+    }
+    ~Held() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (SpinLock* lock : locks_) {
+        lock->Unlock();
+      }
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+
+   private:
+    absl::InlinedVector<SpinLock*, 4>& locks_;
+  } held(locks);
   bool all_allowed = true;
   for (size_t i = 0; i < requests.size(); ++i) {
     each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
@@ -568,9 +600,6 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
     } else {
       targets[i].table->MarkDeniedHeld(targets[i].key);
     }
-  }
-  for (SpinLock* lock : locks) {
-    lock->Unlock();
   }
   return Combine(each);
 }
@@ -640,14 +669,13 @@ absl::StatusOr<size_t> ReadSnapshotBody(
       const absl::string_view why = limit.status().message();
       return corrupt(std::string_view(why.data(), why.size()));
     }
-    Table* table = nullptr;
-    if (pass == Pass::kLoad) {
-      absl::StatusOr<Table*> found = find(*limit);
-      if (!found.ok()) {
-        return found.status();
-      }
-      table = *found;
+    // Found (made, if need be) in the check pass too, so that a limit the store refuses is
+    // refused before any key is stored.
+    absl::StatusOr<Table*> found = find(*limit);
+    if (!found.ok()) {
+      return found.status();
     }
+    Table* const table = *found;
     while (true) {
       uint8_t entry = 0;
       if (!r.U8(entry) || entry > 1) {
@@ -670,7 +698,7 @@ absl::StatusOr<size_t> ReadSnapshotBody(
         continue;
       }
       ++kept;
-      if (table != nullptr) {
+      if (pass == Pass::kLoad) {
         table->Put(key, state);
       }
     }

@@ -1,6 +1,7 @@
 #include "src/snapshot.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -159,11 +160,19 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
   file.Bytes(body);
   file.U32(Crc32(file.data()));
 
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A temporary name of its own, so that two saves to one path (a timer's and a shutdown's)
+  // cannot truncate each other's file; the last rename wins, and either file is whole.
+  std::string temp = path + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
   if (fd < 0) {
-    return Errno("cannot create", temp);
+    return Errno("cannot create a temporary file beside", path);
   }
+  auto fail = [&](std::string_view what, const std::string& name) {
+    absl::Status s = Errno(what, name);
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return s;
+  };
   std::string_view rest = file.data();
   while (!rest.empty()) {
     const ssize_t n = ::write(fd, rest.data(), rest.size());
@@ -171,24 +180,25 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
       continue;
     }
     if (n <= 0) {
-      absl::Status s = Errno("cannot write", temp);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return s;
+      return fail("cannot write", temp);
     }
     rest.remove_prefix(static_cast<size_t>(n));
   }
-  if (::fsync(fd) != 0) {
-    absl::Status s = Errno("cannot fsync", temp);
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return s;
+  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
+    return fail("cannot fsync", temp);
   }
   ::close(fd);
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     absl::Status s = Errno("cannot rename to", path);
     ::unlink(temp.c_str());
     return s;
+  }
+  // The rename is durable only once the directory that records it is on disk too.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,9 @@ TEST_P(MemoryStoreAlgorithmTest, DecidesAsThePureAlgorithm) {
     int64_t t = kEpoch;
     for (int row = 0; row < 200; ++row) {
       t += random.Gap(limit);
+      if (At(t) >= MemoryStore::kLatest) {
+        break;  // The store decides up to 2200 only (its documented range).
+      }
       const std::string key = "key" + std::to_string(random.Between(0, 5));
       const int64_t cost = random.Cost(limit);
       auto [it, inserted] = reference.try_emplace(key, InitialState(GetParam()));
@@ -45,6 +48,22 @@ TEST_P(MemoryStoreAlgorithmTest, DecidesAsThePureAlgorithm) {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MemoryStoreAlgorithmTest,
                          ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
+
+TEST(MemoryStoreTest, DecidesOnlyWithinItsTimeRange) {
+  MemoryStore store;
+  const Limit limit = MustLimit({.algorithm = Algorithm::kGcra,
+                                 .limit = 1'000'000'000,
+                                 .period = 1s});  // Compact: 1000 per ms.
+  EXPECT_TRUE(store.Decide(limit, "k", 1, MemoryStore::kLatest - 1us).ok());
+  EXPECT_EQ(store.Decide(limit, "k", 1, MemoryStore::kLatest).status().message(),
+            "time 7258118400000000us is outside the memory store's range, 1970 to 2200");
+  EXPECT_EQ(store.Decide(limit, "k", 1, At(-1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const LimitedKey one[] = {{&limit, "k"}};
+  std::vector<Decision> each(1);
+  EXPECT_EQ(store.DecideAll(one, 1, At(-1), each).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(MemoryStoreTest, OnlyAnAdmissionCreatesAKey) {
   MemoryStore store;

@@ -37,8 +37,8 @@ class SnapshotTest : public ::testing::Test {
   }
   void TearDown() override {
     std::remove(path_.c_str());
-    std::remove((path_ + ".tmp").c_str());
-    rmdir(dir_.c_str());
+    rmdir(dir_.c_str());  // Fails, and the test says so, if a temporary file was left behind.
+    EXPECT_NE(access(dir_.c_str(), F_OK), 0) << "something was left in " << dir_;
   }
 
   std::string Read() const {
@@ -66,7 +66,7 @@ TEST_P(SnapshotRoundTripTest, DecisionsAfterARestartEqualThoseWithoutOne) {
     const Limit other = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 3, .period = 1h});
     int64_t t = kEpoch;
     auto key = [&] { return fmt::format("key-{}", random.Between(0, 9)); };
-    for (int row = 0; row < 100; ++row) {
+    for (int row = 0; row < 100 && At(t) < MemoryStore::kLatest - 24h; ++row) {
       t += random.Gap(limit);
       const int64_t cost = random.Cost(limit);
       const std::string k = key();
@@ -79,7 +79,7 @@ TEST_P(SnapshotRoundTripTest, DecisionsAfterARestartEqualThoseWithoutOne) {
     const absl::StatusOr<size_t> loaded = restarted.LoadSnapshot(path_, At(t));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_LE(*loaded, running.KeyCount());
-    for (int row = 0; row < 100; ++row) {
+    for (int row = 0; row < 100 && At(t) < MemoryStore::kLatest; ++row) {
       const int64_t cost = random.Cost(limit);
       const std::string k = key();
       ASSERT_EQ(*restarted.Decide(limit, k, cost, At(t)), *running.Decide(limit, k, cost, At(t)))
@@ -114,7 +114,6 @@ TEST_F(SnapshotTest, SavingReplacesTheFileAtomically) {
   ASSERT_TRUE(store.SaveSnapshot(path_).ok());
   ASSERT_TRUE(store.Decide(limit, "b", 1, At(kEpoch))->allowed);
   ASSERT_TRUE(store.SaveSnapshot(path_).ok());
-  EXPECT_NE(access((path_ + ".tmp").c_str(), F_OK), 0) << "the temporary file was left behind";
   MemoryStore restarted;
   EXPECT_EQ(*restarted.LoadSnapshot(path_, At(kEpoch)), 2u);
   EXPECT_EQ(restarted.SaveSnapshot(dir_ + "/no/such/dir/x.snap").code(),

@@ -45,6 +45,11 @@ class MemoryStore final : public Store {
   // ResourceExhausted. Rules and ad-hoc limits reuse tables, so this bounds only variety.
   static constexpr size_t kMaxLimits = 4096;
 
+  // The times the store decides at: from the Unix epoch to 2200-01-01. Within them every
+  // compact state provably fits its 64 bits; a time outside is refused with InvalidArgument.
+  static constexpr Timestamp kEarliest{Micros{0}};
+  static constexpr Timestamp kLatest{Micros{7'258'118'400'000'000}};
+
   // The largest sliding_log limit accepted. Its state keeps an entry (16 bytes) per distinct
   // timestamp admitted within the period, up to the limit: at most 160 KB per key here. For
   // larger limits sliding_buckets gives a sliding window in K counters.
@@ -68,14 +73,16 @@ class MemoryStore final : public Store {
   MemoryStoreStats Stats() const;
 
   // Writes the state of every key to `path` atomically: a temporary file beside it, fsync'd,
-  // then renamed, so a crash leaves the previous snapshot or this one whole. Each key's state
+  // then renamed (and the directory fsync'd), so a crash leaves the previous snapshot or this
+  // one whole. Concurrent saves to one path are safe: the last to finish wins. Each key's state
   // is consistent; keys in different shards are read one shard lock at a time, so traffic may
   // go on. Errors: Unavailable naming the path and the step that failed.
   absl::Status SaveSnapshot(const std::string& path) const;
 
   // Loads a snapshot written by SaveSnapshot into this store (a loaded key replaces the one
   // here), dropping every key whose state has fully reset by `now`: it would decide as a new
-  // key does. Returns the number of keys loaded. Errors, after which nothing is loaded:
+  // key does. Loading is not bounded by max_keys: if the file holds more, the next new keys
+  // evict. Returns the number of keys loaded. Errors, after which no key is loaded:
   // NotFound when there is no file; DataLoss naming the file when it is empty, truncated, not
   // a snapshot, or its checksum or contents are wrong; ResourceExhausted as Decide.
   absl::StatusOr<size_t> LoadSnapshot(const std::string& path, Timestamp now);
