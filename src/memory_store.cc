@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cassert>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -110,6 +111,8 @@ enum class Mode { kApply, kDryRun };
 // the time (a key that resets between its requests is reclaimed and created again), and one
 // counter shared by all threads would bounce between their cores on every one. Each stripe
 // holds max_keys / kShards keys, rounded up; keys spread evenly over them by hash.
+class Table;
+
 class Budget {
  public:
   struct alignas(64) Stripe {
@@ -126,6 +129,15 @@ class Budget {
     return max_per_stripe_ > 0 &&
            stripes_[shard].keys.load(std::memory_order_relaxed) >= max_per_stripe_;
   }
+  // Every table of the store, in the order they were made, for eviction to choose among.
+  void AddTable(Table* table) {  // Callers are serialised (the store's insert lock).
+    const size_t n = table_count_.load(std::memory_order_relaxed);
+    tables_[n].store(table, std::memory_order_relaxed);
+    table_count_.store(n + 1, std::memory_order_release);  // Publishes tables_[n].
+  }
+  size_t table_count() const { return table_count_.load(std::memory_order_acquire); }
+  Table* table(size_t i) const { return tables_[i].load(std::memory_order_relaxed); }
+
   MemoryStoreStats Stats() const {
     MemoryStoreStats stats;
     for (const Stripe& s : stripes_) {
@@ -139,7 +151,35 @@ class Budget {
  private:
   const int64_t max_per_stripe_;  // 0: no bound.
   std::array<Stripe, kShards> stripes_;
+  std::array<std::atomic<Table*>, MemoryStore::kMaxLimits> tables_{};
+  std::atomic<size_t> table_count_{0};
 };
+
+// A key some table offers for eviction, and what eviction weighs. The slot is the table's own.
+struct Nominee {
+  Table* table = nullptr;
+  void* slot = nullptr;
+  bool denied = false;
+  int64_t remaining = 0;
+  int64_t capacity = 1;  // The limit's burst: remaining is compared as a fraction of it.
+  Micros reset_after{0};
+};
+
+// Whether `a` is the better key to evict: never denied before denied; then the furthest from
+// its limit (the most remaining, as a fraction of capacity); then the closest to resetting.
+bool BetterVictim(const Nominee& a, const Nominee& b) {
+  if (a.denied != b.denied) {
+    return !a.denied;
+  }
+  const Int128 left_a = Int128{a.remaining} * b.capacity;
+  const Int128 left_b = Int128{b.remaining} * a.capacity;
+  if (!a.denied && left_a != left_b) {
+    return left_a > left_b;
+  }
+  return a.reset_after < b.reset_after;
+}
+
+constexpr size_t kOtherTablesAsked = 3;  // Tables besides its own a new key may evict from.
 
 constexpr int kReclaimPerInsert = 2;  // Keys looked at, per new key, for a reset state.
 constexpr int kEvictionSample = 8;    // Keys compared to choose one to evict.
@@ -161,6 +201,13 @@ class Table {
   // Marks a key as denied (if it is stored) after DecideAll denied it. Lock held as above.
   virtual void MarkDeniedHeld(HashedKey key) = 0;
   virtual size_t KeyCount() = 0;
+
+  // Eviction across tables. REQUIRES for both: the caller holds ShardLock(index).
+  virtual SpinLock& ShardLock(size_t index) = 0;
+  // The best victim among keys sampled from shard `index`, or none if it holds no key.
+  virtual std::optional<Nominee> Nominate(size_t index, Timestamp now) = 0;
+  // Drops a key Nominate offered, counting it as evicted.
+  virtual void Evict(size_t index, void* slot) = 0;
 
   // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/snapshot.h.
   virtual void Save(SnapshotWriter& w) = 0;
@@ -329,33 +376,80 @@ class TableOf final : public Table {
         Drop(shard, slot, StripeOf(shard).reclaimed);
       }
     }
-    if (!budget().Full(index) || shard.states.empty()) {
+    if (!budget().Full(index)) {
       return;
     }
-    struct Candidate {
-      Slot* slot = nullptr;
-      bool denied = false;
-      Decision figures;
-    };
-    absl::InlinedVector<Candidate, kEvictionSample> sample;
-    for (Slot* slot : Walk(shard, kEvictionSample)) {
-      sample.push_back({slot, slot->key.denied(), Probe(slot->value, now)});
-    }
-    // Best victim first: never denied, then most remaining, then closest to resetting.
-    auto better_victim = [](const Candidate& a, const Candidate& b) {
-      if (a.denied != b.denied) {
-        return !a.denied;
-      }
-      if (!a.denied && a.figures.remaining != b.figures.remaining) {
-        return a.figures.remaining > b.figures.remaining;
-      }
-      return a.figures.reset_after < b.figures.reset_after;
-    };
-    const Candidate& victim = *std::min_element(sample.begin(), sample.end(), better_victim);
-    Drop(shard, victim.slot, StripeOf(shard).evicted);
+    EvictOne(index, now);
   }
 
+  // Evicts the best victim among this table's keys in shard `index` and those of a few other
+  // tables' shards of the same index (they count against the same stripe). Their locks are
+  // only tried, never waited for: two new keys evicting across each other's tables cannot
+  // deadlock, and a busy shard is simply not asked this time. REQUIRES: the caller holds this
+  // table's lock of shard `index`. The analysis cannot follow locks taken in a loop and held
+  // across its iterations, hence the exemption.
+  void EvictOne(size_t index, Timestamp now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::optional<Nominee> best = Nominate(index, now);
+    SpinLock* other_lock = nullptr;  // Held while `best` is another table's.
+    const size_t tables = budget().table_count();
+    size_t t = round_robin_.fetch_add(1, std::memory_order_relaxed);
+    for (size_t k = 0; k < std::min(kOtherTablesAsked, tables); ++k) {
+      Table* other = budget().table(t++ % tables);
+      if (other == this) {
+        continue;
+      }
+      SpinLock& lock = other->ShardLock(index);
+      if (!lock.TryLock()) {
+        continue;
+      }
+      std::optional<Nominee> nominee = other->Nominate(index, now);
+      if (nominee && (!best || BetterVictim(*nominee, *best))) {
+        if (other_lock != nullptr) {
+          other_lock->Unlock();
+        }
+        other_lock = &lock;
+        best = nominee;
+      } else {
+        lock.Unlock();
+      }
+    }
+    if (best) {
+      best->table->Evict(index, best->slot);
+    }
+    if (other_lock != nullptr) {
+      other_lock->Unlock();
+    }
+  }
+
+ public:
+  SpinLock& ShardLock(size_t index) override { return shards_[index].mu; }
+
+  std::optional<Nominee> Nominate(size_t index, Timestamp now) override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {  // The caller holds the shard's lock (by index).
+    std::optional<Nominee> best;
+    for (Slot* slot : Walk(shards_[index], kEvictionSample)) {
+      const Decision figures = Probe(slot->value, now);
+      const Nominee n{.table = this,
+                      .slot = slot,
+                      .denied = slot->key.denied(),
+                      .remaining = figures.remaining,
+                      .capacity = limit().burst(),
+                      .reset_after = figures.reset_after};
+      if (!best || BetterVictim(n, *best)) {
+        best = n;
+      }
+    }
+    return best;
+  }
+
+  void Evict(size_t index, void* slot) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[index];
+    Drop(shard, static_cast<Slot*>(slot), StripeOf(shard).evicted);
+  }
+
+ private:
   std::array<Shard, kShards> shards_;
+  std::atomic<size_t> round_robin_{0};  // Where eviction starts asking other tables.
 };
 
 // Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
@@ -478,6 +572,7 @@ class MemoryStore::Tables {
       Table* table = slot.load(std::memory_order_relaxed);  // Writers are serialised by the lock.
       if (table == nullptr) {
         owned_.push_back(MakeTable(limit, budget_));
+        budget_.AddTable(owned_.back().get());
         slot.store(owned_.back().get(), std::memory_order_release);
         return owned_.back().get();
       }

@@ -34,6 +34,11 @@ class ABSL_LOCKABLE SpinLock {
       }
     }
   }
+  // Takes the lock if it is free, at once; never waits.
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    return !locked_.load(std::memory_order_relaxed) &&
+           !locked_.exchange(true, std::memory_order_acquire);
+  }
   // Release: publishes what we wrote under the lock to the next holder.
   void Unlock() ABSL_UNLOCK_FUNCTION() { locked_.store(false, std::memory_order_release); }
 

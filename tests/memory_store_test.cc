@@ -208,6 +208,30 @@ TEST(MemoryStoreBoundTest, ResetKeysAreReclaimedSoMemoryStaysFlatWithoutABound) 
   }
 }
 
+// One limit fills the store; a login limit then sees an attacker retrying among a stream of
+// new users. The new users' keys must evict the first limit's idle keys, never the attacker's,
+// whose owner would otherwise get a fresh quota with every eviction.
+TEST(MemoryStoreBoundTest, EvictionLooksAcrossLimitsSoALimitedKeyKeepsItsState) {
+  MemoryStore store({.max_keys = 6400});
+  const Limit api = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 100, .period = 1h});
+  const Limit login = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 3, .period = 1h});
+  for (int k = 0; k < 10'000; ++k) {
+    ASSERT_TRUE(store.Decide(api, fmt::format("client-{}", k), 1, At(kEpoch))->allowed);
+  }
+  int attacker_admitted = 0;
+  for (int round = 0; round < 10; ++round) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      attacker_admitted += store.Decide(login, "attacker", 1, At(kEpoch + round))->allowed ? 1 : 0;
+    }
+    for (int u = 0; u < 200; ++u) {
+      ASSERT_TRUE(
+          store.Decide(login, fmt::format("user-{}-{}", round, u), 1, At(kEpoch + round))->allowed);
+    }
+  }
+  EXPECT_EQ(attacker_admitted, 3);
+  EXPECT_LE(store.KeyCount(), 6400u + 64u);
+}
+
 TEST(MemoryStoreBoundTest, HoldsAtMostMaxKeysPlusAKeyPerShard) {
   MemoryStore store({.max_keys = 500});
   const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 5, .period = 1h});

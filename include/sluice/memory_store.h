@@ -29,16 +29,17 @@ struct MemoryStoreStats {
 };
 
 // Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
-// drop it. When a shard's table is three quarters of the way to growing, or the store is full,
-// each new key first looks at the next two keys of its shard (a cursor walks round each shard)
-// and drops those that have reset: memory is reclaimed a little at a time, never in a sweep,
-// and a table grows only when its keys still hold state. When the store holds max_keys, a new
-// key also evicts
-// one: of eight keys sampled from the cursor, keys that have never been denied go first, the
-// one furthest from its limit (most remaining) first among them; a key that has been denied
-// (its owner is being limited, and evicting it would hand them a fresh quota) goes only when
-// all eight have been, and then the one closest to resetting. The bound can be exceeded by
-// a few keys when a new key's shard has nothing to evict.
+// drop it. When a shard's table is past 80% full (most of the way to growing), or the store is
+// full, each new key first looks at the next two keys of its shard (a cursor walks round each
+// shard) and drops those that have reset: memory is reclaimed a little at a time, never in a
+// sweep, and a table grows only when its keys still hold state. When the store holds max_keys,
+// a new key also evicts one, chosen among eight keys sampled from its shard and eight from the
+// same shard of each of up to three other limits (the budget is the store's, not a limit's):
+// keys that have never been denied go first, the one furthest from its limit (most remaining,
+// as a fraction of its capacity) first among them; a key that has been denied (its owner is
+// being limited, and evicting it would hand them a fresh quota) goes only when all have been,
+// and then the one closest to resetting. The bound is kept per shard index, max_keys / 64
+// each (rounded up), and can be exceeded by a key when nothing in reach can be evicted.
 class MemoryStore final : public Store {
  public:
   // The number of distinct Limits one store holds tables for; a further one is refused with
