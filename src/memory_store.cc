@@ -452,6 +452,47 @@ class TableOf final : public Table {
   std::atomic<size_t> round_robin_{0};  // Where eviction starts asking other tables.
 };
 
+// Whether a state read from a snapshot could have been made by this store under `limit`:
+// counts within the limit, times within the store's range, log entries no newer than the
+// last admission. A file can pass its checksum and still be crafted; the algorithms assume
+// these bounds (sums within int64, products within 128 bits), so a state outside them is
+// refused rather than decided on.
+bool InRange(int64_t last) { return last == kNoTime || (last >= 0 && last < kCompactUntil); }
+bool Plausible(const Limit& l, const FixedWindowState& s) {
+  return InRange(s.last) && s.count >= 0 && s.count <= l.limit();
+}
+bool Plausible(const Limit& l, const SlidingWindowState& s) {
+  return InRange(s.last) && s.cur >= 0 && s.cur <= l.limit() && s.prev >= 0 && s.prev <= l.limit();
+}
+bool PlausibleQueue(const Limit& l, int64_t last, const CountQueue& q, int64_t width) {
+  if (!InRange(last) || (last == kNoTime && !q.empty())) {
+    return false;
+  }
+  int64_t total = 0;
+  for (const CountQueue::Entry& e : q.entries()) {
+    if (e.index < 0 || e.index > last / width || e.count > l.limit() - total) {
+      return false;
+    }
+    total += e.count;
+  }
+  return true;
+}
+bool Plausible(const Limit& l, const SlidingLogState& s) {
+  return PlausibleQueue(l, s.last, s.log, 1);
+}
+bool Plausible(const Limit& l, const SlidingBucketsState& s) {
+  return PlausibleQueue(l, s.last, s.buckets, l.period().count() / l.buckets());
+}
+bool Plausible(const Limit& l, const TokenBucketState& s) {
+  return InRange(s.last) && s.level >= 0 && s.level <= Int128{l.burst()} * l.rate_period_us();
+}
+bool PlausibleTat(const Limit& l, Int128 tat) {
+  return tat == kNoTat || (tat >= 0 && tat <= Int128{kCompactUntil} * l.rate_units() +
+                                                  Int128{l.burst()} * l.rate_period_us());
+}
+bool Plausible(const Limit& l, const GcraState& s) { return PlausibleTat(l, s.tat); }
+bool Plausible(const Limit& l, const LeakyBucketState& s) { return PlausibleTat(l, s.tat); }
+
 // Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
 // (a state written by this store always does; a crafted snapshot might not).
 bool Storable(const Limit& limit, const AnyState& state) {
@@ -784,7 +825,8 @@ absl::StatusOr<size_t> ReadSnapshotBody(
       AnyState state = InitialState(limit->algorithm());
       const bool decoded = r.U32(length) && r.Bytes(length, key) &&
                            std::visit([&](auto& s) { return internal::Decode(r, s); }, state);
-      if (!decoded || !Storable(*limit, state)) {
+      if (!decoded || !std::visit([&](const auto& st) { return Plausible(*limit, st); }, state) ||
+          !Storable(*limit, state)) {
         return corrupt("a key's state is malformed");
       }
       // A state that has fully reset decides as a new key does: it carries nothing.
