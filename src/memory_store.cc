@@ -197,7 +197,9 @@ class Table {
   virtual Decision Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
   // DecideAll's steps: the caller holds LockFor(key) for the whole of them.
   virtual SpinLock& LockFor(HashedKey key) = 0;
-  virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
+  // `keep`: the request's other keys, which making room for this one must not evict.
+  virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
+                              std::span<const HashedKey> keep) = 0;
   // Marks a key as denied (if it is stored) after DecideAll denied it. Lock held as above.
   virtual void MarkDeniedHeld(HashedKey key) = 0;
   virtual size_t KeyCount() = 0;
@@ -205,7 +207,8 @@ class Table {
   // Eviction across tables. REQUIRES for both: the caller holds ShardLock(index).
   virtual SpinLock& ShardLock(size_t index) = 0;
   // The best victim among keys sampled from shard `index`, or none if it holds no key.
-  virtual std::optional<Nominee> Nominate(size_t index, Timestamp now) = 0;
+  virtual std::optional<Nominee> Nominate(size_t index, Timestamp now,
+                                          std::span<const HashedKey> keep) = 0;
   // Drops a key Nominate offered, counting it as evicted.
   virtual void Evict(size_t index, void* slot) = 0;
 
@@ -229,15 +232,15 @@ class TableOf final : public Table {
   Decision Decide(HashedKey key, int64_t cost, Timestamp now) override {
     Shard& shard = shards_[ShardOf(key.hash)];
     SpinLockHolder lock(shard.mu);
-    return DecideInShard(shard, key, cost, now, Mode::kApply);
+    return DecideInShard(shard, key, cost, now, Mode::kApply, {});
   }
 
   SpinLock& LockFor(HashedKey key) override { return shards_[ShardOf(key.hash)].mu; }
 
-  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now,
-                      Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
+                      std::span<const HashedKey> keep) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
-    return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode);
+    return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, keep);
   }
 
   void MarkDeniedHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -294,8 +297,8 @@ class TableOf final : public Table {
     size_t cursor ABSL_GUARDED_BY(mu) = 0;  // The slot where the walk of MakeRoom resumes.
   };
 
-  Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode,
+                         std::span<const HashedKey> keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
       Decision d;
       if constexpr (std::is_same_v<Stored, State>) {
@@ -319,17 +322,23 @@ class TableOf final : public Table {
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
-      MakeRoom(shard, now);
+      MakeRoom(shard, now, keep);
       shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
   }
 
-  // The figures a cost-0 query would get for a stored state: what eviction weighs.
-  Decision Probe(const Stored& stored, Timestamp now) {
-    State state = Storage::Unpack(stored);
-    return sluice::Decide(limit(), state, now, 0);
+  // The figures a cost-0 query would get for a stored state: what eviction weighs. A cost-0
+  // decision changes nothing, so a state stored as is is decided on in place, not copied (a
+  // sliding log can be large).
+  Decision Probe(Stored& stored, Timestamp now) {
+    if constexpr (std::is_same_v<Stored, State>) {
+      return sluice::Decide(limit(), stored, now, 0);
+    } else {
+      State state = Storage::Unpack(stored);
+      return sluice::Decide(limit(), state, now, 0);
+    }
   }
 
   Budget::Stripe& StripeOf(const Shard& shard) { return budget().stripe(&shard - shards_.data()); }
@@ -364,7 +373,8 @@ class TableOf final : public Table {
   // the store is full, drop reset keys met on the walk; when the store is full, also evict one
   // (see MemoryStore's comment for the policy). Reclaiming only under pressure matters: a key
   // requested less often than it resets would otherwise be dropped and made again each time.
-  void MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  void MakeRoom(Shard& shard, Timestamp now, std::span<const HashedKey> keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     const auto index = static_cast<size_t>(&shard - shards_.data());
     const bool full = budget().Full(index);
     const bool nearing_growth = shard.states.NearingGrowth();
@@ -379,7 +389,7 @@ class TableOf final : public Table {
     if (!budget().Full(index)) {
       return;
     }
-    EvictOne(index, now);
+    EvictOne(index, now, keep);
   }
 
   // Evicts the best victim among this table's keys in shard `index` and those of a few other
@@ -388,8 +398,9 @@ class TableOf final : public Table {
   // deadlock, and a busy shard is simply not asked this time. REQUIRES: the caller holds this
   // table's lock of shard `index`. The analysis cannot follow locks taken in a loop and held
   // across its iterations, hence the exemption.
-  void EvictOne(size_t index, Timestamp now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    std::optional<Nominee> best = Nominate(index, now);
+  void EvictOne(size_t index, Timestamp now,
+                std::span<const HashedKey> keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::optional<Nominee> best = Nominate(index, now, keep);
     SpinLock* other_lock = nullptr;  // Held while `best` is another table's.
     const size_t tables = budget().table_count();
     size_t t = round_robin_.fetch_add(1, std::memory_order_relaxed);
@@ -402,7 +413,8 @@ class TableOf final : public Table {
       if (!lock.TryLock()) {
         continue;
       }
-      std::optional<Nominee> nominee = other->Nominate(index, now);
+      // Another table's shard that this request holds cannot be try-locked: its keys are safe.
+      std::optional<Nominee> nominee = other->Nominate(index, now, {});
       if (nominee && (!best || BetterVictim(*nominee, *best))) {
         if (other_lock != nullptr) {
           other_lock->Unlock();
@@ -424,10 +436,14 @@ class TableOf final : public Table {
  public:
   SpinLock& ShardLock(size_t index) override { return shards_[index].mu; }
 
-  std::optional<Nominee> Nominate(size_t index, Timestamp now) override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {  // The caller holds the shard's lock (by index).
+  std::optional<Nominee> Nominate(size_t index, Timestamp now, std::span<const HashedKey> keep)
+      override ABSL_NO_THREAD_SAFETY_ANALYSIS {  // The caller holds the shard's lock (by index).
     std::optional<Nominee> best;
     for (Slot* slot : Walk(shards_[index], kEvictionSample)) {
+      if (std::any_of(keep.begin(), keep.end(),
+                      [&](const HashedKey& k) { return k.key == slot->key.view(); })) {
+        continue;
+      }
       const Decision figures = Probe(slot->value, now);
       const Nominee n{.table = this,
                       .slot = slot,
@@ -722,17 +738,21 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
    private:
     absl::InlinedVector<SpinLock*, 4>& locks_;
   } held(locks);
+  absl::InlinedVector<HashedKey, 4> keys;
+  for (const Target& target : targets) {
+    keys.push_back(target.key);
+  }
   bool all_allowed = true;
   for (size_t i = 0; i < requests.size(); ++i) {
-    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
+    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun, {});
     all_allowed = all_allowed && each[i].allowed;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (all_allowed) {
-      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply, keys);
     } else if (each[i].allowed) {
       // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
-      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun, {});
     } else {
       targets[i].table->MarkDeniedHeld(targets[i].key);
     }
