@@ -46,6 +46,21 @@ class KeyMaker {
   char buf_[32] = {'u', 's', 'e', 'r', ':'};
 };
 
+// The time as a server reads it: once per batch of 1024 requests, not once per request.
+class BatchClock {
+ public:
+  Timestamp Now() {
+    if ((++calls_ & 1023) == 1) {
+      now_ = SystemClock().Now();
+    }
+    return now_;
+  }
+
+ private:
+  int64_t calls_ = 0;
+  Timestamp now_;
+};
+
 // One store shared by all threads of a benchmark run, filled with every key before timing.
 struct Shared {
   MemoryStore store;
@@ -90,12 +105,9 @@ BENCHMARK(BM_HotKeyWithClock)
     ->UseRealTime();
 
 void BM_HotKeyTimePassedIn(benchmark::State& bench) {
-  Timestamp now = SystemClock().Now();
-  int64_t calls = 0;
+  BatchClock clock;
   for (auto _ : bench) {
-    if ((++calls & 1023) == 0) {
-      now = SystemClock().Now();  // A server's once-per-batch clock read.
-    }
+    const Timestamp now = clock.Now();
     benchmark::DoNotOptimize(shared->limiter.CheckAt("hot", 1, now));
   }
   bench.SetItemsProcessed(bench.iterations());
@@ -109,12 +121,9 @@ BENCHMARK(BM_HotKeyTimePassedIn)
 
 void BM_MillionKeysTimePassedIn(benchmark::State& bench) {
   KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
-  Timestamp now = SystemClock().Now();
-  int64_t calls = 0;
+  BatchClock clock;
   for (auto _ : bench) {
-    if ((++calls & 1023) == 0) {
-      now = SystemClock().Now();
-    }
+    const Timestamp now = clock.Now();
     benchmark::DoNotOptimize(shared->limiter.CheckAt(keys.Next(), 1, now));
   }
   bench.SetItemsProcessed(bench.iterations());
@@ -145,12 +154,9 @@ BENCHMARK(BM_MillionKeysWithClock)
 void BM_MillionKeysZipf(benchmark::State& bench) {
   uint64_t x = static_cast<uint64_t>(bench.thread_index()) * 0x9E3779B97F4A7C15ULL + 7;
   char buf[32] = {'u', 's', 'e', 'r', ':'};
-  Timestamp now = SystemClock().Now();
-  int64_t calls = 0;
+  BatchClock clock;
   for (auto _ : bench) {
-    if ((++calls & 1023) == 0) {
-      now = SystemClock().Now();
-    }
+    const Timestamp now = clock.Now();
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -211,12 +217,9 @@ void BM_KeysResettingBetweenRequests(benchmark::State& bench) {
   const Limit limit = *Limit::Create(
       {.algorithm = Algorithm::kGcra, .limit = 100, .period = std::chrono::seconds(1)});
   KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
-  Timestamp now = SystemClock().Now();
-  int64_t calls = 0;
+  BatchClock clock;
   for (auto _ : bench) {
-    if ((++calls & 1023) == 0) {
-      now = SystemClock().Now();
-    }
+    const Timestamp now = clock.Now();
     benchmark::DoNotOptimize(resetting_store->Decide(limit, keys.Next(), 1, now));
   }
   bench.SetItemsProcessed(bench.iterations());
