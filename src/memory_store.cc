@@ -12,7 +12,6 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
-#include "absl/hash/hash.h"
 #include "fmt/format.h"
 
 #include "sluice/algorithms.h"
@@ -195,8 +194,7 @@ class Table {
 
   // Decides under the shard's lock.
   virtual Decision Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
-  // DecideAll's steps: the caller holds LockFor(key) for the whole of them.
-  virtual SpinLock& LockFor(HashedKey key) = 0;
+  // DecideAll's steps: the caller holds ShardLock(ShardOf(key.hash)) for the whole of them.
   // `keep`: the request's other keys, which making room for this one must not evict.
   virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
                               std::span<const HashedKey> keep) = 0;
@@ -204,8 +202,10 @@ class Table {
   virtual void MarkDeniedHeld(HashedKey key) = 0;
   virtual size_t KeyCount() = 0;
 
-  // Eviction across tables. REQUIRES for both: the caller holds ShardLock(index).
+  // The lock of shard `index`, for those that take it from outside: DecideAll (for
+  // ShardOf(key.hash)) and eviction across tables.
   virtual SpinLock& ShardLock(size_t index) = 0;
+  // Eviction across tables. REQUIRES for both: the caller holds ShardLock(index).
   // The best victim among keys sampled from shard `index`, or none if it holds no key.
   virtual std::optional<Nominee> Nominate(size_t index, Timestamp now,
                                           std::span<const HashedKey> keep) = 0;
@@ -234,8 +234,6 @@ class TableOf final : public Table {
     SpinLockHolder lock(shard.mu);
     return DecideInShard(shard, key, cost, now, Mode::kApply, {});
   }
-
-  SpinLock& LockFor(HashedKey key) override { return shards_[ShardOf(key.hash)].mu; }
 
   Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
                       std::span<const HashedKey> keep) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -712,7 +710,7 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
       }
     }
     targets.push_back({*table, key});
-    locks.push_back(&(*table)->LockFor(key));
+    locks.push_back(&(*table)->ShardLock(ShardOf(key.hash)));
   }
   // One global order (by address) for taking several shard locks, so two requests that share
   // shards can never wait on each other.
