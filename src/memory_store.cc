@@ -19,6 +19,7 @@
 #include "src/inline_key.h"
 #include "src/mutex.h"
 #include "src/snapshot.h"
+#include "src/status.h"
 
 namespace sluice {
 
@@ -820,8 +821,7 @@ absl::StatusOr<size_t> ReadSnapshotBody(
     spec.buckets = buckets;
     const absl::StatusOr<Limit> limit = Limit::Create(spec);
     if (!limit.ok()) {
-      const absl::string_view why = limit.status().message();
-      return corrupt(std::string_view(why.data(), why.size()));
+      return corrupt(internal::Message(limit.status()));
     }
     // Found (made, if need be) in the check pass too, so that a limit the store refuses is
     // refused before any key is stored.

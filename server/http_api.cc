@@ -1,0 +1,727 @@
+#include "server/http_api.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <utility>
+
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+#include "sluice/duration.h"
+#include "src/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace http = boost::beast::http;
+using Json = nlohmann::ordered_json;  // Fields in the order written, as documented.
+
+constexpr int64_t kMicrosPerSecond = 1'000'000;
+
+// Serializes without ever throwing: invalid UTF-8 (from a request or a rules file) is
+// replaced, not an exception.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+HttpResponse JsonResponse(http::status status, const Json& body, const HttpRequest& request) {
+  HttpResponse response{status, request.version()};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(request.keep_alive());
+  response.body() = Dump(body);
+  response.prepare_payload();
+  return response;
+}
+
+http::status StatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return http::status::bad_request;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
+      return http::status::service_unavailable;
+    default:
+      return http::status::internal_server_error;
+  }
+}
+
+// Whole seconds, rounded up.
+int64_t CeilSeconds(Micros d) { return (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond; }
+
+// Reads the fields of one JSON object, with errors that name the field by its path.
+class Fields {
+ public:
+  Fields(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  absl::Status OnlyKnown(std::initializer_list<std::string_view> known) const {
+    for (const auto& [name, value] : object_.items()) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        return absl::InvalidArgumentError(fmt::format("unknown field '{}'", Name(name)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The first of `names` present (a protobuf JSON field may be spelled either way).
+  const Json* Find(std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      if (const auto it = object_.find(name); it != object_.end()) {
+        return &*it;
+      }
+    }
+    return nullptr;
+  }
+
+  absl::StatusOr<std::optional<std::string>> String(const char* name) const {
+    const Json* value = Find({name});
+    if (value == nullptr) {
+      return std::nullopt;
+    }
+    if (!value->is_string()) {
+      return absl::InvalidArgumentError(fmt::format("{} must be a string", Name(name)));
+    }
+    return value->get<std::string>();
+  }
+
+  // An integer field; `quoted` also accepts the string form protobuf JSON uses for 64 bits.
+  absl::StatusOr<std::optional<int64_t>> Integer(std::initializer_list<const char*> names,
+                                                 bool quoted = false) const {
+    const Json* value = Find(names);
+    if (value == nullptr) {
+      return std::nullopt;
+    }
+    const std::string name = Name(*names.begin());
+    if (value->is_number_unsigned()) {
+      const auto n = value->get<uint64_t>();
+      if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(fmt::format("{} is too large", name));
+      }
+      return static_cast<int64_t>(n);
+    }
+    if (value->is_number_integer()) {
+      return value->get<int64_t>();
+    }
+    if (quoted && value->is_string()) {
+      const auto& text = value->get_ref<const std::string&>();
+      int64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
+        return n;
+      }
+    }
+    return absl::InvalidArgumentError(fmt::format("{} must be an integer", name));
+  }
+
+  std::string Name(std::string_view name) const {
+    return path_.empty() ? std::string(name) : fmt::format("{}.{}", path_, name);
+  }
+
+ private:
+  const Json& object_;
+  std::string path_;
+};
+
+// Checks an optional integer field: when present it must be at least `min`.
+absl::StatusOr<std::optional<int64_t>> AtLeast(absl::StatusOr<std::optional<int64_t>> value,
+                                               const Fields& fields, const char* name,
+                                               int64_t min) {
+  if (value.ok() && *value && **value < min) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} must be {}, not {}", fields.Name(name),
+                    min == 0 ? "zero or more" : "positive", **value));
+  }
+  return value;
+}
+
+// The descriptors of a rules-mode or Envoy request: [{"entries": [{"key", "value"}], ...}].
+absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body,
+                                                                bool envoy) {
+  const auto it = body.find("descriptors");
+  if (it == body.end()) {
+    return absl::InvalidArgumentError("descriptors is missing");
+  }
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError("descriptors must be an array");
+  }
+  if (it->size() > kMaxDescriptors) {
+    return absl::InvalidArgumentError(
+        fmt::format("too many descriptors: {} (at most {})", it->size(), kMaxDescriptors));
+  }
+  std::vector<RequestDescriptor> descriptors;
+  descriptors.reserve(it->size());
+  for (size_t d = 0; d < it->size(); ++d) {
+    const Json& item = (*it)[d];
+    const std::string path = fmt::format("descriptors[{}]", d);
+    if (!item.is_object()) {
+      return absl::InvalidArgumentError(fmt::format("{} must be an object", path));
+    }
+    const Fields fields(item, path);
+    if (absl::Status s = envoy ? fields.OnlyKnown({"entries", "limit", "hitsAddend", "hits_addend"})
+                               : fields.OnlyKnown({"entries"});
+        !s.ok()) {
+      return s;
+    }
+    RequestDescriptor& descriptor = descriptors.emplace_back();
+    const Json* entries = fields.Find({"entries"});
+    if (entries == nullptr || !entries->is_array()) {
+      return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", path));
+    }
+    if (entries->size() > kMaxEntries) {
+      return absl::InvalidArgumentError(fmt::format("{}.entries has too many entries: {} (at "
+                                                    "most {})",
+                                                    path, entries->size(), kMaxEntries));
+    }
+    for (size_t e = 0; e < entries->size(); ++e) {
+      const Json& entry = (*entries)[e];
+      const std::string entry_path = fmt::format("{}.entries[{}]", path, e);
+      if (!entry.is_object()) {
+        return absl::InvalidArgumentError(fmt::format("{} must be an object", entry_path));
+      }
+      const Fields entry_fields(entry, entry_path);
+      if (absl::Status s = entry_fields.OnlyKnown({"key", "value"}); !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<std::optional<std::string>> key = entry_fields.String("key");
+      absl::StatusOr<std::optional<std::string>> value = entry_fields.String("value");
+      if (!key.ok()) {
+        return key.status();
+      }
+      if (!value.ok()) {
+        return value.status();
+      }
+      if (!*key) {
+        return absl::InvalidArgumentError(fmt::format("{}.key is missing", entry_path));
+      }
+      descriptor.entries.push_back({.key = **std::move(key), .value = value->value_or("")});
+    }
+    if (!envoy) {
+      continue;
+    }
+    absl::StatusOr<std::optional<int64_t>> hits =
+        AtLeast(fields.Integer({"hitsAddend", "hits_addend"}, /*quoted=*/true), fields,
+                "hitsAddend", 0);
+    if (!hits.ok()) {
+      return hits.status();
+    }
+    descriptor.cost = *hits;
+    if (const Json* limit = fields.Find({"limit"})) {
+      if (!limit->is_object()) {
+        return absl::InvalidArgumentError(fmt::format("{}.limit must be an object", path));
+      }
+      const Fields limit_fields(*limit, path + ".limit");
+      if (absl::Status s = limit_fields.OnlyKnown({"requestsPerUnit", "requests_per_unit", "unit"});
+          !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<std::optional<int64_t>> count = AtLeast(
+          limit_fields.Integer({"requestsPerUnit", "requests_per_unit"}), limit_fields,
+          "requestsPerUnit", 0);
+      if (!count.ok()) {
+        return count.status();
+      }
+      LimitOverride& override = descriptor.limit.emplace();
+      override.requests_per_unit = count->value_or(0);
+      if (const Json* unit = limit_fields.Find({"unit"})) {
+        if (unit->is_string()) {
+          override.unit = ParseUnit(unit->get<std::string>()).value_or(Unit::kUnknown);
+        } else if (unit->is_number_unsigned() && unit->get<uint64_t>() <= 7) {
+          override.unit = static_cast<Unit>(unit->get<uint64_t>());
+        }
+      }
+      if (override.unit == Unit::kUnknown) {
+        return absl::InvalidArgumentError(fmt::format(
+            "{}.limit.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", path));
+      }
+    }
+  }
+  return descriptors;
+}
+
+Json FiguresJson(const Decision& d) {
+  return {{"allowed", d.allowed},
+          {"remaining", d.remaining},
+          {"reset_after_us", d.reset_after.count()},
+          {"retry_after_us", d.retry_after.count()},
+          {"delay_us", d.delay.count()}};
+}
+
+Json OutcomeJson(const LimitOutcome& outcome) {
+  Json json = {{"name", outcome.name}};
+  if (outcome.unlimited) {
+    json["unlimited"] = true;
+    return json;
+  }
+  if (outcome.limit) {
+    const Limit& limit = *outcome.limit;
+    json["algorithm"] = AlgorithmName(limit.algorithm());
+    json["period"] = FormatDuration(limit.period());
+  } else {
+    json["algorithm"] = AlgorithmName(Algorithm::kFixedWindow);
+  }
+  json["limit"] = outcome.nominal;
+  json["mode"] = ModeName(outcome.mode);
+  json.update(FiguresJson(outcome.decision));
+  if (outcome.over_soft) {
+    json["over_soft"] = true;
+  }
+  if (outcome.borrowed) {
+    json["borrowed"] = true;
+  }
+  if (outcome.pool) {
+    json["pool"] = true;
+  }
+  return json;
+}
+
+// The limit a client is told about in RateLimit-Limit: the one with the fewest remaining,
+// a denying one first.
+const LimitOutcome* Closest(const CheckResult& result) {
+  const LimitOutcome* closest = nullptr;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.unlimited || outcome.borrowed || !outcome.limit) {
+      continue;
+    }
+    const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
+    const bool closest_denies =
+        closest != nullptr && !closest->decision.allowed && closest->mode != Mode::kShadow;
+    if (closest == nullptr || (denies && !closest_denies) ||
+        (denies == closest_denies && outcome.decision.remaining < closest->decision.remaining)) {
+      closest = &outcome;
+    }
+  }
+  return closest;
+}
+
+// The standard headers: RateLimit-Limit, -Remaining, -Reset and -Policy, and Retry-After (whole
+// seconds, rounded up, at least 1) on a denial that a retry can cure.
+void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
+  if (!result.limited) {
+    return;
+  }
+  if (const LimitOutcome* closest = Closest(result)) {
+    response.set("RateLimit-Limit", std::to_string(closest->nominal));
+    response.set("RateLimit-Reset", std::to_string(CeilSeconds(closest->decision.reset_after)));
+  }
+  response.set("RateLimit-Remaining", std::to_string(result.combined.remaining));
+  std::string policy;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.limit && !outcome.unlimited && !outcome.pool) {
+      fmt::format_to(std::back_inserter(policy), "{}{};w={}", policy.empty() ? "" : ", ",
+                     outcome.nominal, CeilSeconds(outcome.limit->period()));
+    }
+  }
+  if (!policy.empty()) {
+    response.set("RateLimit-Policy", policy);
+  }
+  if (!result.combined.allowed && result.combined.retry_after > Micros{0}) {
+    response.set(http::field::retry_after,
+                 std::to_string(std::max<int64_t>(1, CeilSeconds(result.combined.retry_after))));
+  }
+}
+
+Json ResultJson(const CheckResult& result) {
+  Json json = FiguresJson(result.combined);
+  if (!result.limited) {
+    json["remaining"] = nullptr;  // Nothing limits this request.
+  }
+  Json limits = Json::array();
+  bool over_soft = false;
+  for (const LimitOutcome& outcome : result.limits) {
+    limits.push_back(OutcomeJson(outcome));
+    over_soft = over_soft || outcome.over_soft;
+  }
+  json["over_soft"] = over_soft;
+  json["limits"] = std::move(limits);
+  return json;
+}
+
+HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
+                           http::status denied_status) {
+  HttpResponse response = JsonResponse(
+      result.combined.allowed ? http::status::ok : denied_status, ResultJson(result), request);
+  SetRateLimitHeaders(result, response);
+  return response;
+}
+
+// Protobuf JSON's Duration: seconds with 0, 3, 6 or 9 fractional digits and an "s".
+std::string ProtoDuration(Micros d) {
+  const int64_t us = d.count();
+  if (us % kMicrosPerSecond == 0) {
+    return fmt::format("{}s", us / kMicrosPerSecond);
+  }
+  if (us % 1000 == 0) {
+    return fmt::format("{}.{:03}s", us / kMicrosPerSecond, (us % kMicrosPerSecond) / 1000);
+  }
+  return fmt::format("{}.{:06}s", us / kMicrosPerSecond, us % kMicrosPerSecond);
+}
+
+// The unit an Envoy client is shown for a limit: its own, or the unit its period equals.
+Unit EnvoyUnit(const LimitOutcome& outcome) {
+  if (outcome.unit != Unit::kUnknown || !outcome.limit) {
+    return outcome.unit;
+  }
+  for (Unit unit : {Unit::kSecond, Unit::kMinute, Unit::kHour, Unit::kDay, Unit::kWeek,
+                    Unit::kMonth, Unit::kYear}) {
+    if (UnitPeriod(unit) == outcome.limit->period()) {
+      return unit;
+    }
+  }
+  return Unit::kUnknown;
+}
+
+constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
+
+}  // namespace
+
+HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
+                           bool keep_alive) {
+  HttpResponse response{status, version};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(keep_alive);
+  response.body() = Dump(Json{{"error", message}});
+  response.prepare_payload();
+  return response;
+}
+
+HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
+                 std::function<std::string()> store_metrics)
+    : service_(service),
+      metrics_(metrics),
+      clock_(clock),
+      store_metrics_(std::move(store_metrics)) {}
+
+HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) {
+  const std::string_view target = request.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const http::verb method = request.method();
+  auto only = [&](http::verb allowed) {
+    if (method == allowed) {
+      return true;
+    }
+    return false;
+  };
+  const Timestamp start = clock_.Now();
+  HttpResponse response;
+  bool decision = true;
+  if (path == "/v1/check" && only(http::verb::post)) {
+    response = Check(request);
+  } else if (path == "/json" && only(http::verb::post)) {
+    response = EnvoyJson(request);
+  } else if (path == "/v1/auth" && (only(http::verb::get) || only(http::verb::head))) {
+    response = Auth(request, peer);
+  } else {
+    decision = false;
+    if (path == "/healthz" && only(http::verb::get)) {
+      response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+    } else if (path == "/metrics" && only(http::verb::get)) {
+      response = HttpResponse{http::status::ok, request.version()};
+      response.set(http::field::server, "sluiced");
+      response.set(http::field::content_type, "text/plain; version=0.0.4");
+      response.keep_alive(request.keep_alive());
+      response.body() = metrics_.Render(store_metrics_ ? store_metrics_() : std::string());
+      response.prepare_payload();
+    } else if (path == "/v1/rules" && only(http::verb::get)) {
+      response = Rules(request);
+    } else if (path == "/v1/check" || path == "/json" || path == "/v1/auth" ||
+               path == "/healthz" || path == "/metrics" || path == "/v1/rules") {
+      response = ErrorResponse(http::status::method_not_allowed,
+                               fmt::format("{} does not accept {}", path,
+                                           std::string_view(request.method_string())),
+                               request.version(), request.keep_alive());
+    } else {
+      response = ErrorResponse(http::status::not_found, fmt::format("no endpoint {}", path),
+                               request.version(), request.keep_alive());
+    }
+  }
+  if (response.result() == http::status::bad_request) {
+    metrics_.CountBadRequest();
+  }
+  if (decision) {
+    metrics_.RecordLatency(clock_.Now() - start);
+  }
+  return response;
+}
+
+HttpResponse HttpApi::Check(const HttpRequest& request) {
+  auto fail = [&](const absl::Status& status) {
+    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
+                         request.keep_alive());
+  };
+  const Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return fail(absl::InvalidArgumentError("malformed JSON"));
+  }
+  if (!body.is_object()) {
+    return fail(absl::InvalidArgumentError("the body must be a JSON object"));
+  }
+  const Fields fields(body, "");
+  absl::StatusOr<std::optional<int64_t>> cost = AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
+  if (!cost.ok()) {
+    return fail(cost.status());
+  }
+  if (body.contains("key")) {
+    // Ad hoc: the limit is in the request.
+    if (absl::Status s = fields.OnlyKnown(
+            {"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
+        !s.ok()) {
+      return fail(s);
+    }
+    AdHocRequest adhoc;
+    adhoc.cost = cost->value_or(1);
+    absl::StatusOr<std::optional<std::string>> key = fields.String("key");
+    absl::StatusOr<std::optional<std::string>> algorithm = fields.String("algorithm");
+    absl::StatusOr<std::optional<std::string>> period = fields.String("period");
+    absl::StatusOr<std::optional<int64_t>> limit = fields.Integer({"limit"});
+    absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
+    absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
+    for (const absl::Status& s : {key.status(), algorithm.status(), period.status(),
+                                  limit.status(), burst.status(), buckets.status()}) {
+      if (!s.ok()) {
+        return fail(s);
+      }
+    }
+    if (!*limit) {
+      return fail(absl::InvalidArgumentError("limit is missing"));
+    }
+    if (!*period) {
+      return fail(absl::InvalidArgumentError("period is missing (a duration such as \"1s\")"));
+    }
+    adhoc.key = **key;
+    if (*algorithm) {
+      absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
+      if (!parsed.ok()) {
+        return fail(parsed.status());
+      }
+      adhoc.spec.algorithm = *parsed;
+    }
+    absl::StatusOr<Micros> parsed_period = ParseDuration(**period);
+    if (!parsed_period.ok()) {
+      return fail(absl::InvalidArgumentError(
+          fmt::format("period: {}", internal::Message(parsed_period.status()))));
+    }
+    adhoc.spec.limit = **limit;
+    adhoc.spec.period = *parsed_period;
+    adhoc.spec.burst = *burst;
+    adhoc.spec.buckets = *buckets;
+    absl::StatusOr<CheckResult> result = service_.CheckAdHoc(adhoc);
+    if (!result.ok()) {
+      return fail(result.status());
+    }
+    return CheckResponse(*result, request, http::status::too_many_requests);
+  }
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}); !s.ok()) {
+    return fail(s);
+  }
+  CheckRequest check;
+  check.cost = cost->value_or(1);
+  absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
+  if (!domain.ok()) {
+    return fail(domain.status());
+  }
+  if (!*domain) {
+    return fail(absl::InvalidArgumentError(
+        "give either a domain and descriptors (rules mode) or a key and a limit (ad hoc)"));
+  }
+  check.domain = **domain;
+  absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
+      ParseDescriptors(body, /*envoy=*/false);
+  if (!descriptors.ok()) {
+    return fail(descriptors.status());
+  }
+  check.descriptors = *std::move(descriptors);
+  absl::StatusOr<CheckResult> result = service_.Check(check);
+  if (!result.ok()) {
+    return fail(result.status());
+  }
+  return CheckResponse(*result, request, http::status::too_many_requests);
+}
+
+HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
+  auto fail = [&](const absl::Status& status) {
+    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
+                         request.keep_alive());
+  };
+  const Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return fail(absl::InvalidArgumentError("malformed JSON"));
+  }
+  if (!body.is_object()) {
+    return fail(absl::InvalidArgumentError("the body must be a JSON object"));
+  }
+  const Fields fields(body, "");
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
+      !s.ok()) {
+    return fail(s);
+  }
+  CheckRequest check;
+  absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
+  absl::StatusOr<std::optional<int64_t>> hits =
+      AtLeast(fields.Integer({"hitsAddend", "hits_addend"}), fields, "hitsAddend", 0);
+  if (!domain.ok()) {
+    return fail(domain.status());
+  }
+  if (!hits.ok()) {
+    return fail(hits.status());
+  }
+  check.domain = domain->value_or("");
+  check.cost = std::max<int64_t>(1, hits->value_or(1));  // 0 means 1, as in Envoy's proto.
+  if (check.cost > kUint32Max) {
+    return fail(absl::InvalidArgumentError("hitsAddend must fit 32 bits"));
+  }
+  absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
+      ParseDescriptors(body, /*envoy=*/true);
+  if (!descriptors.ok()) {
+    return fail(descriptors.status());
+  }
+  check.descriptors = *std::move(descriptors);
+  absl::StatusOr<std::vector<DescriptorResult>> results = service_.ShouldRateLimit(check);
+  if (!results.ok()) {
+    return fail(results.status());
+  }
+  bool over = false;
+  Json statuses = Json::array();
+  for (const DescriptorResult& result : *results) {
+    Json status = {{"code", result.over_limit ? "OVER_LIMIT" : "OK"}};
+    over = over || result.over_limit;
+    if (result.unlimited && result.matched) {
+      status["limitRemaining"] = kUint32Max;
+    } else if (result.closest) {
+      const LimitOutcome& closest = *result.closest;
+      Json current = {{"requestsPerUnit", std::min(closest.nominal, kUint32Max)}};
+      if (const Unit unit = EnvoyUnit(closest); unit != Unit::kUnknown) {
+        current["unit"] = UnitName(unit);
+      }
+      current["name"] = closest.name;
+      status["currentLimit"] = std::move(current);
+      const int64_t remaining =
+          result.over_limit ? 0 : std::min(closest.decision.remaining, kUint32Max);
+      if (remaining != 0) {
+        status["limitRemaining"] = remaining;
+      }
+      status["durationUntilReset"] = ProtoDuration(result.until_reset);
+    }
+    statuses.push_back(std::move(status));
+  }
+  const Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
+  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response,
+                      request);
+}
+
+HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
+  auto fail = [&](const absl::Status& status) {
+    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
+                         request.keep_alive());
+  };
+  const std::string_view target = request.target();
+  std::string_view domain_name;
+  if (const size_t query = target.find('?'); query != std::string_view::npos) {
+    std::string_view rest = target.substr(query + 1);
+    while (!rest.empty()) {
+      const std::string_view pair = rest.substr(0, rest.find('&'));
+      rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
+      if (pair.starts_with("domain=")) {
+        domain_name = pair.substr(7);
+      }
+    }
+  }
+  const std::shared_ptr<const RuleSet> rules = service_.rules();
+  const Domain* domain = nullptr;
+  for (const auto& candidate : rules->domains()) {
+    if (!candidate->auth.empty() && (domain_name.empty() || candidate->name == domain_name)) {
+      if (domain != nullptr) {
+        return fail(absl::InvalidArgumentError(
+            "several domains define 'auth': name one with ?domain="));
+      }
+      domain = candidate.get();
+    }
+  }
+  if (domain == nullptr) {
+    return fail(absl::FailedPreconditionError(
+        domain_name.empty() ? std::string("no domain defines 'auth' descriptors")
+                            : fmt::format("domain '{}' defines no 'auth' descriptors",
+                                          domain_name)));
+  }
+  CheckRequest check{.domain = domain->name};
+  for (const std::vector<AuthEntry>& source : domain->auth) {
+    RequestDescriptor descriptor;
+    for (const AuthEntry& entry : source) {
+      std::string_view value;
+      if (entry.header == ":remote_addr") {
+        value = peer;
+      } else if (const auto field = request.find(entry.header); field != request.end()) {
+        value = field->value();
+      } else {
+        break;  // A missing header skips the descriptor, as Envoy's actions do.
+      }
+      descriptor.entries.push_back({.key = entry.key, .value = std::string(value)});
+    }
+    if (descriptor.entries.size() == source.size()) {
+      check.descriptors.push_back(std::move(descriptor));
+    }
+  }
+  if (check.descriptors.empty()) {
+    HttpResponse response = JsonResponse(http::status::ok, ResultJson(CheckResult{}), request);
+    return response;
+  }
+  absl::StatusOr<CheckResult> result = service_.Check(check);
+  if (!result.ok()) {
+    return fail(result.status());
+  }
+  return CheckResponse(*result, request, http::status::forbidden);
+}
+
+HttpResponse HttpApi::Rules(const HttpRequest& request) {
+  const std::shared_ptr<const RuleSet> rules = service_.rules();
+  Json domains = Json::array();
+  for (const auto& domain : rules->domains()) {
+    Json list = Json::array();
+    auto visit = [&](const DescriptorLevel& level, auto& self) -> void {
+      for (const auto& node : level.nodes) {
+        if (node->rule) {
+          const Rule& rule = *node->rule;
+          Json limits = Json::array();
+          for (const RuleLimit& rule_limit : rule.limits) {
+            LimitOutcome shown{.name = rule_limit.name,
+                               .limit = rule_limit.limit,
+                               .nominal = rule_limit.nominal,
+                               .unit = rule_limit.unit,
+                               .mode = rule.mode,
+                               .unlimited = rule_limit.unlimited};
+            Json json = OutcomeJson(shown);
+            for (const char* figure :
+                 {"allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us"}) {
+              json.erase(figure);
+            }
+            if (rule_limit.limit && UsesBurst(rule_limit.limit->algorithm())) {
+              json["burst"] = rule_limit.limit->burst() - rule_limit.soft_extra;
+            }
+            if (!rule_limit.replaces.empty()) {
+              json["replaces"] = rule_limit.replaces;
+            }
+            limits.push_back(std::move(json));
+          }
+          Json entry = {{"path", rule.path}, {"mode", ModeName(rule.mode)}, {"limits", limits}};
+          if (rule.mode == Mode::kSoft) {
+            entry["soft_percent"] = rule.soft_percent;
+          }
+          if (rule.pool != nullptr) {
+            entry["pool"] = rule.pool->name;
+          }
+          list.push_back(std::move(entry));
+        }
+        self(node->children, self);
+      }
+    };
+    visit(domain->descriptors, visit);
+    domains.push_back({{"domain", domain->name}, {"file", domain->file}, {"rules", list}});
+  }
+  return JsonResponse(http::status::ok, Json{{"domains", domains}}, request);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,54 @@
+#pragma once
+
+// HttpApi: sluiced's HTTP endpoints as a function from a parsed request to a response, so that
+// they can be tested without sockets. HttpServer (http_server.h) owns the sockets.
+//
+//   POST /v1/check   rules-mode or ad-hoc check, 200 or 429 with RateLimit-* headers
+//   POST /json       envoyproxy/ratelimit's JSON endpoint
+//   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
+//   GET  /healthz, GET /metrics, GET /v1/rules
+//
+// docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "boost/beast/http.hpp"
+
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace sluice::server {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+// A response to a request the server could not even parse (too large, timed out): `status`
+// with a JSON body {"error": message}.
+HttpResponse ErrorResponse(boost::beast::http::status status, std::string_view message,
+                           unsigned version, bool keep_alive);
+
+class HttpApi {
+ public:
+  // `service` and `metrics` must outlive the api. `store_metrics` returns extra Prometheus
+  // lines about the store (keys, evictions), appended to GET /metrics; it may be empty.
+  HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
+          std::function<std::string()> store_metrics);
+
+  // `peer` is the client's address, used for the ":remote_addr" source of /v1/auth.
+  HttpResponse Handle(const HttpRequest& request, std::string_view peer);
+
+ private:
+  HttpResponse Check(const HttpRequest& request);
+  HttpResponse EnvoyJson(const HttpRequest& request);
+  HttpResponse Auth(const HttpRequest& request, std::string_view peer);
+  HttpResponse Rules(const HttpRequest& request);
+
+  RateLimitService& service_;
+  Metrics& metrics_;
+  Clock& clock_;
+  std::function<std::string()> store_metrics_;
+};
+
+}  // namespace sluice::server

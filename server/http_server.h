@@ -1,0 +1,63 @@
+#pragma once
+
+// HttpServer: the sockets behind HttpApi. One event loop (an Asio io_context on a thread of its
+// own) per thread asked for, each with its own listening socket on the same port
+// (SO_REUSEPORT), so the kernel spreads connections over the loops and no lock is shared
+// between them. Keep-alive, a bound on header and body size, and a read timeout per request:
+// a request too large or too slow gets a 400 naming the problem, then the connection closes.
+//
+// Start() and Stop() are called from one control thread.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "boost/asio/io_context.hpp"
+
+#include "server/http_api.h"
+
+namespace sluice::server {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0 picks a free port; port() tells which.
+  int threads = 1;
+  size_t max_body_bytes = 64 * 1024;
+  size_t max_header_bytes = 16 * 1024;
+  Micros read_timeout{10'000'000};  // For a whole request, from its first byte.
+  Micros idle_timeout{60'000'000};  // For a keep-alive connection waiting for a request.
+};
+
+class HttpServer {
+ public:
+  // `api` must outlive the server.
+  HttpServer(HttpApi& api, HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts the loops. Errors: Unavailable naming the address and the reason.
+  absl::Status Start();
+  uint16_t port() const { return port_; }
+
+  // Stops accepting, lets requests in flight finish (up to `drain`), then stops the loops.
+  void Stop(Micros drain);
+
+  // Requests being handled now (read, not yet answered).
+  int64_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Loop;
+  HttpApi& api_;
+  HttpServerOptions options_;
+  uint16_t port_ = 0;
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace sluice::server

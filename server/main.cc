@@ -1,0 +1,327 @@
+// sluiced: the rate limit server. Flags in docs/server.md; `sluiced --help` lists them.
+//
+// The main thread is the control loop: signals (SIGTERM/SIGINT drain and stop, SIGHUP
+// reloads the rules), the rule file watch, and the snapshot timer. The HTTP event loops run
+// on threads of their own (HttpServer).
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/signal_set.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#include "server/http_api.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/rules.h"
+#include "server/service.h"
+#include "sluice/duration.h"
+#include "sluice/memory_store.h"
+#include "src/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace asio = boost::asio;
+
+struct Flags {
+  std::string config;
+  std::string http = "127.0.0.1:8080";
+  std::string grpc = "127.0.0.1:8081";
+  std::string store = "memory";
+  int threads = 0;
+  size_t max_keys = 10'000'000;
+  std::string snapshot;
+  std::string snapshot_interval = "0";
+  std::string watch_interval = "1s";
+  std::string drain = "5s";
+  std::string log_level = "info";
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "127.0.0.1:8080", "[::1]:8080", ":8080" (all addresses of loopback's family default).
+absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError(fmt::format("{} '{}': expected HOST:PORT", flag, text));
+  }
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port_text = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned port = 0;
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} '{}': '{}' is not a port number", flag, text, port_text));
+  }
+  return HostPort{.host = host.empty() ? "0.0.0.0" : std::string(host),
+                  .port = static_cast<uint16_t>(port)};
+}
+
+// What identifies a version of the rules file: its modification time and size (a directory's
+// time changes when a file is added or removed; its files' are checked too).
+std::string FileVersion(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    return "missing";
+  }
+  return fmt::format("{}.{}:{}", info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_size);
+}
+
+class Daemon {
+ public:
+  explicit Daemon(Flags flags) : flags_(std::move(flags)) {}
+
+  int Run() {
+    spdlog::set_level(spdlog::level::from_str(flags_.log_level));
+    if (flags_.store != "memory") {
+      if (flags_.store.starts_with("redis://") || flags_.store.starts_with("redis+cluster://")) {
+        return Refuse("--store: the Redis store is not available in this build yet; use "
+                      "--store memory");
+      }
+      return Refuse(fmt::format("--store '{}': expected memory or redis://HOST:PORT",
+                                flags_.store));
+    }
+    store_ = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
+    service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_);
+    if (!flags_.config.empty()) {
+      absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+      if (!rules.ok()) {
+        return Refuse(internal::Message(rules.status()));
+      }
+      service_->SetRules(*std::move(rules));
+      config_version_ = Version();
+    }
+    absl::StatusOr<Micros> snapshot_interval = ParseDuration(flags_.snapshot_interval);
+    absl::StatusOr<Micros> watch_interval = ParseDuration(flags_.watch_interval);
+    absl::StatusOr<Micros> drain = ParseDuration(flags_.drain);
+    for (const auto* parsed : {&snapshot_interval, &watch_interval, &drain}) {
+      if (!parsed->ok()) {
+        return Refuse(internal::Message(parsed->status()));
+      }
+    }
+    if (*snapshot_interval > Micros{0} && flags_.snapshot.empty()) {
+      return Refuse("--snapshot-interval needs --snapshot FILE");
+    }
+    absl::StatusOr<HostPort> http = ParseHostPort("--http", flags_.http);
+    if (!http.ok()) {
+      return Refuse(internal::Message(http.status()));
+    }
+    if (absl::StatusOr<HostPort> grpc = ParseHostPort("--grpc", flags_.grpc); !grpc.ok()) {
+      return Refuse(internal::Message(grpc.status()));
+    }
+    LoadSnapshot();
+
+    api_ = std::make_unique<HttpApi>(*service_, metrics_, SystemClock(),
+                                     [this] { return StoreMetrics(); });
+    const int threads = flags_.threads > 0
+                            ? flags_.threads
+                            : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+    server_ = std::make_unique<HttpServer>(
+        *api_, HttpServerOptions{.host = http->host, .port = http->port, .threads = threads});
+    if (absl::Status s = server_->Start(); !s.ok()) {
+      return Refuse(internal::Message(s));
+    }
+    spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; "
+                 "memory store (max {} keys)",
+                 http->host, server_->port(), threads, service_->rules()->domains().size(),
+                 flags_.config.empty() ? "no config" : flags_.config, flags_.max_keys);
+    spdlog::info("the Envoy gRPC API (--grpc {}) is not served by this build yet", flags_.grpc);
+
+    asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
+    WaitForSignal(signals);
+    if (!flags_.config.empty() && *watch_interval > Micros{0}) {
+      Watch(*watch_interval);
+    }
+    if (*snapshot_interval > Micros{0}) {
+      SnapshotEvery(*snapshot_interval);
+    }
+    control_.run();
+
+    spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(*drain));
+    server_->Stop(*drain);
+    SaveSnapshot();
+    spdlog::info("stopped");
+    return 0;
+  }
+
+ private:
+  static int Refuse(std::string_view message) {
+    spdlog::error("{}", message);
+    return 2;
+  }
+
+  absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules() {
+    return RuleSet::Load(flags_.config, metrics_.rules(),
+                         [this](const Limit& limit) { return store_->CheckLimit(limit); });
+  }
+
+  std::string Version() const {
+    std::string version = FileVersion(flags_.config);
+    struct stat info {};
+    if (stat(flags_.config.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      std::error_code ec;
+      for (const auto& entry : std::filesystem::directory_iterator(flags_.config, ec)) {
+        version += FileVersion(entry.path().string());
+      }
+    }
+    return version;
+  }
+
+  void Reload(std::string_view why) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+    config_version_ = Version();
+    if (!rules.ok()) {
+      metrics_.CountReload(false);
+      spdlog::error("reload ({}) refused, keeping the rules in force: {}", why,
+                    internal::Message(rules.status()));
+      return;
+    }
+    service_->SetRules(*std::move(rules));
+    metrics_.CountReload(true);
+    spdlog::info("reloaded {} ({}): {} domain(s)", flags_.config, why,
+                 service_->rules()->domains().size());
+  }
+
+  void WaitForSignal(asio::signal_set& signals) {
+    signals.async_wait([this, &signals](const boost::system::error_code& ec, int signal) {
+      if (ec) {
+        return;
+      }
+      if (signal == SIGHUP) {
+        if (!flags_.config.empty()) {
+          Reload("SIGHUP");
+        }
+        WaitForSignal(signals);
+        return;
+      }
+      spdlog::info("received {}", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      control_.stop();
+    });
+  }
+
+  void Watch(Micros interval) {
+    watch_timer_.expires_after(interval);
+    watch_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+      if (ec) {
+        return;
+      }
+      if (Version() != config_version_) {
+        Reload("file changed");
+      }
+      Watch(interval);
+    });
+  }
+
+  void SnapshotEvery(Micros interval) {
+    snapshot_timer_.expires_after(interval);
+    snapshot_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+      if (ec) {
+        return;
+      }
+      SaveSnapshot();
+      SnapshotEvery(interval);
+    });
+  }
+
+  void LoadSnapshot() {
+    if (flags_.snapshot.empty()) {
+      return;
+    }
+    absl::StatusOr<size_t> loaded = store_->LoadSnapshot(flags_.snapshot, SystemClock().Now());
+    if (loaded.ok()) {
+      spdlog::info("loaded {} key(s) from snapshot {}", *loaded, flags_.snapshot);
+    } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
+      spdlog::info("no snapshot at {} yet: starting empty", flags_.snapshot);
+    } else {
+      spdlog::warn("ignoring snapshot: {}", internal::Message(loaded.status()));
+    }
+  }
+
+  void SaveSnapshot() {
+    if (flags_.snapshot.empty()) {
+      return;
+    }
+    if (absl::Status s = store_->SaveSnapshot(flags_.snapshot); !s.ok()) {
+      spdlog::error("snapshot failed: {}", internal::Message(s));
+      return;
+    }
+    spdlog::debug("snapshot written to {}", flags_.snapshot);
+  }
+
+  std::string StoreMetrics() const {
+    const MemoryStoreStats stats = store_->Stats();
+    return fmt::format(
+        "# HELP sluice_store_keys Keys holding state in the memory store.\n"
+        "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
+        "# HELP sluice_store_reclaimed_total Keys dropped because their state had reset.\n"
+        "# TYPE sluice_store_reclaimed_total counter\nsluice_store_reclaimed_total {}\n"
+        "# HELP sluice_store_evicted_total Keys evicted, still holding state, to make room.\n"
+        "# TYPE sluice_store_evicted_total counter\nsluice_store_evicted_total {}\n",
+        stats.keys, stats.reclaimed, stats.evicted);
+  }
+
+  Flags flags_;
+  Metrics metrics_;
+  std::unique_ptr<MemoryStore> store_;
+  std::unique_ptr<RateLimitService> service_;
+  std::unique_ptr<HttpApi> api_;
+  std::unique_ptr<HttpServer> server_;
+  asio::io_context control_{1};
+  asio::steady_timer watch_timer_{control_};
+  asio::steady_timer snapshot_timer_{control_};
+  std::string config_version_;
+};
+
+}  // namespace
+}  // namespace sluice::server
+
+int main(int argc, char** argv) {
+  sluice::server::Flags flags;
+  CLI::App app{"sluiced: the sluice rate limit server (docs/server.md)"};
+  app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
+  app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
+  app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
+  app.add_option("--store", flags.store, "memory, or redis://[user:pass@]host:port[/db]")
+      ->capture_default_str();
+  app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
+  app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
+      ->capture_default_str();
+  app.add_option("--snapshot", flags.snapshot,
+                 "Memory store snapshot file: loaded at start, written at shutdown");
+  app.add_option("--snapshot-interval", flags.snapshot_interval,
+                 "Also write the snapshot this often (0: only at shutdown)")
+      ->capture_default_str();
+  app.add_option("--watch-interval", flags.watch_interval,
+                 "How often to look for a changed rules file (0: only on SIGHUP)")
+      ->capture_default_str();
+  app.add_option("--drain", flags.drain, "How long SIGTERM waits for requests in flight")
+      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  return sluice::server::Daemon(std::move(flags)).Run();
+}

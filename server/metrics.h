@@ -1,0 +1,50 @@
+#pragma once
+
+// Metrics: what sluiced counts, rendered in Prometheus's text format for GET /metrics.
+// Per rule limit: checks, admitted, denied, near limit, shadow denials, soft and elastic
+// admissions (RuleCounters, kept by a CounterRegistry across reloads). Server-wide: store
+// errors, config reloads, and a histogram of decision latency.
+//
+// Thread-safe: counters are relaxed atomics, incremented from any thread.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "server/rules.h"
+#include "sluice/clock.h"
+
+namespace sluice::server {
+
+class Metrics {
+ public:
+  // Upper bounds of the latency histogram's buckets, in microseconds (then +Inf).
+  static constexpr std::array<int64_t, 12> kLatencyBucketsUs = {
+      25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 100'000, 1'000'000};
+
+  CounterRegistry& rules() { return rules_; }
+
+  void RecordLatency(Micros latency);
+  void CountStoreError() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
+  void CountReload(bool ok) {
+    (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountBadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t reload_failures() const { return reload_failures_.load(std::memory_order_relaxed); }
+
+  // The Prometheus text exposition of everything above, plus `extra` lines appended as they
+  // are (the store's own gauges).
+  std::string Render(std::string_view extra = {}) const;
+
+ private:
+  CounterRegistry rules_;
+  std::atomic<uint64_t> store_errors_{0};
+  std::atomic<uint64_t> reloads_{0};
+  std::atomic<uint64_t> reload_failures_{0};
+  std::atomic<uint64_t> bad_requests_{0};
+  std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
+  std::atomic<uint64_t> latency_sum_us_{0};
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,194 @@
+#pragma once
+
+// Rules: the limits sluiced enforces, loaded from YAML files in envoyproxy/ratelimit's format
+// (domain, descriptors, key, value, rate_limit, replaces, shadow_mode, ...) plus sluice's
+// extensions (algorithm, period, burst, buckets, several limits per descriptor, throttling
+// modes, elastic pools, IP grouping, the descriptors of GET /v1/auth). docs/server.md
+// describes the format; this header is its model in memory and the matching of requests.
+//
+// A RuleSet is immutable once loaded: the server swaps in a new one on reload, and requests in
+// flight keep the one they started with. Thread-safe for concurrent readers.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "sluice/limit.h"
+
+namespace sluice::server {
+
+// Envoy's RateLimitUnit, with the WEEK that envoyproxy/ratelimit adds. MONTH is 30 days and
+// YEAR 365, as theirs.
+enum class Unit : uint8_t {
+  kUnknown = 0,
+  kSecond = 1,
+  kMinute = 2,
+  kHour = 3,
+  kDay = 4,
+  kMonth = 5,
+  kYear = 6,
+  kWeek = 7,
+};
+std::string_view UnitName(Unit unit);  // "SECOND", ...
+// Case-insensitive, as envoyproxy/ratelimit reads it; nullopt for anything else.
+std::optional<Unit> ParseUnit(std::string_view name);
+Micros UnitPeriod(Unit unit);  // REQUIRES: unit != kUnknown.
+
+// How a rule's limits act on a request over them.
+enum class Mode : uint8_t {
+  kHard,     // Deny.
+  kSoft,     // Admit up to the limit plus soft_percent, and mark what is past the limit.
+  kShadow,   // Count and report, never deny.
+  kElastic,  // When over, borrow from the rule's pool (a shared spare-capacity limit).
+};
+std::string_view ModeName(Mode mode);
+
+// Counters of one rule limit, kept across reloads (by name) for /metrics.
+struct RuleCounters {
+  std::atomic<uint64_t> checks{0};
+  std::atomic<uint64_t> admitted{0};
+  std::atomic<uint64_t> denied{0};
+  std::atomic<uint64_t> near_limit{0};      // Admitted with less than 20% of the limit left.
+  std::atomic<uint64_t> shadow_denied{0};   // Would have been denied, admitted by shadow mode.
+  std::atomic<uint64_t> over_soft{0};       // Admitted past the limit by soft mode.
+  std::atomic<uint64_t> borrowed{0};        // Admitted over the limit by an elastic pool.
+};
+
+// One limit of a rule, ready for the store.
+struct RuleLimit {
+  std::string name;  // rate_limit.name, or the descriptor path ("api.user", "api.user_alice").
+  // What the rule says: N per P. The limit the store enforces is `limit`, which equals it
+  // except in soft mode, where it is enlarged by soft_percent.
+  int64_t nominal = 0;
+  std::optional<Limit> limit;  // Empty when requests_per_unit is 0: every request is denied.
+  // Envoy's view of the limit, for its responses: the unit the rule was written with, or
+  // kUnknown when it was written with `period`.
+  Unit unit = Unit::kUnknown;
+  // Soft mode: the stored capacity (burst, or limit) minus the nominal one; 0 otherwise.
+  int64_t soft_extra = 0;
+  bool unlimited = false;            // Envoy's `unlimited: true`: never counted, never denied.
+  std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
+  RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
+};
+
+// A pool of spare capacity that elastic rules borrow from.
+struct Pool {
+  std::string name;
+  RuleLimit limit;
+};
+
+// A descriptor node that carries limits.
+struct Rule {
+  std::string path;  // "api.user_alice.path": domain, then key or key_value per level.
+  std::vector<RuleLimit> limits;  // Decided all or nothing; one (unlimited) when unlimited.
+  bool unlimited = false;
+  Mode mode = Mode::kHard;
+  int64_t soft_percent = 0;
+  const Pool* pool = nullptr;  // Elastic mode only.
+};
+
+// One entry of a request descriptor.
+struct Entry {
+  std::string key;
+  std::string value;
+};
+
+struct DescriptorNode;
+
+// The descriptors of one level of a domain's tree, indexed for matching.
+struct DescriptorLevel {
+  struct ByKey {
+    std::map<std::string, const DescriptorNode*, std::less<>> exact;
+    std::vector<const DescriptorNode*> wildcards;  // In file order.
+    const DescriptorNode* any = nullptr;           // The node with this key and no value.
+  };
+  std::vector<std::unique_ptr<DescriptorNode>> nodes;  // In file order.
+  std::map<std::string, ByKey, std::less<>> by_key;
+};
+
+struct DescriptorNode {
+  std::string key;
+  std::optional<std::string> value;  // Empty: matches any value of `key`.
+  bool wildcard = false;             // `value` ended with '*': matches values with its prefix.
+  std::optional<Rule> rule;          // Present when this node has a rate_limit (or limits).
+  DescriptorLevel children;
+};
+
+// Where the descriptors of GET /v1/auth come from: one entry per (key, header).
+struct AuthEntry {
+  std::string key;
+  std::string header;  // Lower case. ":remote_addr" for the peer address.
+};
+
+struct Domain {
+  std::string name;
+  std::string file;
+  DescriptorLevel descriptors;
+  std::vector<std::unique_ptr<Pool>> pools;
+  // Descriptor keys whose values are client IP addresses; IPv6 values are grouped by
+  // ipv6_prefix bits (default /64), IPv4 values used as they are.
+  std::vector<std::string> ip_keys;
+  int ipv6_prefix = 64;
+  std::vector<std::vector<AuthEntry>> auth;  // GET /v1/auth descriptors; empty if none.
+};
+
+// Keeps RuleCounters by name for the process's lifetime, so that a reload keeps the counts of
+// the rules it keeps. Thread-safe.
+class CounterRegistry {
+ public:
+  CounterRegistry();
+  ~CounterRegistry();
+  CounterRegistry(const CounterRegistry&) = delete;
+  CounterRegistry& operator=(const CounterRegistry&) = delete;
+
+  // The counters named `name`, created on first use. Stable for the registry's lifetime.
+  RuleCounters* Get(const std::string& name);
+  // Every counter ever created, in name order.
+  std::vector<std::pair<std::string, const RuleCounters*>> All() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The store's verdict on a limit (Store::CheckLimit), asked for every limit of a rule file.
+using LimitChecker = std::function<absl::Status(const Limit&)>;
+
+class RuleSet {
+ public:
+  // No rules: every rules-mode request matches nothing.
+  RuleSet() = default;
+
+  // Loads `path`: a YAML file, or a directory whose *.yaml and *.yml files are each loaded
+  // (one domain per file, as envoyproxy/ratelimit). Errors: InvalidArgument
+  // "FILE:LINE:COLUMN: what is wrong", or "FILE: ..." when the file cannot be read.
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(const std::string& path,
+                                                             CounterRegistry& counters,
+                                                             const LimitChecker& check_limit);
+  // As Load, from (file name, text) pairs.
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Parse(
+      const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,
+      const LimitChecker& check_limit);
+
+  const Domain* FindDomain(std::string_view name) const;
+  const std::vector<std::unique_ptr<Domain>>& domains() const { return domains_; }
+
+  // The rule a request descriptor matches in `domain`, as envoyproxy/ratelimit matches it:
+  // at each level the entry's exact key and value, else a wildcard value, else the key alone;
+  // the rule is the node reached by the last entry, so the request's depth must equal the
+  // rule's. nullptr when nothing matches.
+  static const Rule* Match(const Domain& domain, const std::vector<Entry>& entries);
+
+ private:
+  std::vector<std::unique_ptr<Domain>> domains_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,497 @@
+#include "server/service.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "fmt/format.h"
+
+#include "server/ip.h"
+
+namespace sluice::server {
+namespace {
+
+// Separators of RuleKey, and the escape byte that precedes any of them inside a part.
+constexpr char kEscape = '\x1b';
+constexpr char kPoolSeparator = '\x1c';
+constexpr char kDomainMark = '\x1d';
+constexpr char kEntrySeparator = '\x1e';
+constexpr char kValueSeparator = '\x1f';
+
+void AppendEscaped(std::string& key, std::string_view part) {
+  for (char c : part) {
+    if (c >= kEscape && c <= kValueSeparator) {
+      key.push_back(kEscape);
+    }
+    key.push_back(c);
+  }
+}
+
+std::string PoolKey(std::string_view domain, std::string_view pool) {
+  std::string key(1, kDomainMark);
+  AppendEscaped(key, domain);
+  key.push_back(kPoolSeparator);
+  AppendEscaped(key, pool);
+  return key;
+}
+
+// The decision a request is denied with when its rule allows nothing (requests_per_unit: 0).
+constexpr Decision kAlwaysDenied{.allowed = false, .retry_after = kNeverAllowed};
+
+absl::Status CheckCost(int64_t cost, std::string_view field) {
+  if (cost < 0) {
+    return absl::InvalidArgumentError(fmt::format("{} must not be negative, not {}", field, cost));
+  }
+  if (cost > Limit::kMaxCount) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} must be at most {}, not {}", field, Limit::kMaxCount, cost));
+  }
+  return absl::OkStatus();
+}
+
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
+  counters.checks.fetch_add(1, std::memory_order_relaxed);
+  if (admitted) {
+    counters.admitted.fetch_add(1, std::memory_order_relaxed);
+    // Near the limit: less than a fifth of it left (envoyproxy/ratelimit's 0.8 ratio).
+    if (!outcome.unlimited && !outcome.pool && outcome.decision.remaining * 5 < outcome.nominal) {
+      counters.near_limit.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {
+    counters.denied.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (admitted && outcome.mode == Mode::kShadow && !outcome.decision.allowed) {
+    counters.shadow_denied.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (outcome.over_soft) {
+    counters.over_soft.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (outcome.borrowed) {
+    counters.borrowed.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) {
+  std::string key(1, kDomainMark);
+  AppendEscaped(key, domain);
+  for (const Entry& entry : entries) {
+    key.push_back(kEntrySeparator);
+    AppendEscaped(key, entry.key);
+    key.push_back(kValueSeparator);
+    AppendEscaped(key, entry.value);
+  }
+  return key;
+}
+
+// One limit that applies to a request, with the key it counts under.
+struct RateLimitService::Planned {
+  const RuleLimit* rule_limit = nullptr;  // Into the RuleSet, or into `owned`.
+  std::unique_ptr<RuleLimit> owned;       // An Envoy limit override.
+  Mode mode = Mode::kHard;
+  const Pool* pool = nullptr;  // The elastic pool of its rule.
+  std::string domain;
+  std::string key;
+  size_t descriptor = 0;
+};
+
+RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics)
+    : store_(store),
+      clock_(clock),
+      metrics_(metrics),
+      rules_(std::make_shared<const RuleSet>()),
+      adhoc_counters_(metrics.rules().Get("adhoc")) {}
+
+absl::Status RateLimitService::Validate(const CheckRequest& request) const {
+  if (request.domain.empty()) {
+    return absl::InvalidArgumentError("domain must not be empty");
+  }
+  if (request.descriptors.empty()) {
+    return absl::InvalidArgumentError("descriptors must not be empty");
+  }
+  if (request.descriptors.size() > kMaxDescriptors) {
+    return absl::InvalidArgumentError(fmt::format("too many descriptors: {} (at most {})",
+                                                  request.descriptors.size(), kMaxDescriptors));
+  }
+  if (absl::Status s = CheckCost(request.cost, "cost"); !s.ok()) {
+    return s;
+  }
+  for (size_t d = 0; d < request.descriptors.size(); ++d) {
+    const RequestDescriptor& descriptor = request.descriptors[d];
+    if (descriptor.entries.empty()) {
+      return absl::InvalidArgumentError(fmt::format("descriptors[{}] has no entries", d));
+    }
+    if (descriptor.entries.size() > kMaxEntries) {
+      return absl::InvalidArgumentError(fmt::format("descriptors[{}] has too many entries: {} "
+                                                    "(at most {})",
+                                                    d, descriptor.entries.size(), kMaxEntries));
+    }
+    for (size_t e = 0; e < descriptor.entries.size(); ++e) {
+      const Entry& entry = descriptor.entries[e];
+      if (entry.key.empty() || entry.key.size() > kMaxKeyBytes) {
+        return absl::InvalidArgumentError(
+            fmt::format("descriptors[{}].entries[{}].key must be 1 to {} bytes, not {}", d, e,
+                        kMaxKeyBytes, entry.key.size()));
+      }
+      if (entry.value.size() > kMaxValueBytes) {
+        return absl::InvalidArgumentError(
+            fmt::format("descriptors[{}].entries[{}].value must be at most {} bytes, not {}", d,
+                        e, kMaxValueBytes, entry.value.size()));
+      }
+    }
+    if (descriptor.cost) {
+      if (absl::Status s = CheckCost(*descriptor.cost, fmt::format("descriptors[{}].hits_addend",
+                                                                   d));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (descriptor.limit && descriptor.limit->unit == Unit::kUnknown) {
+      return absl::InvalidArgumentError(fmt::format("descriptors[{}].limit.unit is unknown", d));
+    }
+    if (descriptor.limit && (descriptor.limit->requests_per_unit < 0 ||
+                             descriptor.limit->requests_per_unit > Limit::kMaxCount)) {
+      return absl::InvalidArgumentError(
+          fmt::format("descriptors[{}].limit.requests_per_unit must be 0 to {}", d,
+                      Limit::kMaxCount));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<RateLimitService::Planned> RateLimitService::Plan(const Domain& domain,
+                                                              const CheckRequest& request) const {
+  std::vector<Planned> planned;
+  for (size_t d = 0; d < request.descriptors.size(); ++d) {
+    const RequestDescriptor& descriptor = request.descriptors[d];
+    std::vector<Entry> entries = descriptor.entries;
+    for (Entry& entry : entries) {
+      if (std::find(domain.ip_keys.begin(), domain.ip_keys.end(), entry.key) !=
+          domain.ip_keys.end()) {
+        entry.value = GroupAddress(entry.value, domain.ipv6_prefix);
+      }
+    }
+    std::string key = RuleKey(domain.name, entries);
+    if (descriptor.limit) {
+      // Envoy's override: a fixed window of its own, never in shadow mode, never replaced.
+      auto owned = std::make_unique<RuleLimit>();
+      owned->name = fmt::format("{}.override", domain.name);
+      owned->nominal = descriptor.limit->requests_per_unit;
+      owned->unit = descriptor.limit->unit;
+      if (owned->nominal > 0) {
+        owned->limit = Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                                      .limit = owned->nominal,
+                                      .period = UnitPeriod(owned->unit)})
+                           .value();  // Validate() bounded both.
+      }
+      owned->counters = metrics_.rules().Get(owned->name);
+      Planned& p = planned.emplace_back();
+      p.rule_limit = owned.get();
+      p.owned = std::move(owned);
+      p.domain = domain.name;
+      p.key = std::move(key);
+      p.descriptor = d;
+      continue;
+    }
+    const Rule* rule = RuleSet::Match(domain, entries);
+    if (rule == nullptr) {
+      continue;
+    }
+    for (const RuleLimit& rule_limit : rule->limits) {
+      Planned& p = planned.emplace_back();
+      p.rule_limit = &rule_limit;
+      p.mode = rule->mode;
+      p.pool = rule->pool;
+      p.domain = domain.name;
+      p.key = key;
+      p.descriptor = d;
+    }
+  }
+  // `replaces`, as envoyproxy/ratelimit: a limit named in any matched limit's replaces list is
+  // dropped, whichever descriptor it came from.
+  std::set<std::string_view> replaced;
+  for (const Planned& p : planned) {
+    replaced.insert(p.rule_limit->replaces.begin(), p.rule_limit->replaces.end());
+  }
+  if (!replaced.empty()) {
+    std::erase_if(planned, [&](const Planned& p) {
+      return !p.owned && replaced.contains(p.rule_limit->name);
+    });
+  }
+  return planned;
+}
+
+absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
+                                                     Timestamp now) {
+  CheckResult result;
+  result.limits.reserve(planned.size() + 1);
+  std::vector<size_t> enforced;
+  std::vector<size_t> shadow;
+  bool always_denied = false;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Planned& p = planned[i];
+    const RuleLimit& rule_limit = *p.rule_limit;
+    LimitOutcome& outcome = result.limits.emplace_back();
+    outcome.name = rule_limit.name;
+    outcome.limit = rule_limit.limit;
+    outcome.nominal = rule_limit.nominal;
+    outcome.unit = rule_limit.unit;
+    outcome.mode = p.mode;
+    outcome.descriptor = p.descriptor;
+    outcome.unlimited = rule_limit.unlimited;
+    if (rule_limit.unlimited) {
+      outcome.decision.allowed = true;
+    } else if (!rule_limit.limit) {
+      outcome.decision = kAlwaysDenied;
+      always_denied = always_denied || p.mode != Mode::kShadow;
+    } else {
+      (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
+    }
+  }
+
+  std::vector<LimitedKey> keys;
+  std::vector<Decision> each;
+  auto decide_all = [&](const std::vector<size_t>& group, int64_t group_cost,
+                        const std::vector<const Pool*>& pools) -> absl::StatusOr<bool> {
+    keys.clear();
+    for (size_t i : group) {
+      keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
+    }
+    std::vector<std::string> pool_keys;
+    pool_keys.reserve(pools.size());
+    for (const Pool* pool : pools) {
+      pool_keys.push_back(PoolKey(planned.front().domain, pool->name));
+      keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
+    }
+    each.assign(keys.size(), Decision{});
+    absl::StatusOr<Decision> combined = store_.DecideAll(keys, group_cost, now, each);
+    if (!combined.ok()) {
+      metrics_.CountStoreError();
+      return combined.status();
+    }
+    return combined->allowed;
+  };
+
+  bool admitted = !always_denied;
+  if (!enforced.empty()) {
+    absl::StatusOr<bool> allowed = decide_all(enforced, always_denied ? 0 : cost, {});
+    if (!allowed.ok()) {
+      return allowed.status();
+    }
+    for (size_t j = 0; j < enforced.size(); ++j) {
+      result.limits[enforced[j]].decision = each[j];
+    }
+    admitted = admitted && *allowed;
+    if (!admitted && !always_denied) {
+      // Elastic: when only elastic limits denied, and each can borrow, decide again with their
+      // pools in their place.
+      std::vector<size_t> kept;
+      std::vector<size_t> borrowing;
+      std::vector<const Pool*> pools;
+      bool can_borrow = true;
+      for (size_t i : enforced) {
+        const Decision& d = result.limits[i].decision;
+        if (d.allowed) {
+          kept.push_back(i);
+        } else if (planned[i].pool != nullptr && !d.never_allowed()) {
+          borrowing.push_back(i);
+          if (std::find(pools.begin(), pools.end(), planned[i].pool) == pools.end()) {
+            pools.push_back(planned[i].pool);
+          }
+        } else {
+          can_borrow = false;
+        }
+      }
+      if (can_borrow && !borrowing.empty()) {
+        absl::StatusOr<bool> pooled = decide_all(kept, cost, pools);
+        if (!pooled.ok()) {
+          return pooled.status();
+        }
+        if (*pooled) {
+          admitted = true;
+          for (size_t j = 0; j < kept.size(); ++j) {
+            result.limits[kept[j]].decision = each[j];
+          }
+          for (size_t i : borrowing) {
+            result.limits[i].borrowed = true;
+          }
+          for (size_t j = 0; j < pools.size(); ++j) {
+            LimitOutcome& outcome = result.limits.emplace_back();
+            const RuleLimit& pool_limit = pools[j]->limit;
+            outcome.name = pool_limit.name;
+            outcome.limit = pool_limit.limit;
+            outcome.nominal = pool_limit.nominal;
+            outcome.unit = pool_limit.unit;
+            outcome.pool = true;
+            outcome.descriptor = planned[borrowing.front()].descriptor;
+            outcome.decision = each[kept.size() + j];
+          }
+        }
+      }
+    }
+  }
+  if (!shadow.empty()) {
+    // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
+    absl::StatusOr<bool> allowed = decide_all(shadow, admitted ? cost : 0, {});
+    if (!allowed.ok()) {
+      return allowed.status();
+    }
+    for (size_t j = 0; j < shadow.size(); ++j) {
+      result.limits[shadow[j]].decision = each[j];
+    }
+  }
+
+  std::vector<Decision> views;
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    LimitOutcome& outcome = result.limits[i];
+    const RuleLimit* rule_limit = i < planned.size() ? planned[i].rule_limit : nullptr;
+    if (rule_limit != nullptr && rule_limit->soft_extra > 0) {
+      Decision& d = outcome.decision;
+      outcome.over_soft = admitted && d.allowed && d.remaining < rule_limit->soft_extra;
+      d.remaining = std::max<int64_t>(0, d.remaining - rule_limit->soft_extra);
+    }
+    if (outcome.unlimited || outcome.borrowed) {
+      continue;
+    }
+    Decision view = outcome.decision;
+    if (outcome.mode == Mode::kShadow) {
+      view.allowed = true;
+      view.retry_after = Micros{0};
+    }
+    views.push_back(view);
+  }
+  if (!views.empty()) {
+    result.limited = true;
+    result.combined = Combine(views);
+  }
+  result.combined.allowed = admitted;
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    RuleCounters* counters = i < planned.size() ? planned[i].rule_limit->counters : nullptr;
+    LimitOutcome& outcome = result.limits[i];
+    if (outcome.pool) {
+      // A pool counts as a rule of its own.
+      for (const Planned& p : planned) {
+        if (p.pool != nullptr && p.pool->limit.name == outcome.name) {
+          counters = p.pool->limit.counters;
+        }
+      }
+    }
+    if (counters != nullptr) {
+      Count(outcome, *counters, admitted);
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<CheckResult> RateLimitService::Check(const CheckRequest& request) {
+  if (absl::Status s = Validate(request); !s.ok()) {
+    return s;
+  }
+  const std::shared_ptr<const RuleSet> rules = rules_.load();
+  const Domain* domain = rules->FindDomain(request.domain);
+  if (domain == nullptr) {
+    return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
+  }
+  const Timestamp now = clock_.Now();
+  std::vector<Planned> planned = Plan(*domain, request);
+  if (planned.empty()) {
+    return CheckResult{};
+  }
+  return Decide(planned, request.cost, now);
+}
+
+absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
+    const CheckRequest& request) {
+  if (absl::Status s = Validate(request); !s.ok()) {
+    return s;
+  }
+  const std::shared_ptr<const RuleSet> rules = rules_.load();
+  if (rules->domains().empty()) {
+    return absl::UnavailableError("no rules are loaded");
+  }
+  std::vector<DescriptorResult> results(request.descriptors.size());
+  const Domain* domain = rules->FindDomain(request.domain);
+  if (domain == nullptr) {
+    return results;
+  }
+  const Timestamp now = clock_.Now();
+  std::vector<Planned> planned = Plan(*domain, request);
+  // Each descriptor on its own, with its own cost.
+  for (size_t d = 0; d < request.descriptors.size(); ++d) {
+    std::vector<Planned> group;
+    for (Planned& p : planned) {
+      if (p.descriptor == d) {
+        group.push_back(std::move(p));
+      }
+    }
+    if (group.empty()) {
+      continue;
+    }
+    const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
+    absl::StatusOr<CheckResult> result = Decide(group, cost, now);
+    if (!result.ok()) {
+      return result.status();
+    }
+    DescriptorResult& out = results[d];
+    out.matched = true;
+    out.over_limit = !result->combined.allowed;
+    out.unlimited = !result->limited;
+    for (LimitOutcome& outcome : result->limits) {
+      if (outcome.unlimited || outcome.pool || outcome.borrowed) {
+        continue;
+      }
+      const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
+      if (!out.closest || denies ||
+          (out.closest->decision.allowed && outcome.decision.remaining <
+                                                out.closest->decision.remaining)) {
+        out.closest = std::move(outcome);
+      }
+    }
+    if (out.closest && out.closest->limit) {
+      const Limit& limit = *out.closest->limit;
+      out.until_reset = limit.algorithm() == Algorithm::kFixedWindow
+                            ? limit.period() - now.time_since_epoch() % limit.period()
+                            : out.closest->decision.reset_after;
+    }
+  }
+  return results;
+}
+
+absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(const AdHocRequest& request) {
+  if (request.key.empty() || request.key.size() > kMaxAdHocKeyBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("key must be 1 to {} bytes, not {}", kMaxAdHocKeyBytes, request.key.size()));
+  }
+  for (char c : request.key) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      return absl::InvalidArgumentError("key must not contain control characters");
+    }
+  }
+  if (absl::Status s = CheckCost(request.cost, "cost"); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<Limit> limit = Limit::Create(request.spec);
+  if (!limit.ok()) {
+    return limit.status();
+  }
+  absl::StatusOr<Decision> decision = store_.Decide(*limit, request.key, request.cost, clock_.Now());
+  if (!decision.ok()) {
+    if (decision.status().code() != absl::StatusCode::kInvalidArgument) {
+      metrics_.CountStoreError();
+    }
+    return decision.status();
+  }
+  CheckResult result;
+  result.limited = true;
+  result.combined = *decision;
+  LimitOutcome& outcome = result.limits.emplace_back();
+  outcome.name = "adhoc";
+  outcome.limit = *limit;
+  outcome.nominal = limit->limit();
+  outcome.decision = *decision;
+  Count(outcome, *adhoc_counters_, decision->allowed);
+  return result;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,137 @@
+#pragma once
+
+// RateLimitService: what sluiced decides, whatever the transport. It matches a request's
+// descriptors against the rules in force, applies each rule's mode (hard, soft, shadow,
+// elastic), asks the store, and counts what happened. The HTTP API (/v1/check, /json,
+// /v1/auth) and the Envoy gRPC API are thin adapters over it.
+//
+// Thread-safe: any number of threads may call it while another swaps the rules.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "server/metrics.h"
+#include "server/rules.h"
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/store.h"
+
+namespace sluice::server {
+
+// Bounds on a request, checked before anything is decided. Each names its field in the error.
+inline constexpr size_t kMaxDescriptors = 64;
+inline constexpr size_t kMaxEntries = 16;  // Per descriptor.
+inline constexpr size_t kMaxKeyBytes = 256;
+inline constexpr size_t kMaxValueBytes = 1024;
+inline constexpr size_t kMaxAdHocKeyBytes = 1024;
+
+// Envoy's per-descriptor `limit`: a fixed window that bypasses the rules.
+struct LimitOverride {
+  int64_t requests_per_unit = 0;
+  Unit unit = Unit::kUnknown;
+};
+
+struct RequestDescriptor {
+  std::vector<Entry> entries;
+  std::optional<LimitOverride> limit;
+  std::optional<int64_t> cost;  // Envoy's per-descriptor hits_addend; the request's when empty.
+};
+
+struct CheckRequest {
+  std::string domain;
+  std::vector<RequestDescriptor> descriptors;
+  int64_t cost = 1;
+};
+
+// A limit given in the request itself (POST /v1/check without rules).
+struct AdHocRequest {
+  std::string key;
+  LimitSpec spec;
+  int64_t cost = 1;
+};
+
+// What one limit said about a request.
+struct LimitOutcome {
+  std::string name;
+  std::optional<Limit> limit;  // Empty for unlimited rules and requests_per_unit: 0.
+  int64_t nominal = 0;         // The limit clients are told (soft mode stores more).
+  Unit unit = Unit::kUnknown;  // Envoy's unit, when the rule was written with one.
+  Mode mode = Mode::kHard;
+  size_t descriptor = 0;  // Index of the request descriptor it applied to.
+  bool unlimited = false;
+  bool pool = false;       // An elastic pool charged for a borrowing limit.
+  bool borrowed = false;   // Over its own limit, admitted by its pool.
+  bool over_soft = false;  // Admitted past the nominal limit by soft mode.
+  // The limit's own decision, as the client is told it: in soft mode against the nominal
+  // limit; in shadow mode as decided (the request is admitted regardless).
+  Decision decision;
+};
+
+struct CheckResult {
+  // The request's answer: the Combine of every finite limit that applied, with shadow limits
+  // reported as admitting. Meaningless when !limited.
+  Decision combined{.allowed = true};
+  bool limited = false;  // Whether any finite limit applied.
+  std::vector<LimitOutcome> limits;
+};
+
+// One result per request descriptor, decided each on its own, as envoyproxy/ratelimit does.
+struct DescriptorResult {
+  bool matched = false;    // A rule (or an override) applied.
+  bool unlimited = false;  // It was an unlimited rule.
+  bool over_limit = false; // Denied (shadow limits never deny).
+  std::optional<LimitOutcome> closest;  // The limit nearest to denying (fewest remaining).
+  // Envoy's duration_until_reset for `closest`: to the end of the window for fixed_window
+  // (never 0), its reset_after for the other algorithms.
+  Micros until_reset{0};
+};
+
+class RateLimitService {
+ public:
+  // `store`, `clock` and `metrics` must outlive the service.
+  RateLimitService(Store& store, Clock& clock, Metrics& metrics);
+
+  // The rules in force; never null.
+  std::shared_ptr<const RuleSet> rules() const { return rules_.load(); }
+  void SetRules(std::shared_ptr<const RuleSet> rules) { rules_.store(std::move(rules)); }
+
+  // Rules mode, all or nothing over the whole request: every limit of every descriptor must
+  // admit it. Errors: InvalidArgument for a malformed request (naming the field), the store's
+  // error when it cannot decide.
+  absl::StatusOr<CheckResult> Check(const CheckRequest& request);
+
+  // Envoy's semantics (POST /json, gRPC): each descriptor decided on its own, with its own
+  // cost. InvalidArgument for an empty domain or no descriptors; FailedPrecondition when no
+  // rules are loaded.
+  absl::StatusOr<std::vector<DescriptorResult>> ShouldRateLimit(const CheckRequest& request);
+
+  // A limit given by the caller.
+  absl::StatusOr<CheckResult> CheckAdHoc(const AdHocRequest& request);
+
+ private:
+  struct Planned;
+  absl::Status Validate(const CheckRequest& request) const;
+  // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
+  // grouped, `replaces` applied.
+  std::vector<Planned> Plan(const Domain& domain, const CheckRequest& request) const;
+  absl::StatusOr<CheckResult> Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now);
+
+  Store& store_;
+  Clock& clock_;
+  Metrics& metrics_;
+  std::atomic<std::shared_ptr<const RuleSet>> rules_;
+  RuleCounters* adhoc_counters_;
+};
+
+// The key under which `entries` of `domain` are counted: the domain and every entry, each
+// part escaped so that no two descriptors share a key. Starts with a control byte, so it can
+// never equal an ad-hoc key (those may not contain control bytes).
+std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries);
+
+}  // namespace sluice::server
