@@ -1,0 +1,333 @@
+#include "server/service.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "sluice/memory_store.h"
+#include "tests/testing/util.h"
+
+namespace sluice::server {
+namespace {
+
+using ::sluice::testing::At;
+using ::sluice::testing::kEpoch;
+
+// kEpoch moved to a minute boundary, so that windows of a minute start with the test.
+constexpr int64_t kMinute = 60'000'000;
+constexpr int64_t kStart = kEpoch + kMinute - kEpoch % kMinute;
+
+constexpr char kRules[] = R"(
+domain: api
+ipv6_prefix: 64
+pools:
+  spare: {requests_per_unit: 2, unit: minute}
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: plan
+    limits:
+      - {requests_per_unit: 2, unit: second}
+      - {requests_per_unit: 3, unit: minute, name: plan_minute}
+  - key: soft
+    mode: soft
+    soft_percent: 50
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: job
+    mode: elastic
+    pool: spare
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: premium
+    rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: api.user}]}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)";
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceTest() : clock_(At(kStart)), service_(store_, clock_, metrics_) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+        RuleSet::Parse({{"rules.yaml", kRules}}, metrics_.rules(),
+                       [&](const Limit& limit) { return store_.CheckLimit(limit); });
+    EXPECT_TRUE(rules.ok()) << rules.status();
+    service_.SetRules(*rules);
+  }
+
+  // A rules-mode check of one descriptor per (key, value).
+  CheckResult Check(std::vector<std::pair<std::string, std::string>> descriptors,
+                    int64_t cost = 1) {
+    CheckRequest request{.domain = "api", .cost = cost};
+    for (auto& [key, value] : descriptors) {
+      request.descriptors.push_back({.entries = {{key, value}}});
+    }
+    absl::StatusOr<CheckResult> result = service_.Check(request);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : CheckResult{};
+  }
+
+  const RuleCounters& Counters(const std::string& name) { return *metrics_.rules().Get(name); }
+
+  MemoryStore store_;
+  ManualClock clock_;
+  Metrics metrics_;
+  RateLimitService service_;
+};
+
+TEST_F(ServiceTest, HardLimitAdmitsUpToItAndThenDenies) {
+  for (int i = 0; i < 3; ++i) {
+    const CheckResult r = Check({{"user", "bob"}});
+    EXPECT_TRUE(r.combined.allowed);
+    EXPECT_EQ(r.combined.remaining, 2 - i);
+  }
+  const CheckResult denied = Check({{"user", "bob"}});
+  EXPECT_FALSE(denied.combined.allowed);
+  EXPECT_EQ(denied.combined.retry_after, Micros{60'000'000});  // kStart is minute-aligned.
+  EXPECT_TRUE(Check({{"user", "carol"}}).combined.allowed);    // Each value its own count.
+  clock_.Advance(Micros{60'000'000});
+  EXPECT_TRUE(Check({{"user", "bob"}}).combined.allowed);
+  EXPECT_EQ(Counters("api.user").checks.load(), 6U);
+  EXPECT_EQ(Counters("api.user").denied.load(), 1U);
+  EXPECT_EQ(Counters("api.user").admitted.load(), 5U);
+}
+
+TEST_F(ServiceTest, SeveralDescriptorsAreAllOrNothing) {
+  EXPECT_TRUE(Check({{"team", "red"}}).combined.allowed);  // team red is now at its limit.
+  const CheckResult denied = Check({{"user", "dan"}, {"team", "red"}});
+  EXPECT_FALSE(denied.combined.allowed);
+  ASSERT_EQ(denied.limits.size(), 2U);
+  EXPECT_TRUE(denied.limits[0].decision.allowed);  // user dan would have allowed it ...
+  EXPECT_EQ(denied.limits[0].decision.remaining, 3);  // ... and was not charged.
+  EXPECT_EQ(Check({{"user", "dan"}}).combined.remaining, 2);
+}
+
+TEST_F(ServiceTest, SeveralLimitsOnOneDescriptor) {
+  EXPECT_TRUE(Check({{"plan", "p"}}).combined.allowed);
+  const CheckResult second = Check({{"plan", "p"}});
+  EXPECT_TRUE(second.combined.allowed);
+  EXPECT_EQ(second.limits.size(), 2U);
+  EXPECT_FALSE(Check({{"plan", "p"}}).combined.allowed);  // 2 per second.
+  clock_.Advance(Micros{1'000'000});
+  EXPECT_TRUE(Check({{"plan", "p"}}).combined.allowed);  // The third of the minute.
+  clock_.Advance(Micros{1'000'000});
+  const CheckResult minute = Check({{"plan", "p"}});
+  EXPECT_FALSE(minute.combined.allowed);
+  EXPECT_EQ(minute.limits[1].name, "plan_minute");
+  EXPECT_FALSE(minute.limits[1].decision.allowed);
+  EXPECT_TRUE(minute.limits[0].decision.allowed);
+}
+
+TEST_F(ServiceTest, SoftModeAdmitsPastTheLimitAndMarksIt) {
+  for (int i = 0; i < 4; ++i) {
+    const CheckResult r = Check({{"soft", "s"}});
+    EXPECT_TRUE(r.combined.allowed);
+    EXPECT_FALSE(r.limits[0].over_soft) << i;
+    EXPECT_EQ(r.limits[0].decision.remaining, 3 - i);  // Against the nominal 4.
+  }
+  for (int i = 0; i < 2; ++i) {
+    const CheckResult r = Check({{"soft", "s"}});
+    EXPECT_TRUE(r.combined.allowed);
+    EXPECT_TRUE(r.limits[0].over_soft) << i;
+    EXPECT_EQ(r.limits[0].decision.remaining, 0);
+  }
+  EXPECT_FALSE(Check({{"soft", "s"}}).combined.allowed);  // 4 + 50% = 6.
+  EXPECT_EQ(Counters("api.soft").over_soft.load(), 2U);
+}
+
+TEST_F(ServiceTest, ShadowModeCountsButNeverDenies) {
+  EXPECT_TRUE(Check({{"shadow", "s"}}).combined.allowed);
+  const CheckResult over = Check({{"shadow", "s"}});
+  EXPECT_TRUE(over.combined.allowed);
+  EXPECT_FALSE(over.limits[0].decision.allowed);
+  EXPECT_EQ(over.combined.retry_after, Micros{0});
+  EXPECT_EQ(Counters("api.shadow").shadow_denied.load(), 1U);
+  EXPECT_EQ(Counters("api.shadow").denied.load(), 0U);
+}
+
+TEST_F(ServiceTest, ShadowLimitIsNotChargedWhenAnEnforcedOneDenies) {
+  EXPECT_TRUE(Check({{"team", "blue"}}).combined.allowed);
+  EXPECT_FALSE(Check({{"team", "blue"}, {"shadow", "t"}}).combined.allowed);
+  const CheckResult alone = Check({{"shadow", "t"}});
+  EXPECT_TRUE(alone.limits[0].decision.allowed);  // Its one request is still there.
+}
+
+TEST_F(ServiceTest, ElasticBorrowsFromThePoolUntilItIsEmpty) {
+  EXPECT_TRUE(Check({{"job", "a"}}).combined.allowed);
+  const CheckResult borrowed = Check({{"job", "a"}});
+  EXPECT_TRUE(borrowed.combined.allowed);
+  ASSERT_EQ(borrowed.limits.size(), 2U);
+  EXPECT_TRUE(borrowed.limits[0].borrowed);
+  EXPECT_TRUE(borrowed.limits[1].pool);
+  EXPECT_EQ(borrowed.limits[1].decision.remaining, 1);
+  EXPECT_TRUE(Check({{"job", "b"}}).combined.allowed);   // b's own limit.
+  EXPECT_TRUE(Check({{"job", "b"}}).combined.allowed);   // The pool's last unit.
+  EXPECT_FALSE(Check({{"job", "a"}}).combined.allowed);  // Pool empty.
+  EXPECT_EQ(Counters("api.job").borrowed.load(), 2U);
+}
+
+TEST_F(ServiceTest, ElasticDoesNotBorrowWhenAHardLimitDenies) {
+  EXPECT_TRUE(Check({{"team", "green"}}).combined.allowed);
+  EXPECT_TRUE(Check({{"job", "c"}}).combined.allowed);
+  EXPECT_FALSE(Check({{"job", "c"}, {"team", "green"}}).combined.allowed);
+  // The pool was not charged.
+  EXPECT_TRUE(Check({{"job", "c"}}).combined.allowed);
+  EXPECT_TRUE(Check({{"job", "c"}}).combined.allowed);
+  EXPECT_FALSE(Check({{"job", "c"}}).combined.allowed);
+}
+
+TEST_F(ServiceTest, UnlimitedAndZeroLimits) {
+  const CheckResult free = Check({{"free", "x"}});
+  EXPECT_TRUE(free.combined.allowed);
+  EXPECT_FALSE(free.limited);
+  ASSERT_EQ(free.limits.size(), 1U);
+  EXPECT_TRUE(free.limits[0].unlimited);
+
+  const CheckResult banned = Check({{"banned", "x"}, {"user", "erin"}});
+  EXPECT_FALSE(banned.combined.allowed);
+  EXPECT_TRUE(banned.combined.never_allowed());
+  EXPECT_EQ(Check({{"user", "erin"}}).combined.remaining, 2);  // erin was not charged.
+}
+
+TEST_F(ServiceTest, ReplacesDropsTheNamedLimit) {
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(Check({{"user", "frank"}, {"premium", "gold"}}).combined.allowed) << i;
+  }
+  const CheckResult r = Check({{"user", "frank"}, {"premium", "gold"}});
+  ASSERT_EQ(r.limits.size(), 1U);
+  EXPECT_EQ(r.limits[0].name, "api.premium");
+}
+
+TEST_F(ServiceTest, Ipv6AddressesShareTheirSlash64) {
+  EXPECT_TRUE(Check({{"remote_address", "2001:db8:0:1::1"}}).combined.allowed);
+  EXPECT_FALSE(Check({{"remote_address", "2001:db8:0:1::2"}}).combined.allowed);
+  EXPECT_TRUE(Check({{"remote_address", "2001:db8:0:2::1"}}).combined.allowed);
+  EXPECT_TRUE(Check({{"remote_address", "192.0.2.1"}}).combined.allowed);
+  EXPECT_TRUE(Check({{"remote_address", "192.0.2.2"}}).combined.allowed);
+}
+
+TEST_F(ServiceTest, NoMatchAndUnknownDomainLimitNothing) {
+  EXPECT_FALSE(Check({{"nothing", "x"}}).limited);
+  CheckRequest other{.domain = "other", .descriptors = {{.entries = {{"user", "bob"}}}}};
+  absl::StatusOr<CheckResult> result = service_.Check(other);
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(result->combined.allowed);
+  EXPECT_FALSE(result->limited);
+}
+
+TEST_F(ServiceTest, CostZeroQueriesWithoutCharging) {
+  EXPECT_EQ(Check({{"user", "gina"}}, 0).combined.remaining, 3);
+  EXPECT_EQ(Check({{"user", "gina"}}, 2).combined.remaining, 1);
+  EXPECT_FALSE(Check({{"user", "gina"}}, 2).combined.allowed);
+  EXPECT_TRUE(Check({{"user", "gina"}}, 1).combined.allowed);
+}
+
+TEST_F(ServiceTest, MalformedRequestsAreRefusedNamingTheField) {
+  auto error = [&](CheckRequest request) {
+    absl::StatusOr<CheckResult> result = service_.Check(request);
+    EXPECT_FALSE(result.ok());
+    return result.ok() ? std::string() : std::string(result.status().ToString());
+  };
+  EXPECT_NE(error({.domain = ""}).find("domain"), std::string::npos);
+  EXPECT_NE(error({.domain = "api"}).find("descriptors"), std::string::npos);
+  EXPECT_NE(error({.domain = "api", .descriptors = {{.entries = {{"user", "x"}}}}, .cost = -1})
+                .find("cost"),
+            std::string::npos);
+  EXPECT_NE(error({.domain = "api", .descriptors = {{.entries = {{std::string(300, 'k'), "x"}}}}})
+                .find("descriptors[0].entries[0].key"),
+            std::string::npos);
+  EXPECT_NE(error({.domain = "api", .descriptors = {{.entries = {{"user", std::string(2000, 'v')}}}}})
+                .find("value"),
+            std::string::npos);
+  CheckRequest many{.domain = "api"};
+  many.descriptors.resize(kMaxDescriptors + 1, {.entries = {{"user", "x"}}});
+  EXPECT_NE(error(many).find("too many descriptors"), std::string::npos);
+  // Nothing was charged by any of them.
+  EXPECT_EQ(Check({{"user", "x"}}).combined.remaining, 2);
+}
+
+TEST_F(ServiceTest, EnvoyDecidesEachDescriptorOnItsOwn) {
+  EXPECT_TRUE(Check({{"team", "ops"}}).combined.allowed);
+  CheckRequest request{.domain = "api",
+                       .descriptors = {{.entries = {{"user", "hank"}}},
+                                       {.entries = {{"team", "ops"}}},
+                                       {.entries = {{"unknown", "x"}}},
+                                       {.entries = {{"free", "x"}}}}};
+  absl::StatusOr<std::vector<DescriptorResult>> results = service_.ShouldRateLimit(request);
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 4U);
+  EXPECT_FALSE((*results)[0].over_limit);
+  EXPECT_EQ((*results)[0].closest->decision.remaining, 2);  // Charged, as Envoy's would be.
+  EXPECT_TRUE((*results)[1].over_limit);
+  EXPECT_FALSE((*results)[2].matched);
+  EXPECT_TRUE((*results)[3].unlimited);
+  // A fixed window resets at the end of its window: kStart is aligned, so a full minute.
+  EXPECT_EQ((*results)[0].until_reset, Micros{60'000'000});
+}
+
+TEST_F(ServiceTest, EnvoyPerDescriptorCostAndOverride) {
+  CheckRequest request{
+      .domain = "api",
+      .descriptors = {{.entries = {{"user", "ivy"}}, .cost = 0},
+                      {.entries = {{"anything", "y"}},
+                       .limit = LimitOverride{.requests_per_unit = 1, .unit = Unit::kHour}}}};
+  absl::StatusOr<std::vector<DescriptorResult>> first = service_.ShouldRateLimit(request);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*first)[0].closest->decision.remaining, 3);  // hits_addend 0 charges nothing.
+  EXPECT_TRUE((*first)[1].matched);
+  EXPECT_FALSE((*first)[1].over_limit);
+  absl::StatusOr<std::vector<DescriptorResult>> second = service_.ShouldRateLimit(request);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE((*second)[1].over_limit);  // The override's 1 per hour.
+}
+
+TEST_F(ServiceTest, EnvoyRefusesARequestWithoutRules) {
+  RateLimitService empty(store_, clock_, metrics_);
+  absl::StatusOr<std::vector<DescriptorResult>> results = empty.ShouldRateLimit(
+      {.domain = "api", .descriptors = {{.entries = {{"user", "x"}}}}});
+  EXPECT_EQ(results.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ServiceTest, AdHocLimits) {
+  AdHocRequest request{.key = "k",
+                       .spec = {.algorithm = Algorithm::kGcra,
+                                .limit = 5,
+                                .period = Micros{1'000'000},
+                                .burst = 2}};
+  EXPECT_TRUE(service_.CheckAdHoc(request)->combined.allowed);
+  EXPECT_TRUE(service_.CheckAdHoc(request)->combined.allowed);
+  const absl::StatusOr<CheckResult> denied = service_.CheckAdHoc(request);
+  EXPECT_FALSE(denied->combined.allowed);
+  EXPECT_EQ(denied->combined.retry_after, Micros{200'000});
+  request.key = std::string("a\nb");
+  EXPECT_EQ(service_.CheckAdHoc(request).status().code(), absl::StatusCode::kInvalidArgument);
+  request.key = "k2";
+  request.spec.limit = 0;
+  EXPECT_EQ(service_.CheckAdHoc(request).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RuleKeyTest, NoTwoDescriptorsShareAKey) {
+  const std::vector<std::vector<Entry>> distinct = {
+      {{"a", "b"}},           {{"a", "b"}, {"c", "d"}}, {{"a", "b\x1e" "c\x1f" "d"}},
+      {{"a\x1f" "b", ""}},    {{"a", ""}},              {{"a", "\x1b"}},
+      {{"a", "\x1b\x1b"}},
+  };
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_NE(RuleKey("d", distinct[i]), RuleKey("d", distinct[j])) << i << " " << j;
+    }
+    EXPECT_NE(RuleKey("d", distinct[i]), RuleKey("e", distinct[i]));
+    EXPECT_LT(static_cast<unsigned char>(RuleKey("d", distinct[i])[0]), 0x20);
+  }
+}
+
+}  // namespace
+}  // namespace sluice::server
