@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run test test-release test-asan test-tsan bench format tidy clean
+.PHONY: all deps build run simulate test test-release test-asan test-tsan bench format tidy clean
 
 all: build
 
@@ -15,16 +15,27 @@ build: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release -j $(JOBS)
 
-# Until sluiced exists: replay examples/burst.csv (10 per second, with a burst across a
-# window edge) through every algorithm and draw the comparison.
+# Starts sluiced on the memory store with examples/sluice.yaml (Ctrl-C stops it) and prints
+# the curl line of examples/try.sh to try it with.
+HTTP ?= 127.0.0.1:8080
 run: build
+	@echo
+	@echo "sluiced is starting on http://$(HTTP) with examples/sluice.yaml. In another terminal,"
+	@echo "examples/try.sh runs this (five 200s, then a 429):"
+	@echo
+	@sed -n '/^for/,/^done/p' examples/try.sh
+	@echo
+	@echo "More in docs/server.md. Ctrl-C stops the server."
+	@echo
+	@exec build/bin/sluiced --config examples/sluice.yaml --http $(HTTP)
+
+# Replays examples/burst.csv (10 per second, with a burst across a window edge) through every
+# algorithm and draws the comparison.
+simulate: build
 	@mkdir -p out
 	build/bin/sluice simulate --compare $(ALGORITHMS) --limit 10 --period 1s --buckets 10 \
 	  --svg out/burst.svg examples/burst.csv > out/burst.csv
-	@echo
 	@echo "Decisions: out/burst.csv    Picture: out/burst.svg (open it in a browser)"
-	@echo "Try one algorithm yourself:"
-	@echo "  build/bin/sluice simulate --algorithm gcra --limit 10 --period 1s examples/burst.csv"
 
 # Every test: the release build, then the unit tests under ASan+UBSan, then the concurrent
 # tests under TSan.

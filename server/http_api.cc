@@ -256,14 +256,12 @@ Json OutcomeJson(const LimitOutcome& outcome) {
     json["unlimited"] = true;
     return json;
   }
-  if (outcome.limit) {
-    const Limit& limit = *outcome.limit;
-    json["algorithm"] = AlgorithmName(limit.algorithm());
-    json["period"] = FormatDuration(limit.period());
-  } else {
-    json["algorithm"] = AlgorithmName(Algorithm::kFixedWindow);
-  }
+  json["algorithm"] =
+      AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow);
   json["limit"] = outcome.nominal;
+  if (outcome.limit) {
+    json["period"] = FormatDuration(outcome.limit->period());
+  }
   json["mode"] = ModeName(outcome.mode);
   json.update(FiguresJson(outcome.decision));
   if (outcome.over_soft) {

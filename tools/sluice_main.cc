@@ -1,5 +1,7 @@
 // The sluice command line. `sluice simulate` replays a trace through the algorithms
-// (docs/simulate.md). Exit status: 0 on success, 2 for bad flags or a bad trace.
+// (docs/simulate.md); exit status 0 on success, 2 for bad flags or a bad trace.
+// `sluice check` asks a running sluiced (docs/server.md); exit status 0 when allowed, 1 when
+// denied, 2 on an error.
 
 #include <fstream>
 #include <iostream>
@@ -12,6 +14,7 @@
 
 #include "sluice/duration.h"
 #include "sluice/limit.h"
+#include "tools/check.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
 
@@ -92,6 +95,28 @@ int RunSimulate(const SimulateFlags& flags) {
   return 0;
 }
 
+int RunCheck(const CheckFlags& flags) {
+  absl::StatusOr<std::string> body = CheckBody(flags);
+  if (!body.ok()) {
+    std::cerr << "sluice check: " << body.status().message() << "\n";
+    return kUsageError;
+  }
+  absl::StatusOr<HttpAnswer> answer = PostJson(flags.server + "/v1/check", *body, flags.timeout);
+  if (!answer.ok()) {
+    std::cerr << "sluice check: " << answer.status().message() << "\n";
+    return kUsageError;
+  }
+  std::cout << answer->body << "\n";
+  if (answer->status == 200) {
+    return 0;
+  }
+  if (answer->status == 429) {
+    return 1;
+  }
+  std::cerr << "sluice check: the server answered " << answer->status << "\n";
+  return kUsageError;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app("sluice: rate limiting, exact and fast", "sluice");
   app.require_subcommand(1);
@@ -114,16 +139,37 @@ int Main(int argc, char** argv) {
   simulate->add_option("--svg", flags.svg, "also draw the run into this SVG file");
   simulate->add_option("trace", flags.trace, "trace file; - or nothing for stdin");
 
+  CheckFlags check_flags;
+  CLI::App* check = app.add_subcommand(
+      "check", "Ask a running sluiced about one request; exit 0 if allowed, 1 if denied");
+  check->add_option("--server", check_flags.server, "sluiced's HTTP address")
+      ->capture_default_str();
+  check->add_option("--domain", check_flags.domain, "rules mode: the domain");
+  check->add_option("--descriptor", check_flags.descriptors,
+                    "rules mode: k=v, or k=v,k2=v2 for a nested descriptor; repeatable");
+  check->add_option("--key", check_flags.key, "ad hoc: the key to limit");
+  check->add_option("--algorithm", check_flags.algorithm, "ad hoc: the algorithm");
+  check->add_option("--limit", check_flags.limit, "ad hoc: N per period");
+  check->add_option("--period", check_flags.period, "ad hoc: P (1s, 1m, ...)");
+  check->add_option("--burst", check_flags.burst, "ad hoc: B");
+  check->add_option("--buckets", check_flags.buckets, "ad hoc: K for sliding_buckets");
+  check->add_option("--cost", check_flags.cost, "units this request costs")->capture_default_str();
+  check->add_option("--timeout", check_flags.timeout, "how long to wait for the server")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "sluice: " << e.what() << "\n(run 'sluice simulate --help' for the flags)\n";
+    std::cerr << "sluice: " << e.what() << "\n(run 'sluice --help' for the commands and their flags)\n";
     return kUsageError;
   }
   if (simulate->parsed()) {
     return RunSimulate(flags);
+  }
+  if (check->parsed()) {
+    return RunCheck(check_flags);
   }
   return kUsageError;
 }

@@ -1,0 +1,54 @@
+-- wrk script: POST /v1/check to sluiced, keys spread over many users.
+--
+--   wrk -t2 -c64 -d10s --latency -s bench/http/check.lua http://127.0.0.1:PORT
+--
+-- Environment:
+--   SLUICE_BENCH_MODE   adhoc (default): {"key": "user:N", "algorithm": "gcra", "limit": ...}
+--                       rules: {"domain": "bench", "descriptors": [{"entries": [{"key": "user",
+--                       "value": "N"}]}]} (sluiced needs a rules file with that domain;
+--                       bench/http/run.sh writes one)
+--   SLUICE_BENCH_USERS  how many users the keys cycle through (default 10000)
+--   SLUICE_BENCH_LIMIT  the ad-hoc gcra limit per user per second (default 100000), high
+--                       enough that every request is admitted: wrk counts any 429 under
+--                       "Non-2xx or 3xx responses".
+--
+-- The requests are formatted once per thread in init() and then cycled through with a counter,
+-- so that wrk's own Lua work per request stays small. Each thread starts at a different user.
+
+local mode = os.getenv("SLUICE_BENCH_MODE") or "adhoc"
+local users = tonumber(os.getenv("SLUICE_BENCH_USERS") or "10000")
+local limit = tonumber(os.getenv("SLUICE_BENCH_LIMIT") or "100000")
+
+local threads = {}
+local next_id = 0
+
+function setup(thread)
+   thread:set("id", next_id)
+   next_id = next_id + 1
+   table.insert(threads, thread)
+end
+
+local requests = {}
+local counter = 0
+
+function init(args)
+   local headers = {["Content-Type"] = "application/json"}
+   for u = 0, users - 1 do
+      local body
+      if mode == "rules" then
+         body = string.format(
+            '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"%d"}]}]}', u)
+      else
+         body = string.format(
+            '{"key":"user:%d","algorithm":"gcra","limit":%d,"period":"1s"}', u, limit)
+      end
+      requests[u + 1] = wrk.format("POST", "/v1/check", headers, body)
+   end
+   -- Threads start apart so that they do not walk the same users in step.
+   counter = (id or 0) * math.floor(users / 2)
+end
+
+function request()
+   counter = counter + 1
+   return requests[(counter % users) + 1]
+end

@@ -1,0 +1,162 @@
+#include "tools/check.h"
+
+#include <utility>
+
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+#include "sluice/duration.h"
+#include "tools/trace.h"
+
+namespace sluice::tools {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+struct Url {
+  std::string host;
+  std::string port;
+  std::string target;
+};
+
+absl::StatusOr<Url> ParseUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) {
+    return absl::InvalidArgumentError(
+        fmt::format("--server '{}': expected http://HOST:PORT", url));
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  Url parsed{.target = slash == std::string_view::npos ? "" : std::string(rest.substr(slash))};
+  const size_t colon = authority.rfind(':');
+  if (colon == std::string_view::npos || authority.ends_with(']')) {
+    parsed.host = std::string(authority);
+    parsed.port = "80";
+  } else {
+    parsed.host = std::string(authority.substr(0, colon));
+    parsed.port = std::string(authority.substr(colon + 1));
+  }
+  if (parsed.host.size() >= 2 && parsed.host.front() == '[') {
+    parsed.host = parsed.host.substr(1, parsed.host.size() - 2);
+  }
+  if (parsed.host.empty()) {
+    return absl::InvalidArgumentError(fmt::format("--server '{}': no host", url));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
+  nlohmann::ordered_json body;
+  if (flags.domain.empty() == flags.key.empty()) {
+    return absl::InvalidArgumentError(
+        "give either --domain and --descriptor (rules mode) or --key with --limit and --period "
+        "(ad hoc)");
+  }
+  if (!flags.key.empty()) {
+    if (!flags.limit || flags.period.empty()) {
+      return absl::InvalidArgumentError("--key needs --limit and --period");
+    }
+    body["key"] = flags.key;
+    if (!flags.algorithm.empty()) {
+      body["algorithm"] = flags.algorithm;
+    }
+    body["limit"] = *flags.limit;
+    body["period"] = flags.period;
+    if (flags.burst) {
+      body["burst"] = *flags.burst;
+    }
+    if (flags.buckets) {
+      body["buckets"] = *flags.buckets;
+    }
+  } else {
+    if (flags.descriptors.empty()) {
+      return absl::InvalidArgumentError("--domain needs at least one --descriptor k=v");
+    }
+    body["domain"] = flags.domain;
+    nlohmann::ordered_json descriptors = nlohmann::ordered_json::array();
+    for (const std::string& descriptor : flags.descriptors) {
+      nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+      for (std::string_view entry : SplitCommas(descriptor)) {
+        const size_t equals = entry.find('=');
+        if (equals == std::string_view::npos || equals == 0) {
+          return absl::InvalidArgumentError(
+              fmt::format("--descriptor '{}': expected key=value[,key=value...]", descriptor));
+        }
+        entries.push_back({{"key", entry.substr(0, equals)}, {"value", entry.substr(equals + 1)}});
+      }
+      descriptors.push_back({{"entries", std::move(entries)}});
+    }
+    body["descriptors"] = std::move(descriptors);
+  }
+  body["cost"] = flags.cost;
+  return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
+                                    std::string_view timeout) {
+  absl::StatusOr<Url> parsed = ParseUrl(url);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  absl::StatusOr<Micros> limit = ParseDuration(timeout);
+  if (!limit.ok()) {
+    return limit.status();
+  }
+  asio::io_context context;
+  asio::ip::tcp::resolver resolver(context);
+  beast::tcp_stream stream(context);
+  beast::error_code ec;
+  auto unavailable = [&](std::string_view step) {
+    return absl::UnavailableError(
+        fmt::format("{}: cannot {}: {}", url, step, ec.message()));
+  };
+  const auto endpoints = resolver.resolve(parsed->host, parsed->port, ec);
+  if (ec) {
+    return unavailable("resolve the host");
+  }
+  http::request<http::string_body> request{http::verb::post, parsed->target, 11};
+  request.set(http::field::host, parsed->host);
+  request.set(http::field::content_type, "application/json");
+  request.set(http::field::user_agent, "sluice");
+  request.body() = body;
+  request.prepare_payload();
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  // Asynchronous, because tcp_stream's timeout (one for the whole exchange) bounds only
+  // asynchronous operations.
+  std::string_view failed_step;
+  stream.expires_after(*limit);
+  stream.async_connect(endpoints, [&](beast::error_code connect_ec, const auto&) {
+    if ((ec = connect_ec)) {
+      failed_step = "connect";
+      return;
+    }
+    http::async_write(stream, request, [&](beast::error_code write_ec, size_t) {
+      if ((ec = write_ec)) {
+        failed_step = "send the request";
+        return;
+      }
+      http::async_read(stream, buffer, response, [&](beast::error_code read_ec, size_t) {
+        if ((ec = read_ec)) {
+          failed_step = "read the answer";
+        }
+      });
+    });
+  });
+  context.run();
+  if (ec) {
+    return unavailable(failed_step);
+  }
+  return HttpAnswer{.status = response.result_int(), .body = std::move(response.body())};
+}
+
+}  // namespace sluice::tools

@@ -1,0 +1,44 @@
+#pragma once
+
+// `sluice check`: asks a running sluiced (POST /v1/check) about one request, prints its JSON
+// answer, and exits 0 when allowed, 1 when denied, 2 on an error (a bad flag, no server).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::tools {
+
+struct CheckFlags {
+  std::string server = "http://127.0.0.1:8080";
+  // Rules mode: a domain and descriptors, each "k=v" or "k=v,k2=v2" for a nested one.
+  std::string domain;
+  std::vector<std::string> descriptors;
+  // Ad hoc: a key and its limit.
+  std::string key;
+  std::string algorithm;
+  std::optional<int64_t> limit;
+  std::string period;
+  std::optional<int64_t> burst;
+  std::optional<int64_t> buckets;
+  int64_t cost = 1;
+  std::string timeout = "5s";
+};
+
+// The JSON body of POST /v1/check for `flags`; InvalidArgument naming the flag otherwise.
+absl::StatusOr<std::string> CheckBody(const CheckFlags& flags);
+
+struct HttpAnswer {
+  unsigned status = 0;
+  std::string body;
+};
+
+// POSTs `body` to `url` ("http://host:port/path"). Unavailable naming the server when it
+// cannot be reached or does not answer within `timeout`.
+absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
+                                    std::string_view timeout);
+
+}  // namespace sluice::tools
