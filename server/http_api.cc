@@ -281,7 +281,7 @@ Json OutcomeJson(const LimitOutcome& outcome) {
 const LimitOutcome* Closest(const CheckResult& result) {
   const LimitOutcome* closest = nullptr;
   for (const LimitOutcome& outcome : result.limits) {
-    if (outcome.unlimited || outcome.borrowed || !outcome.limit) {
+    if (outcome.unlimited || outcome.borrowed) {
       continue;
     }
     const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
@@ -374,6 +374,20 @@ Unit EnvoyUnit(const LimitOutcome& outcome) {
 
 constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
+// The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
+std::string_view AllowedMethods(std::string_view path) {
+  if (path == "/v1/check" || path == "/json") {
+    return "POST";
+  }
+  if (path == "/v1/auth") {
+    return "GET, HEAD";
+  }
+  if (path == "/healthz" || path == "/metrics" || path == "/v1/rules") {
+    return "GET";
+  }
+  return {};
+}
+
 }  // namespace
 
 HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
@@ -398,12 +412,7 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
-  auto only = [&](http::verb allowed) {
-    if (method == allowed) {
-      return true;
-    }
-    return false;
-  };
+  auto only = [&](http::verb allowed) { return method == allowed; };
   const Timestamp start = clock_.Now();
   HttpResponse response;
   bool decision = true;
@@ -426,12 +435,12 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
       response.prepare_payload();
     } else if (path == "/v1/rules" && only(http::verb::get)) {
       response = Rules(request);
-    } else if (path == "/v1/check" || path == "/json" || path == "/v1/auth" ||
-               path == "/healthz" || path == "/metrics" || path == "/v1/rules") {
+    } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
       response = ErrorResponse(http::status::method_not_allowed,
-                               fmt::format("{} does not accept {}", path,
-                                           std::string_view(request.method_string())),
+                               fmt::format("{} does not accept {}; use {}", path,
+                                           std::string_view(request.method_string()), allow),
                                request.version(), request.keep_alive());
+      response.set(http::field::allow, allow);
     } else {
       response = ErrorResponse(http::status::not_found, fmt::format("no endpoint {}", path),
                                request.version(), request.keep_alive());

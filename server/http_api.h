@@ -39,6 +39,10 @@ class HttpApi {
   // `peer` is the client's address, used for the ":remote_addr" source of /v1/auth.
   HttpResponse Handle(const HttpRequest& request, std::string_view peer);
 
+  // Counts a request the server answered 400 before it could be parsed (too large, too slow,
+  // not HTTP), as Handle counts its own 400s.
+  void CountMalformed() { metrics_.CountBadRequest(); }
+
  private:
   HttpResponse Check(const HttpRequest& request);
   HttpResponse EnvoyJson(const HttpRequest& request);

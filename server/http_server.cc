@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/beast/core.hpp"
 #include "fmt/format.h"
@@ -16,24 +18,28 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
 // One client connection: wait for a request's first bytes (idle timeout), read the rest of it
-// (read timeout), answer, and again while the client keeps the connection alive.
+// (read timeout), answer, and again while the client keeps the connection alive. The timeouts
+// are a timer of the session's own that cancels the read rather than closing the socket, so a
+// request that timed out can still be told why.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpApi& api, const HttpServerOptions& options,
           std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping)
-      : stream_(std::move(socket)),
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
         api_(api),
         options_(options),
         in_flight_(in_flight),
         stopping_(stopping) {}
 
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+
   void Start() {
     beast::error_code ec;
-    stream_.socket().set_option(tcp::no_delay(true), ec);
-    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+    socket_.set_option(tcp::no_delay(true), ec);
+    const tcp::endpoint peer = socket_.remote_endpoint(ec);
     if (!ec) {
       peer_ = peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()
                   ? asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address().to_v6())
@@ -44,13 +50,26 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Cancels the socket's operation in flight when `timeout` passes first.
+  void Arm(Micros timeout) {
+    timed_out_ = false;
+    timer_.expires_after(timeout);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec) {
+        self->timed_out_ = true;
+        beast::error_code ignored;
+        self->socket_.cancel(ignored);
+      }
+    });
+  }
+
   void AwaitRequest() {
     if (buffer_.size() > 0) {
       ReadRequest();  // Pipelined: the next request has begun already.
       return;
     }
-    stream_.expires_after(options_.idle_timeout);
-    stream_.async_read_some(
+    Arm(options_.idle_timeout);
+    socket_.async_read_some(
         buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
           self->buffer_.commit(n);
           if (ec) {
@@ -65,23 +84,23 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
-    stream_.expires_after(options_.read_timeout);
-    http::async_read(stream_, buffer_, *parser_,
+    Arm(options_.read_timeout);
+    http::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->OnRead(ec);
                      });
   }
 
   void OnRead(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-        ec == asio::error::connection_reset) {
+    if (!timed_out_ && (ec == http::error::end_of_stream || ec == asio::error::eof ||
+                        ec == asio::error::connection_reset)) {
       Close();
       return;
     }
     if (ec) {
       // The request cannot be answered normally; say why, then close.
       std::string message;
-      if (ec == beast::error::timeout) {
+      if (timed_out_) {
         message = fmt::format("request not received within {} ms",
                               options_.read_timeout.count() / 1000);
       } else if (ec == http::error::body_limit) {
@@ -91,6 +110,7 @@ class Session : public std::enable_shared_from_this<Session> {
       } else {
         message = fmt::format("malformed HTTP request: {}", ec.message());
       }
+      api_.CountMalformed();
       Send(ErrorResponse(http::status::bad_request, message, 11, /*keep_alive=*/false));
       return;
     }
@@ -106,8 +126,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Send(HttpResponse response) {
     in_flight_.fetch_add(1);  // Until written: a drain waits for it.
     auto owned = std::make_shared<HttpResponse>(std::move(response));
-    stream_.expires_after(options_.read_timeout);
-    http::async_write(stream_, *owned,
+    Arm(options_.read_timeout);
+    http::async_write(socket_, *owned,
                       [self = shared_from_this(), owned](beast::error_code ec, size_t) {
                         self->in_flight_.fetch_sub(1);
                         if (ec || !owned->keep_alive()) {
@@ -120,11 +140,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    socket_.close(ec);
   }
 
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
@@ -138,6 +161,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
 struct HttpServer::Loop {
   asio::io_context context{1};
+  // Keeps run() going while the loop has no connection yet.
+  asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
   tcp::acceptor acceptor{context};
   std::thread thread;
 };
@@ -154,46 +179,52 @@ absl::Status HttpServer::Start() {
     return absl::InvalidArgumentError(
         fmt::format("--http: '{}' is not an IP address", options_.host));
   }
-  port_ = options_.port;
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
-    auto loop = std::make_unique<Loop>();
-    const tcp::endpoint endpoint(address, port_);
-    auto failed = [&](std::string_view step) {
-      return absl::UnavailableError(fmt::format("cannot {} HTTP on {}:{}: {}", step,
-                                                options_.host, port_, ec.message()));
-    };
-    if (loop->acceptor.open(endpoint.protocol(), ec); ec) {
-      return failed("open");
-    }
-    loop->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    loop->acceptor.set_option(ReusePort(true), ec);
-    if (loop->acceptor.bind(endpoint, ec); ec) {
-      return failed("bind");
-    }
-    if (loop->acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) {
-      return failed("listen on");
-    }
-    port_ = loop->acceptor.local_endpoint().port();
-    loops_.push_back(std::move(loop));
+    loops_.push_back(std::make_unique<Loop>());
   }
+  // One listening socket, on the first loop; each accepted connection is handed to the next
+  // loop in turn and lives there. (SO_REUSEPORT, a socket per loop, would also let a second
+  // sluiced bind the same port and silently split the traffic and the counts.)
+  tcp::acceptor& acceptor = loops_.front()->acceptor;
+  const tcp::endpoint endpoint(address, options_.port);
+  auto failed = [&](std::string_view step) {
+    loops_.clear();
+    return absl::UnavailableError(fmt::format("cannot {} HTTP on {}:{}: {}", step, options_.host,
+                                              options_.port, ec.message()));
+  };
+  if (acceptor.open(endpoint.protocol(), ec); ec) {
+    return failed("open");
+  }
+  acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (acceptor.bind(endpoint, ec); ec) {
+    return failed("bind");
+  }
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) {
+    return failed("listen on");
+  }
+  port_ = acceptor.local_endpoint().port();
+  Accept();
   for (auto& loop : loops_) {
-    Loop* const raw = loop.get();
-    auto accept = [this, raw](auto& self) -> void {
-      raw->acceptor.async_accept([this, raw, self](beast::error_code ec, tcp::socket socket) {
-        if (ec == asio::error::operation_aborted || !raw->acceptor.is_open()) {
+    loop->thread = std::thread([raw = loop.get()] { raw->context.run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Accept() {
+  Loop& next = *loops_[next_loop_++ % loops_.size()];
+  loops_.front()->acceptor.async_accept(
+      next.context, [this](beast::error_code ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !loops_.front()->acceptor.is_open()) {
           return;
         }
         if (!ec) {
-          std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_)
-              ->Start();
+          // The socket belongs to its loop's context: start its session there.
+          auto session =
+              std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_);
+          asio::post(session->executor(), [session] { session->Start(); });
         }
-        self(self);
+        Accept();
       });
-    };
-    accept(accept);
-    raw->thread = std::thread([raw] { raw->context.run(); });
-  }
-  return absl::OkStatus();
 }
 
 void HttpServer::Stop(Micros drain) {
@@ -201,12 +232,10 @@ void HttpServer::Stop(Micros drain) {
     return;
   }
   stopping_.store(true);
-  for (auto& loop : loops_) {
-    asio::post(loop->context, [raw = loop.get()] {
-      beast::error_code ec;
-      raw->acceptor.close(ec);
-    });
-  }
+  asio::post(loops_.front()->context, [this] {
+    beast::error_code ec;
+    loops_.front()->acceptor.close(ec);
+  });
   // Requests in flight finish; idle keep-alive connections are closed with their loop.
   const auto deadline = std::chrono::steady_clock::now() + drain;
   while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -1,9 +1,8 @@
 #pragma once
 
 // HttpServer: the sockets behind HttpApi. One event loop (an Asio io_context on a thread of its
-// own) per thread asked for, each with its own listening socket on the same port
-// (SO_REUSEPORT), so the kernel spreads connections over the loops and no lock is shared
-// between them. Keep-alive, a bound on header and body size, and a read timeout per request:
+// own) per thread asked for; connections are accepted on the first and handed to the loops in
+// turn, so each connection lives on one loop and no lock is shared between them. Keep-alive, a bound on header and body size, and a read timeout per request:
 // a request too large or too slow gets a 400 naming the problem, then the connection closes.
 //
 // Start() and Stop() are called from one control thread.
@@ -52,10 +51,13 @@ class HttpServer {
 
  private:
   struct Loop;
+  void Accept();  // Accepts the next connection, for the next loop in turn.
+
   HttpApi& api_;
   HttpServerOptions options_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<Loop>> loops_;
+  size_t next_loop_ = 0;  // Only touched by the first loop's thread (and Start).
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopping_{false};
 };

@@ -19,6 +19,7 @@
 #include "boost/asio/signal_set.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "fmt/format.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 #include "server/http_api.h"
@@ -91,6 +92,8 @@ class Daemon {
   explicit Daemon(Flags flags) : flags_(std::move(flags)) {}
 
   int Run() {
+    // Logs go to stderr, so that stdout stays free and errors land where scripts look.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("sluiced"));
     spdlog::set_level(spdlog::level::from_str(flags_.log_level));
     if (flags_.store != "memory") {
       if (flags_.store.starts_with("redis://") || flags_.store.starts_with("redis+cluster://")) {
@@ -107,8 +110,8 @@ class Daemon {
       if (!rules.ok()) {
         return Refuse(internal::Message(rules.status()));
       }
-      service_->SetRules(*std::move(rules));
       config_version_ = Version();
+      service_->SetRules(*std::move(rules));
     }
     absl::StatusOr<Micros> snapshot_interval = ParseDuration(flags_.snapshot_interval);
     absl::StatusOr<Micros> watch_interval = ParseDuration(flags_.watch_interval);
@@ -187,8 +190,9 @@ class Daemon {
   }
 
   void Reload(std::string_view why) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+    // The version before the load: an edit made while loading is then seen by the next look.
     config_version_ = Version();
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
     if (!rules.ok()) {
       metrics_.CountReload(false);
       spdlog::error("reload ({}) refused, keeping the rules in force: {}", why,

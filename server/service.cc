@@ -228,9 +228,17 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
   result.limits.reserve(planned.size() + 1);
   std::vector<size_t> enforced;
   std::vector<size_t> shadow;
+  // A limit on a key that an earlier entry already has (a descriptor given twice) is decided
+  // once, and reported as that earlier entry.
+  std::vector<std::pair<size_t, size_t>> repeats;
   bool always_denied = false;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
+    const auto earlier = std::find_if(planned.begin(), planned.begin() + static_cast<ptrdiff_t>(i),
+                                      [&](const Planned& q) {
+                                        return q.rule_limit->limit == p.rule_limit->limit &&
+                                               q.key == p.key && q.mode == p.mode;
+                                      });
     const RuleLimit& rule_limit = *p.rule_limit;
     LimitOutcome& outcome = result.limits.emplace_back();
     outcome.name = rule_limit.name;
@@ -242,6 +250,8 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
     outcome.unlimited = rule_limit.unlimited;
     if (rule_limit.unlimited) {
       outcome.decision.allowed = true;
+    } else if (earlier != planned.begin() + static_cast<ptrdiff_t>(i) && rule_limit.limit) {
+      repeats.emplace_back(i, static_cast<size_t>(earlier - planned.begin()));
     } else if (!rule_limit.limit) {
       outcome.decision = kAlwaysDenied;
       always_denied = always_denied || p.mode != Mode::kShadow;
@@ -267,7 +277,9 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
     each.assign(keys.size(), Decision{});
     absl::StatusOr<Decision> combined = store_.DecideAll(keys, group_cost, now, each);
     if (!combined.ok()) {
-      metrics_.CountStoreError();
+      if (combined.status().code() != absl::StatusCode::kInvalidArgument) {
+        metrics_.CountStoreError();
+      }
       return combined.status();
     }
     return combined->allowed;
@@ -340,6 +352,11 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
     for (size_t j = 0; j < shadow.size(); ++j) {
       result.limits[shadow[j]].decision = each[j];
     }
+  }
+
+  for (const auto& [repeat, first] : repeats) {
+    result.limits[repeat].decision = result.limits[first].decision;
+    result.limits[repeat].borrowed = result.limits[first].borrowed;
   }
 
   std::vector<Decision> views;
