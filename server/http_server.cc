@@ -50,16 +50,37 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  // Cancels the socket's operation in flight when `timeout` passes first.
+  // Cancels the socket's operation in flight when `timeout` passes first. The timer is lazy:
+  // arming only moves the deadline, and a timer that wakes before it sleeps again, so a
+  // request costs no timer operations (three per request otherwise, each a cancellation).
+  // The timer never sleeps longer than the shortest timeout, so a new deadline (at least that
+  // far off) is never earlier than its wake-up.
   void Arm(Micros timeout) {
     timed_out_ = false;
-    timer_.expires_after(timeout);
+    deadline_ = std::chrono::steady_clock::now() + timeout;
+    if (!timer_waiting_) {
+      timer_waiting_ = true;
+      AwaitDeadline();
+    }
+  }
+
+  void AwaitDeadline() {
+    timer_.expires_at(std::min(
+        deadline_, std::chrono::steady_clock::now() +
+                       std::min(options_.idle_timeout, options_.read_timeout)));
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (!ec) {
-        self->timed_out_ = true;
-        beast::error_code ignored;
-        self->socket_.cancel(ignored);
+      if (ec) {
+        self->timer_waiting_ = false;  // Cancelled: the session is closing.
+        return;
       }
+      if (std::chrono::steady_clock::now() < self->deadline_) {
+        self->AwaitDeadline();  // The deadline moved on while the timer slept.
+        return;
+      }
+      self->timer_waiting_ = false;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->socket_.cancel(ignored);
     });
   }
 
@@ -147,6 +168,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool timer_waiting_ = false;
   bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
