@@ -25,14 +25,18 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-HttpResponse JsonResponse(http::status status, const Json& body, const HttpRequest& request) {
+HttpResponse JsonResponse(http::status status, std::string body, const HttpRequest& request) {
   HttpResponse response{status, request.version()};
   response.set(http::field::server, "sluiced");
   response.set(http::field::content_type, "application/json");
   response.keep_alive(request.keep_alive());
-  response.body() = Dump(body);
+  response.body() = std::move(body);
   response.prepare_payload();
   return response;
+}
+
+HttpResponse JsonResponse(http::status status, const Json& body, const HttpRequest& request) {
+  return JsonResponse(status, Dump(body), request);
 }
 
 http::status StatusFor(const absl::Status& status) {
@@ -242,38 +246,84 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
   return descriptors;
 }
 
-Json FiguresJson(const Decision& d) {
-  return {{"allowed", d.allowed},
-          {"remaining", d.remaining},
-          {"reset_after_us", d.reset_after.count()},
-          {"retry_after_us", d.retry_after.count()},
-          {"delay_us", d.delay.count()}};
+// The answer of a check is written directly rather than built as a JSON document first: it
+// is the hot path, and a document costs an allocation per field.
+void AppendJsonString(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
 }
 
-Json OutcomeJson(const LimitOutcome& outcome) {
-  Json json = {{"name", outcome.name}};
+// "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
+void AppendFigures(std::string& out, const Decision& d, bool limited) {
+  fmt::format_to(std::back_inserter(out), "\"allowed\":{},\"remaining\":", d.allowed);
+  if (limited) {
+    fmt::format_to(std::back_inserter(out), "{}", d.remaining);
+  } else {
+    out += "null";  // Nothing limits this request.
+  }
+  fmt::format_to(std::back_inserter(out),
+                 ",\"reset_after_us\":{},\"retry_after_us\":{},\"delay_us\":{}",
+                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
+}
+
+// One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,
+// when `decision` is given, its figures and flags.
+void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision) {
+  out += "{\"name\":";
+  AppendJsonString(out, outcome.name);
   if (outcome.unlimited) {
-    json["unlimited"] = true;
-    return json;
+    out += ",\"unlimited\":true}";
+    return;
   }
-  json["algorithm"] =
-      AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow);
-  json["limit"] = outcome.nominal;
+  fmt::format_to(
+      std::back_inserter(out), ",\"algorithm\":\"{}\",\"limit\":{}",
+      AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
+      outcome.nominal);
   if (outcome.limit) {
-    json["period"] = FormatDuration(outcome.limit->period());
+    fmt::format_to(std::back_inserter(out), ",\"period\":\"{}\"",
+                   FormatDuration(outcome.limit->period()));
   }
-  json["mode"] = ModeName(outcome.mode);
-  json.update(FiguresJson(outcome.decision));
-  if (outcome.over_soft) {
-    json["over_soft"] = true;
+  fmt::format_to(std::back_inserter(out), ",\"mode\":\"{}\"", ModeName(outcome.mode));
+  if (decision != nullptr) {
+    out.push_back(',');
+    AppendFigures(out, *decision, /*limited=*/true);
+    for (const auto& [flag, set] : {std::pair{"over_soft", outcome.over_soft},
+                                    std::pair{"borrowed", outcome.borrowed},
+                                    std::pair{"pool", outcome.pool}}) {
+      if (set) {
+        fmt::format_to(std::back_inserter(out), ",\"{}\":true", flag);
+      }
+    }
   }
-  if (outcome.borrowed) {
-    json["borrowed"] = true;
+  out.push_back('}');
+}
+
+std::string ResultText(const CheckResult& result) {
+  std::string out = "{";
+  AppendFigures(out, result.combined, result.limited);
+  bool over_soft = false;
+  for (const LimitOutcome& outcome : result.limits) {
+    over_soft = over_soft || outcome.over_soft;
   }
-  if (outcome.pool) {
-    json["pool"] = true;
+  fmt::format_to(std::back_inserter(out), ",\"over_soft\":{},\"limits\":[", over_soft);
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    if (i > 0) {
+      out.push_back(',');
+    }
+    AppendLimit(out, result.limits[i], &result.limits[i].decision);
   }
-  return json;
+  out += "]}";
+  return out;
 }
 
 // The limit a client is told about in RateLimit-Limit: the one with the fewest remaining,
@@ -322,26 +372,10 @@ void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
   }
 }
 
-Json ResultJson(const CheckResult& result) {
-  Json json = FiguresJson(result.combined);
-  if (!result.limited) {
-    json["remaining"] = nullptr;  // Nothing limits this request.
-  }
-  Json limits = Json::array();
-  bool over_soft = false;
-  for (const LimitOutcome& outcome : result.limits) {
-    limits.push_back(OutcomeJson(outcome));
-    over_soft = over_soft || outcome.over_soft;
-  }
-  json["over_soft"] = over_soft;
-  json["limits"] = std::move(limits);
-  return json;
-}
-
 HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
                            http::status denied_status) {
   HttpResponse response = JsonResponse(
-      result.combined.allowed ? http::status::ok : denied_status, ResultJson(result), request);
+      result.combined.allowed ? http::status::ok : denied_status, ResultText(result), request);
   SetRateLimitHeaders(result, response);
   return response;
 }
@@ -673,8 +707,7 @@ HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
     }
   }
   if (check.descriptors.empty()) {
-    HttpResponse response = JsonResponse(http::status::ok, ResultJson(CheckResult{}), request);
-    return response;
+    return JsonResponse(http::status::ok, ResultText(CheckResult{}), request);
   }
   absl::StatusOr<CheckResult> result = service_.Check(check);
   if (!result.ok()) {
@@ -694,17 +727,15 @@ HttpResponse HttpApi::Rules(const HttpRequest& request) {
           const Rule& rule = *node->rule;
           Json limits = Json::array();
           for (const RuleLimit& rule_limit : rule.limits) {
-            LimitOutcome shown{.name = rule_limit.name,
-                               .limit = rule_limit.limit,
-                               .nominal = rule_limit.nominal,
-                               .unit = rule_limit.unit,
-                               .mode = rule.mode,
-                               .unlimited = rule_limit.unlimited};
-            Json json = OutcomeJson(shown);
-            for (const char* figure :
-                 {"allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us"}) {
-              json.erase(figure);
-            }
+            const LimitOutcome shown{.name = rule_limit.name,
+                                     .limit = rule_limit.limit,
+                                     .nominal = rule_limit.nominal,
+                                     .unit = rule_limit.unit,
+                                     .mode = rule.mode,
+                                     .unlimited = rule_limit.unlimited};
+            std::string text;
+            AppendLimit(text, shown, /*decision=*/nullptr);
+            Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
             if (rule_limit.limit && UsesBurst(rule_limit.limit->algorithm())) {
               json["burst"] = rule_limit.limit->burst() - rule_limit.soft_extra;
             }
