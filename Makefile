@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate test test-release test-asan test-tsan bench format tidy clean
+.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http format tidy clean
 
 all: build
 
@@ -57,6 +57,10 @@ test-tsan: deps
 bench: build
 	build/bin/sluice_bench --benchmark_counters_tabular=true
 	build/bin/sluice_memory_bench
+
+# sluiced over HTTP: wrk against POST /v1/check beside nginx's `return 204` in the same run.
+bench-http: build
+	bench/http/run.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

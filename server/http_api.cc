@@ -54,6 +54,18 @@ http::status StatusFor(const absl::Status& status) {
   }
 }
 
+// The body of a POST as a JSON object; InvalidArgument when it is not one.
+absl::StatusOr<Json> ParseObject(const HttpRequest& request) {
+  Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return absl::InvalidArgumentError("malformed JSON");
+  }
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError("the body must be a JSON object");
+  }
+  return body;
+}
+
 // Whole seconds, rounded up.
 int64_t CeilSeconds(Micros d) { return (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond; }
 
@@ -422,6 +434,12 @@ std::string_view AllowedMethods(std::string_view path) {
   return {};
 }
 
+// The answer to a request refused with `status`: its HTTP status and its message.
+HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
+  return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
+                       request.keep_alive());
+}
+
 }  // namespace
 
 HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
@@ -490,17 +508,12 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
 }
 
 HttpResponse HttpApi::Check(const HttpRequest& request) {
-  auto fail = [&](const absl::Status& status) {
-    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
-                         request.keep_alive());
-  };
-  const Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    return fail(absl::InvalidArgumentError("malformed JSON"));
+  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
+  absl::StatusOr<Json> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return fail(parsed.status());
   }
-  if (!body.is_object()) {
-    return fail(absl::InvalidArgumentError("the body must be a JSON object"));
-  }
+  const Json& body = *parsed;
   const Fields fields(body, "");
   absl::StatusOr<std::optional<int64_t>> cost = AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   if (!cost.ok()) {
@@ -584,17 +597,12 @@ HttpResponse HttpApi::Check(const HttpRequest& request) {
 }
 
 HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
-  auto fail = [&](const absl::Status& status) {
-    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
-                         request.keep_alive());
-  };
-  const Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    return fail(absl::InvalidArgumentError("malformed JSON"));
+  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
+  absl::StatusOr<Json> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return fail(parsed.status());
   }
-  if (!body.is_object()) {
-    return fail(absl::InvalidArgumentError("the body must be a JSON object"));
-  }
+  const Json& body = *parsed;
   const Fields fields(body, "");
   if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
       !s.ok()) {
@@ -655,10 +663,7 @@ HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
 }
 
 HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
-  auto fail = [&](const absl::Status& status) {
-    return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
-                         request.keep_alive());
-  };
+  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
   const std::string_view target = request.target();
   std::string_view domain_name;
   if (const size_t query = target.find('?'); query != std::string_view::npos) {
