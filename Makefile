@@ -66,7 +66,7 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 tidy: build
-	clang-tidy -p build $$(git ls-files 'src/*.cc' 'tools/*.cc')
+	clang-tidy -p build $$(git ls-files 'src/*.cc' 'server/*.cc' 'tools/*.cc')
 
 clean:
 	rm -rf build build-asan build-tsan out

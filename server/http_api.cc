@@ -147,16 +147,14 @@ absl::StatusOr<std::optional<int64_t>> AtLeast(absl::StatusOr<std::optional<int6
                                                const Fields& fields, const char* name,
                                                int64_t min) {
   if (value.ok() && *value && **value < min) {
-    return absl::InvalidArgumentError(
-        fmt::format("{} must be {}, not {}", fields.Name(name),
-                    min == 0 ? "zero or more" : "positive", **value));
+    return absl::InvalidArgumentError(fmt::format("{} must be {}, not {}", fields.Name(name),
+                                                  min == 0 ? "zero or more" : "positive", **value));
   }
   return value;
 }
 
 // The descriptors of a rules-mode or Envoy request: [{"entries": [{"key", "value"}], ...}].
-absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body,
-                                                                bool envoy) {
+absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body, bool envoy) {
   const auto it = body.find("descriptors");
   if (it == body.end()) {
     return absl::InvalidArgumentError("descriptors is missing");
@@ -188,9 +186,10 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
       return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", path));
     }
     if (entries->size() > kMaxEntries) {
-      return absl::InvalidArgumentError(fmt::format("{}.entries has too many entries: {} (at "
-                                                    "most {})",
-                                                    path, entries->size(), kMaxEntries));
+      return absl::InvalidArgumentError(
+          fmt::format("{}.entries has too many entries: {} (at "
+                      "most {})",
+                      path, entries->size(), kMaxEntries));
     }
     for (size_t e = 0; e < entries->size(); ++e) {
       const Json& entry = (*entries)[e];
@@ -218,9 +217,8 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
     if (!envoy) {
       continue;
     }
-    absl::StatusOr<std::optional<int64_t>> hits =
-        AtLeast(fields.Integer({"hitsAddend", "hits_addend"}, /*quoted=*/true), fields,
-                "hitsAddend", 0);
+    absl::StatusOr<std::optional<int64_t>> hits = AtLeast(
+        fields.Integer({"hitsAddend", "hits_addend"}, /*quoted=*/true), fields, "hitsAddend", 0);
     if (!hits.ok()) {
       return hits.status();
     }
@@ -234,9 +232,9 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
           !s.ok()) {
         return s;
       }
-      absl::StatusOr<std::optional<int64_t>> count = AtLeast(
-          limit_fields.Integer({"requestsPerUnit", "requests_per_unit"}), limit_fields,
-          "requestsPerUnit", 0);
+      absl::StatusOr<std::optional<int64_t>> count =
+          AtLeast(limit_fields.Integer({"requestsPerUnit", "requests_per_unit"}), limit_fields,
+                  "requestsPerUnit", 0);
       if (!count.ok()) {
         return count.status();
       }
@@ -277,43 +275,43 @@ void AppendJsonString(std::string& out, std::string_view text) {
 
 // "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
 void AppendFigures(std::string& out, const Decision& d, bool limited) {
-  fmt::format_to(std::back_inserter(out), "\"allowed\":{},\"remaining\":", d.allowed);
+  fmt::format_to(std::back_inserter(out), R"("allowed":{},"remaining":)", d.allowed);
   if (limited) {
     fmt::format_to(std::back_inserter(out), "{}", d.remaining);
   } else {
     out += "null";  // Nothing limits this request.
   }
   fmt::format_to(std::back_inserter(out),
-                 ",\"reset_after_us\":{},\"retry_after_us\":{},\"delay_us\":{}",
-                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
+                 R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})", d.reset_after.count(),
+                 d.retry_after.count(), d.delay.count());
 }
 
 // One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,
 // when `decision` is given, its figures and flags.
 void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision) {
-  out += "{\"name\":";
+  out += R"({"name":)";
   AppendJsonString(out, outcome.name);
   if (outcome.unlimited) {
-    out += ",\"unlimited\":true}";
+    out += R"(,"unlimited":true})";
     return;
   }
   fmt::format_to(
-      std::back_inserter(out), ",\"algorithm\":\"{}\",\"limit\":{}",
+      std::back_inserter(out), R"(,"algorithm":"{}","limit":{})",
       AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
       outcome.nominal);
   if (outcome.limit) {
-    fmt::format_to(std::back_inserter(out), ",\"period\":\"{}\"",
+    fmt::format_to(std::back_inserter(out), R"(,"period":"{}")",
                    FormatDuration(outcome.limit->period()));
   }
-  fmt::format_to(std::back_inserter(out), ",\"mode\":\"{}\"", ModeName(outcome.mode));
+  fmt::format_to(std::back_inserter(out), R"(,"mode":"{}")", ModeName(outcome.mode));
   if (decision != nullptr) {
     out.push_back(',');
     AppendFigures(out, *decision, /*limited=*/true);
-    for (const auto& [flag, set] : {std::pair{"over_soft", outcome.over_soft},
-                                    std::pair{"borrowed", outcome.borrowed},
-                                    std::pair{"pool", outcome.pool}}) {
+    for (const auto& [flag, set] :
+         {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
+          std::pair{"pool", outcome.pool}}) {
       if (set) {
-        fmt::format_to(std::back_inserter(out), ",\"{}\":true", flag);
+        fmt::format_to(std::back_inserter(out), R"(,"{}":true)", flag);
       }
     }
   }
@@ -327,7 +325,7 @@ std::string ResultText(const CheckResult& result) {
   for (const LimitOutcome& outcome : result.limits) {
     over_soft = over_soft || outcome.over_soft;
   }
-  fmt::format_to(std::back_inserter(out), ",\"over_soft\":{},\"limits\":[", over_soft);
+  fmt::format_to(std::back_inserter(out), R"(,"over_soft":{},"limits":[)", over_soft);
   for (size_t i = 0; i < result.limits.size(); ++i) {
     if (i > 0) {
       out.push_back(',');
@@ -386,8 +384,8 @@ void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
 
 HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
                            http::status denied_status) {
-  HttpResponse response = JsonResponse(
-      result.combined.allowed ? http::status::ok : denied_status, ResultText(result), request);
+  HttpResponse response = JsonResponse(result.combined.allowed ? http::status::ok : denied_status,
+                                       ResultText(result), request);
   SetRateLimitHeaders(result, response);
   return response;
 }
@@ -490,7 +488,9 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
     } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
       response = ErrorResponse(http::status::method_not_allowed,
                                fmt::format("{} does not accept {}; use {}", path,
-                                           std::string_view(request.method_string()), allow),
+                                           std::string_view{request.method_string().data(),
+                                                            request.method_string().size()},
+                                           allow),
                                request.version(), request.keep_alive());
       response.set(http::field::allow, allow);
     } else {
@@ -515,14 +515,15 @@ HttpResponse HttpApi::Check(const HttpRequest& request) {
   }
   const Json& body = *parsed;
   const Fields fields(body, "");
-  absl::StatusOr<std::optional<int64_t>> cost = AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
+  absl::StatusOr<std::optional<int64_t>> cost =
+      AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   if (!cost.ok()) {
     return fail(cost.status());
   }
   if (body.contains("key")) {
     // Ad hoc: the limit is in the request.
-    if (absl::Status s = fields.OnlyKnown(
-            {"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
+    if (absl::Status s =
+            fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
         !s.ok()) {
       return fail(s);
     }
@@ -534,8 +535,8 @@ HttpResponse HttpApi::Check(const HttpRequest& request) {
     absl::StatusOr<std::optional<int64_t>> limit = fields.Integer({"limit"});
     absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
     absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
-    for (const absl::Status& s : {key.status(), algorithm.status(), period.status(),
-                                  limit.status(), burst.status(), buckets.status()}) {
+    for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
+                                  burst.status(), buckets.status()}) {
       if (!s.ok()) {
         return fail(s);
       }
@@ -658,8 +659,7 @@ HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
     statuses.push_back(std::move(status));
   }
   const Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
-  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response,
-                      request);
+  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response, request);
 }
 
 HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
@@ -681,17 +681,17 @@ HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
   for (const auto& candidate : rules->domains()) {
     if (!candidate->auth.empty() && (domain_name.empty() || candidate->name == domain_name)) {
       if (domain != nullptr) {
-        return fail(absl::InvalidArgumentError(
-            "several domains define 'auth': name one with ?domain="));
+        return fail(
+            absl::InvalidArgumentError("several domains define 'auth': name one with ?domain="));
       }
       domain = candidate.get();
     }
   }
   if (domain == nullptr) {
     return fail(absl::FailedPreconditionError(
-        domain_name.empty() ? std::string("no domain defines 'auth' descriptors")
-                            : fmt::format("domain '{}' defines no 'auth' descriptors",
-                                          domain_name)));
+        domain_name.empty()
+            ? std::string("no domain defines 'auth' descriptors")
+            : fmt::format("domain '{}' defines no 'auth' descriptors", domain_name)));
   }
   CheckRequest check{.domain = domain->name};
   for (const std::vector<AuthEntry>& source : domain->auth) {

@@ -1,10 +1,11 @@
 #include "server/http_server.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
-#include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
@@ -17,7 +18,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
+using Tcp = asio::ip::tcp;
 
 // One client connection: wait for a request's first bytes (idle timeout), read the rest of it
 // (read timeout), answer, and again while the client keeps the connection alive. The timeouts
@@ -25,7 +26,7 @@ using tcp = asio::ip::tcp;
 // request that timed out can still be told why.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpApi& api, const HttpServerOptions& options,
+  Session(Tcp::socket socket, HttpApi& api, const HttpServerOptions& options,
           std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
@@ -38,13 +39,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Start() {
     beast::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    const tcp::endpoint peer = socket_.remote_endpoint(ec);
+    socket_.set_option(Tcp::no_delay(true), ec);
+    const Tcp::endpoint peer = socket_.remote_endpoint(ec);
     if (!ec) {
-      peer_ = peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()
-                  ? asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address().to_v6())
-                        .to_string()
-                  : peer.address().to_string();
+      peer_ =
+          peer.address().is_v6() && peer.address().to_v6().is_v4_mapped()
+              ? asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address().to_v6()).to_string()
+              : peer.address().to_string();
     }
     AwaitRequest();
   }
@@ -66,8 +67,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void AwaitDeadline() {
     timer_.expires_at(std::min(
-        deadline_, std::chrono::steady_clock::now() +
-                       std::min(options_.idle_timeout, options_.read_timeout)));
+        deadline_,
+        std::chrono::steady_clock::now() + std::min(options_.idle_timeout, options_.read_timeout)));
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (ec) {
         self->timer_waiting_ = false;  // Cancelled: the session is closing.
@@ -106,10 +107,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
     Arm(options_.read_timeout);
-    http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnRead(ec);
-                     });
+    http::async_read(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -122,8 +122,8 @@ class Session : public std::enable_shared_from_this<Session> {
       // The request cannot be answered normally; say why, then close.
       std::string message;
       if (timed_out_) {
-        message = fmt::format("request not received within {} ms",
-                              options_.read_timeout.count() / 1000);
+        message =
+            fmt::format("request not received within {} ms", options_.read_timeout.count() / 1000);
       } else if (ec == http::error::body_limit) {
         message = fmt::format("body larger than {} bytes", options_.max_body_bytes);
       } else if (ec == http::error::header_limit) {
@@ -162,11 +162,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     beast::error_code ec;
     timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    socket_.shutdown(Tcp::socket::shutdown_send, ec);
     socket_.close(ec);
   }
 
-  tcp::socket socket_;
+  Tcp::socket socket_;
   asio::steady_timer timer_;
   std::chrono::steady_clock::time_point deadline_;
   bool timer_waiting_ = false;
@@ -186,14 +186,20 @@ struct HttpServer::Loop {
   asio::io_context context{1};
   // Keeps run() going while the loop has no connection yet.
   asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
-  tcp::acceptor acceptor{context};
+  Tcp::acceptor acceptor{context};
   std::thread thread;
 };
 
 HttpServer::HttpServer(HttpApi& api, HttpServerOptions options)
     : api_(api), options_(std::move(options)) {}
 
-HttpServer::~HttpServer() { Stop(Micros{0}); }
+HttpServer::~HttpServer() {
+  try {
+    Stop(Micros{0});
+  } catch (...) {
+    std::abort();  // A loop thread that cannot be joined: nothing sane is left to do.
+  }
+}
 
 absl::Status HttpServer::Start() {
   beast::error_code ec;
@@ -208,8 +214,8 @@ absl::Status HttpServer::Start() {
   // One listening socket, on the first loop; each accepted connection is handed to the next
   // loop in turn and lives there. (SO_REUSEPORT, a socket per loop, would also let a second
   // sluiced bind the same port and silently split the traffic and the counts.)
-  tcp::acceptor& acceptor = loops_.front()->acceptor;
-  const tcp::endpoint endpoint(address, options_.port);
+  Tcp::acceptor& acceptor = loops_.front()->acceptor;
+  const Tcp::endpoint endpoint(address, options_.port);
   auto failed = [&](std::string_view step) {
     loops_.clear();
     return absl::UnavailableError(fmt::format("cannot {} HTTP on {}:{}: {}", step, options_.host,
@@ -236,7 +242,7 @@ absl::Status HttpServer::Start() {
 void HttpServer::Accept() {
   Loop& next = *loops_[next_loop_++ % loops_.size()];
   loops_.front()->acceptor.async_accept(
-      next.context, [this](beast::error_code ec, tcp::socket socket) {
+      next.context, [this](beast::error_code ec, Tcp::socket socket) {
         if (ec == asio::error::operation_aborted || !loops_.front()->acceptor.is_open()) {
           return;
         }

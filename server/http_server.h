@@ -2,8 +2,9 @@
 
 // HttpServer: the sockets behind HttpApi. One event loop (an Asio io_context on a thread of its
 // own) per thread asked for; connections are accepted on the first and handed to the loops in
-// turn, so each connection lives on one loop and no lock is shared between them. Keep-alive, a bound on header and body size, and a read timeout per request:
-// a request too large or too slow gets a 400 naming the problem, then the connection closes.
+// turn, so each connection lives on one loop and no lock is shared between them. Keep-alive, a
+// bound on header and body size, and a read timeout per request: a request too large or too slow
+// gets a 400 naming the problem, then the connection closes.
 //
 // Start() and Stop() are called from one control thread.
 
@@ -25,8 +26,8 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0 picks a free port; port() tells which.
   int threads = 1;
-  size_t max_body_bytes = 64 * 1024;
-  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = size_t{64} * 1024;
+  size_t max_header_bytes = size_t{16} * 1024;
   Micros read_timeout{10'000'000};  // For a whole request, from its first byte.
   Micros idle_timeout{60'000'000};  // For a keep-alive connection waiting for a request.
 };

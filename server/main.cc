@@ -97,11 +97,12 @@ class Daemon {
     spdlog::set_level(spdlog::level::from_str(flags_.log_level));
     if (flags_.store != "memory") {
       if (flags_.store.starts_with("redis://") || flags_.store.starts_with("redis+cluster://")) {
-        return Refuse("--store: the Redis store is not available in this build yet; use "
-                      "--store memory");
+        return Refuse(
+            "--store: the Redis store is not available in this build yet; use "
+            "--store memory");
       }
-      return Refuse(fmt::format("--store '{}': expected memory or redis://HOST:PORT",
-                                flags_.store));
+      return Refuse(
+          fmt::format("--store '{}': expected memory or redis://HOST:PORT", flags_.store));
     }
     store_ = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
     service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_);
@@ -143,10 +144,11 @@ class Daemon {
     if (absl::Status s = server_->Start(); !s.ok()) {
       return Refuse(internal::Message(s));
     }
-    spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; "
-                 "memory store (max {} keys)",
-                 http->host, server_->port(), threads, service_->rules()->domains().size(),
-                 flags_.config.empty() ? "no config" : flags_.config, flags_.max_keys);
+    spdlog::info(
+        "sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; "
+        "memory store (max {} keys)",
+        http->host, server_->port(), threads, service_->rules()->domains().size(),
+        flags_.config.empty() ? "no config" : flags_.config, flags_.max_keys);
     spdlog::info("the Envoy gRPC API (--grpc {}) is not served by this build yet", flags_.grpc);
 
     asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
@@ -327,5 +329,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  return sluice::server::Daemon(std::move(flags)).Run();
+  try {
+    return sluice::server::Daemon(std::move(flags)).Run();
+  } catch (const std::exception& e) {  // Out of memory, a thread that cannot start.
+    spdlog::critical("sluiced: {}", e.what());
+    return 1;
+  }
 }

@@ -29,8 +29,7 @@ std::string LabelValue(std::string_view text) {
 
 void Metrics::RecordLatency(Micros latency) {
   const int64_t us = latency.count();
-  const auto* bucket =
-      std::lower_bound(kLatencyBucketsUs.begin(), kLatencyBucketsUs.end(), us);
+  const auto* bucket = std::lower_bound(kLatencyBucketsUs.begin(), kLatencyBucketsUs.end(), us);
   latency_buckets_[static_cast<size_t>(bucket - kLatencyBucketsUs.begin())].fetch_add(
       1, std::memory_order_relaxed);
   latency_sum_us_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(us, 0)),
@@ -77,12 +76,10 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_config_reload_failures_total",
           "Reloads refused because the new rules were broken (the last good rules stay).",
           reload_failures_);
-  counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).",
-          bad_requests_);
+  counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
 
   const char* const histogram = "sluice_decision_latency_seconds";
-  fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n",
-                 histogram);
+  fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);
   fmt::format_to(emit, "# TYPE {} histogram\n", histogram);
   uint64_t cumulative = 0;
   for (size_t i = 0; i < latency_buckets_.size(); ++i) {

@@ -305,8 +305,7 @@ class FileParser {
     if (duplicate) {
       Fail(node, fmt::format("duplicate descriptor: key '{}'{} appears twice at this level",
                              descriptor.key,
-                             descriptor.value ? fmt::format(" with value '{}{}'",
-                                                            *descriptor.value,
+                             descriptor.value ? fmt::format(" with value '{}{}'", *descriptor.value,
                                                             descriptor.wildcard ? "*" : "")
                                               : ""));
     }
@@ -320,8 +319,8 @@ class FileParser {
     if (!rate_limit && !limits) {
       for (const char* key : {"shadow_mode", "mode", "soft_percent", "pool"}) {
         if (node[key]) {
-          Fail(node[key], fmt::format("'{}' needs a 'rate_limit' or 'limits' on this descriptor",
-                                      key));
+          Fail(node[key],
+               fmt::format("'{}' needs a 'rate_limit' or 'limits' on this descriptor", key));
         }
       }
       return std::nullopt;
@@ -463,8 +462,9 @@ std::string_view UnitName(Unit unit) {
 
 std::optional<Unit> ParseUnit(std::string_view name) {
   for (const auto& [unit, spelled] : kUnits) {
-    if (std::equal(name.begin(), name.end(), spelled.begin(), spelled.end(),
-                   [](char a, char b) { return std::toupper(static_cast<unsigned char>(a)) == b; })) {
+    if (std::equal(name.begin(), name.end(), spelled.begin(), spelled.end(), [](char a, char b) {
+          return std::toupper(static_cast<unsigned char>(a)) == b;
+        })) {
       return unit;
     }
   }
@@ -506,8 +506,7 @@ std::string_view ModeName(Mode mode) {
 
 struct CounterRegistry::State {
   mutable Mutex mutex;
-  std::map<std::string, std::unique_ptr<RuleCounters>, std::less<>> counters
-      ABSL_GUARDED_BY(mutex);
+  std::map<std::string, std::unique_ptr<RuleCounters>, std::less<>> counters ABSL_GUARDED_BY(mutex);
 };
 
 CounterRegistry::CounterRegistry() : state_(std::make_unique<State>()) {}
@@ -575,16 +574,15 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
       FileParser parser(file, counters, check_limit);
       std::unique_ptr<Domain> domain = parser.ParseDomain(root);
       if (const Domain* other = rules->FindDomain(domain->name)) {
-        return absl::InvalidArgumentError(
-            fmt::format("{}:1:1: domain '{}' is already defined in {}", file, domain->name,
-                        other->file));
+        return absl::InvalidArgumentError(fmt::format(
+            "{}:1:1: domain '{}' is already defined in {}", file, domain->name, other->file));
       }
       rules->domains_.push_back(std::move(domain));
     } catch (const ConfigError& e) {
       return absl::InvalidArgumentError(e.message);
     } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(fmt::format("{}:{}:{}: {}", file, e.mark.line + 1,
-                                                    e.mark.column + 1, e.msg));
+      return absl::InvalidArgumentError(
+          fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
     }
   }
   return rules;

@@ -56,10 +56,10 @@ struct RuleCounters {
   std::atomic<uint64_t> checks{0};
   std::atomic<uint64_t> admitted{0};
   std::atomic<uint64_t> denied{0};
-  std::atomic<uint64_t> near_limit{0};      // Admitted with less than 20% of the limit left.
-  std::atomic<uint64_t> shadow_denied{0};   // Would have been denied, admitted by shadow mode.
-  std::atomic<uint64_t> over_soft{0};       // Admitted past the limit by soft mode.
-  std::atomic<uint64_t> borrowed{0};        // Admitted over the limit by an elastic pool.
+  std::atomic<uint64_t> near_limit{0};     // Admitted with less than 20% of the limit left.
+  std::atomic<uint64_t> shadow_denied{0};  // Would have been denied, admitted by shadow mode.
+  std::atomic<uint64_t> over_soft{0};      // Admitted past the limit by soft mode.
+  std::atomic<uint64_t> borrowed{0};       // Admitted over the limit by an elastic pool.
 };
 
 // One limit of a rule, ready for the store.
@@ -74,7 +74,7 @@ struct RuleLimit {
   Unit unit = Unit::kUnknown;
   // Soft mode: the stored capacity (burst, or limit) minus the nominal one; 0 otherwise.
   int64_t soft_extra = 0;
-  bool unlimited = false;            // Envoy's `unlimited: true`: never counted, never denied.
+  bool unlimited = false;             // Envoy's `unlimited: true`: never counted, never denied.
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
   RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
 };
@@ -87,7 +87,7 @@ struct Pool {
 
 // A descriptor node that carries limits.
 struct Rule {
-  std::string path;  // "api.user_alice.path": domain, then key or key_value per level.
+  std::string path;               // "api.user_alice.path": domain, then key or key_value per level.
   std::vector<RuleLimit> limits;  // Decided all or nothing; one (unlimited) when unlimited.
   bool unlimited = false;
   Mode mode = Mode::kHard;

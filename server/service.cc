@@ -123,9 +123,10 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
       return absl::InvalidArgumentError(fmt::format("descriptors[{}] has no entries", d));
     }
     if (descriptor.entries.size() > kMaxEntries) {
-      return absl::InvalidArgumentError(fmt::format("descriptors[{}] has too many entries: {} "
-                                                    "(at most {})",
-                                                    d, descriptor.entries.size(), kMaxEntries));
+      return absl::InvalidArgumentError(
+          fmt::format("descriptors[{}] has too many entries: {} "
+                      "(at most {})",
+                      d, descriptor.entries.size(), kMaxEntries));
     }
     for (size_t e = 0; e < descriptor.entries.size(); ++e) {
       const Entry& entry = descriptor.entries[e];
@@ -136,13 +137,13 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
       }
       if (entry.value.size() > kMaxValueBytes) {
         return absl::InvalidArgumentError(
-            fmt::format("descriptors[{}].entries[{}].value must be at most {} bytes, not {}", d,
-                        e, kMaxValueBytes, entry.value.size()));
+            fmt::format("descriptors[{}].entries[{}].value must be at most {} bytes, not {}", d, e,
+                        kMaxValueBytes, entry.value.size()));
       }
     }
     if (descriptor.cost) {
-      if (absl::Status s = CheckCost(*descriptor.cost, fmt::format("descriptors[{}].hits_addend",
-                                                                   d));
+      if (absl::Status s =
+              CheckCost(*descriptor.cost, fmt::format("descriptors[{}].hits_addend", d));
           !s.ok()) {
         return s;
       }
@@ -152,9 +153,8 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
     }
     if (descriptor.limit && (descriptor.limit->requests_per_unit < 0 ||
                              descriptor.limit->requests_per_unit > Limit::kMaxCount)) {
-      return absl::InvalidArgumentError(
-          fmt::format("descriptors[{}].limit.requests_per_unit must be 0 to {}", d,
-                      Limit::kMaxCount));
+      return absl::InvalidArgumentError(fmt::format(
+          "descriptors[{}].limit.requests_per_unit must be 0 to {}", d, Limit::kMaxCount));
     }
   }
   return absl::OkStatus();
@@ -234,11 +234,10 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
   bool always_denied = false;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
-    const auto earlier = std::find_if(planned.begin(), planned.begin() + static_cast<ptrdiff_t>(i),
-                                      [&](const Planned& q) {
-                                        return q.rule_limit->limit == p.rule_limit->limit &&
-                                               q.key == p.key && q.mode == p.mode;
-                                      });
+    const auto earlier = std::find_if(
+        planned.begin(), planned.begin() + static_cast<ptrdiff_t>(i), [&](const Planned& q) {
+          return q.rule_limit->limit == p.rule_limit->limit && q.key == p.key && q.mode == p.mode;
+        });
     const RuleLimit& rule_limit = *p.rule_limit;
     LimitOutcome& outcome = result.limits.emplace_back();
     outcome.name = rule_limit.name;
@@ -460,8 +459,8 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
       }
       const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
       if (!out.closest || denies ||
-          (out.closest->decision.allowed && outcome.decision.remaining <
-                                                out.closest->decision.remaining)) {
+          (out.closest->decision.allowed &&
+           outcome.decision.remaining < out.closest->decision.remaining)) {
         out.closest = std::move(outcome);
       }
     }
@@ -492,7 +491,8 @@ absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(const AdHocRequest& req
   if (!limit.ok()) {
     return limit.status();
   }
-  absl::StatusOr<Decision> decision = store_.Decide(*limit, request.key, request.cost, clock_.Now());
+  absl::StatusOr<Decision> decision =
+      store_.Decide(*limit, request.key, request.cost, clock_.Now());
   if (!decision.ok()) {
     if (decision.status().code() != absl::StatusCode::kInvalidArgument) {
       metrics_.CountStoreError();

@@ -83,9 +83,9 @@ struct CheckResult {
 
 // One result per request descriptor, decided each on its own, as envoyproxy/ratelimit does.
 struct DescriptorResult {
-  bool matched = false;    // A rule (or an override) applied.
-  bool unlimited = false;  // It was an unlimited rule.
-  bool over_limit = false; // Denied (shadow limits never deny).
+  bool matched = false;                 // A rule (or an override) applied.
+  bool unlimited = false;               // It was an unlimited rule.
+  bool over_limit = false;              // Denied (shadow limits never deny).
   std::optional<LimitOutcome> closest;  // The limit nearest to denying (fewest remaining).
   // Envoy's duration_until_reset for `closest`: to the end of the window for fixed_window
   // (never 0), its reset_after for the other algorithms.

@@ -28,8 +28,7 @@ struct Url {
 absl::StatusOr<Url> ParseUrl(std::string_view url) {
   constexpr std::string_view kScheme = "http://";
   if (!url.starts_with(kScheme)) {
-    return absl::InvalidArgumentError(
-        fmt::format("--server '{}': expected http://HOST:PORT", url));
+    return absl::InvalidArgumentError(fmt::format("--server '{}': expected http://HOST:PORT", url));
   }
   std::string_view rest = url.substr(kScheme.size());
   const size_t slash = rest.find('/');
@@ -116,8 +115,7 @@ absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& b
   beast::tcp_stream stream(context);
   beast::error_code ec;
   auto unavailable = [&](std::string_view step) {
-    return absl::UnavailableError(
-        fmt::format("{}: cannot {}: {}", url, step, ec.message()));
+    return absl::UnavailableError(fmt::format("{}: cannot {}: {}", url, step, ec.message()));
   };
   const auto endpoints = resolver.resolve(parsed->host, parsed->port, ec);
   if (ec) {

@@ -162,7 +162,8 @@ int Main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "sluice: " << e.what() << "\n(run 'sluice --help' for the commands and their flags)\n";
+    std::cerr << "sluice: " << e.what()
+              << "\n(run 'sluice --help' for the commands and their flags)\n";
     return kUsageError;
   }
   if (simulate->parsed()) {

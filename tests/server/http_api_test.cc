@@ -128,9 +128,9 @@ TEST_F(HttpApiTest, RetryAfterIsWholeSecondsRoundedUp) {
 }
 
 TEST_F(HttpApiTest, NeverAllowedHasNoRetryAfter) {
-  const HttpResponse denied = Post(
-      "/v1/check",
-      R"({"domain": "api", "descriptors": [{"entries": [{"key": "banned", "value": "x"}]}]})");
+  const HttpResponse denied =
+      Post("/v1/check",
+           R"({"domain": "api", "descriptors": [{"entries": [{"key": "banned", "value": "x"}]}]})");
   EXPECT_EQ(denied.result(), http::status::too_many_requests);
   EXPECT_EQ(Body(denied)["retry_after_us"], -1);
   EXPECT_EQ(Header(denied, "Retry-After"), "(none)");
@@ -193,9 +193,9 @@ TEST_F(HttpApiTest, EnvoyJsonEndpoint) {
             http::status::bad_request);
   EXPECT_EQ(Post("/json", R"({"domain": "api", "descriptors": []})").result(),
             http::status::bad_request);
-  EXPECT_EQ(Post("/json", R"({"domain": "api", "descriptors": [{"entries": []}], "x": 1})")
-                .result(),
-            http::status::bad_request);
+  EXPECT_EQ(
+      Post("/json", R"({"domain": "api", "descriptors": [{"entries": []}], "x": 1})").result(),
+      http::status::bad_request);
 }
 
 TEST_F(HttpApiTest, AuthTakesDescriptorsFromHeadersAndThePeer) {

@@ -79,7 +79,8 @@ TEST(RuleMatchTest, DepthOfTheRequestMustEqualTheRule) {
   EXPECT_EQ(MatchPath(*rules, {{"user", "bob"}, {"path", "/x"}}), "none");
   EXPECT_EQ(MatchPath(*rules, {{"path", "/search"}, {"user", "bob"}, {"x", "y"}}), "none");
   // A wildcard level, then an exact one.
-  EXPECT_EQ(MatchPath(*rules, {{"path", "/admin"}, {"method", "POST"}}), "api.path_/a*.method_POST");
+  EXPECT_EQ(MatchPath(*rules, {{"path", "/admin"}, {"method", "POST"}}),
+            "api.path_/a*.method_POST");
   EXPECT_EQ(MatchPath(*rules, {{"path", "/admin"}, {"method", "GET"}}), "none");
   EXPECT_EQ(MatchPath(*rules, {{"path", "/b"}, {"method", "POST"}}), "none");
 }
@@ -170,12 +171,14 @@ descriptors:
 
 TEST(RuleParseTest, CountersSurviveAReloadByName) {
   CounterRegistry counters;
-  auto first = MustParse("domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, "
-                         "requests_per_unit: 1}}]\n",
-                         counters);
-  auto second = MustParse("domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, "
-                          "requests_per_unit: 9}}]\n",
-                          counters);
+  auto first = MustParse(
+      "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, "
+      "requests_per_unit: 1}}]\n",
+      counters);
+  auto second = MustParse(
+      "domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, "
+      "requests_per_unit: 9}}]\n",
+      counters);
   const RuleCounters* a = RuleSet::Match(*first->domains()[0], {{"k", "v"}})->limits[0].counters;
   const RuleCounters* b = RuleSet::Match(*second->domains()[0], {{"k", "v"}})->limits[0].counters;
   EXPECT_EQ(a, b);
@@ -197,8 +200,7 @@ TEST_P(BrokenRulesTest, IsRefusedWithItsLocation) {
   absl::StatusOr<std::shared_ptr<const RuleSet>> rules = ParseText(GetParam().text, counters);
   ASSERT_FALSE(rules.ok());
   EXPECT_EQ(rules.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(internal::Message(rules.status())),
-              HasSubstr(GetParam().location));
+  EXPECT_THAT(std::string(internal::Message(rules.status())), HasSubstr(GetParam().location));
   EXPECT_THAT(std::string(internal::Message(rules.status())), HasSubstr(GetParam().says));
 }
 
@@ -313,8 +315,7 @@ TEST(RuleLoadTest, MissingFileIsAnErrorNamingIt) {
       RuleSet::Load("/nonexistent/rules.yaml", counters,
                     [&](const Limit& limit) { return store.CheckLimit(limit); });
   ASSERT_FALSE(rules.ok());
-  EXPECT_THAT(std::string(internal::Message(rules.status())),
-              HasSubstr("/nonexistent/rules.yaml"));
+  EXPECT_THAT(std::string(internal::Message(rules.status())), HasSubstr("/nonexistent/rules.yaml"));
 }
 
 TEST(GroupAddressTest, Ipv4AsItIsIpv6ByPrefix) {

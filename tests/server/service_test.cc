@@ -105,7 +105,7 @@ TEST_F(ServiceTest, SeveralDescriptorsAreAllOrNothing) {
   const CheckResult denied = Check({{"user", "dan"}, {"team", "red"}});
   EXPECT_FALSE(denied.combined.allowed);
   ASSERT_EQ(denied.limits.size(), 2U);
-  EXPECT_TRUE(denied.limits[0].decision.allowed);  // user dan would have allowed it ...
+  EXPECT_TRUE(denied.limits[0].decision.allowed);     // user dan would have allowed it ...
   EXPECT_EQ(denied.limits[0].decision.remaining, 3);  // ... and was not charged.
   EXPECT_EQ(Check({{"user", "dan"}}).combined.remaining, 2);
 }
@@ -244,9 +244,10 @@ TEST_F(ServiceTest, MalformedRequestsAreRefusedNamingTheField) {
   EXPECT_NE(error({.domain = "api", .descriptors = {{.entries = {{std::string(300, 'k'), "x"}}}}})
                 .find("descriptors[0].entries[0].key"),
             std::string::npos);
-  EXPECT_NE(error({.domain = "api", .descriptors = {{.entries = {{"user", std::string(2000, 'v')}}}}})
-                .find("value"),
-            std::string::npos);
+  EXPECT_NE(
+      error({.domain = "api", .descriptors = {{.entries = {{"user", std::string(2000, 'v')}}}}})
+          .find("value"),
+      std::string::npos);
   CheckRequest many{.domain = "api"};
   many.descriptors.resize(kMaxDescriptors + 1, {.entries = {{"user", "x"}}});
   EXPECT_NE(error(many).find("too many descriptors"), std::string::npos);
@@ -291,17 +292,15 @@ TEST_F(ServiceTest, EnvoyPerDescriptorCostAndOverride) {
 
 TEST_F(ServiceTest, EnvoyRefusesARequestWithoutRules) {
   RateLimitService empty(store_, clock_, metrics_);
-  absl::StatusOr<std::vector<DescriptorResult>> results = empty.ShouldRateLimit(
-      {.domain = "api", .descriptors = {{.entries = {{"user", "x"}}}}});
+  absl::StatusOr<std::vector<DescriptorResult>> results =
+      empty.ShouldRateLimit({.domain = "api", .descriptors = {{.entries = {{"user", "x"}}}}});
   EXPECT_EQ(results.status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(ServiceTest, AdHocLimits) {
-  AdHocRequest request{.key = "k",
-                       .spec = {.algorithm = Algorithm::kGcra,
-                                .limit = 5,
-                                .period = Micros{1'000'000},
-                                .burst = 2}};
+  AdHocRequest request{
+      .key = "k",
+      .spec = {.algorithm = Algorithm::kGcra, .limit = 5, .period = Micros{1'000'000}, .burst = 2}};
   EXPECT_TRUE(service_.CheckAdHoc(request)->combined.allowed);
   EXPECT_TRUE(service_.CheckAdHoc(request)->combined.allowed);
   const absl::StatusOr<CheckResult> denied = service_.CheckAdHoc(request);
@@ -316,8 +315,17 @@ TEST_F(ServiceTest, AdHocLimits) {
 
 TEST(RuleKeyTest, NoTwoDescriptorsShareAKey) {
   const std::vector<std::vector<Entry>> distinct = {
-      {{"a", "b"}},           {{"a", "b"}, {"c", "d"}}, {{"a", "b\x1e" "c\x1f" "d"}},
-      {{"a\x1f" "b", ""}},    {{"a", ""}},              {{"a", "\x1b"}},
+      {{"a", "b"}},
+      {{"a", "b"}, {"c", "d"}},
+      {{"a",
+        "b\x1e"
+        "c\x1f"
+        "d"}},
+      {{"a\x1f"
+        "b",
+        ""}},
+      {{"a", ""}},
+      {{"a", "\x1b"}},
       {{"a", "\x1b\x1b"}},
   };
   for (size_t i = 0; i < distinct.size(); ++i) {
