@@ -8,6 +8,7 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -297,11 +298,8 @@ class Daemon {
   std::string config_version_;
 };
 
-}  // namespace
-}  // namespace sluice::server
-
-int main(int argc, char** argv) {
-  sluice::server::Flags flags;
+int Main(int argc, char** argv) {
+  Flags flags;
   CLI::App app{"sluiced: the sluice rate limit server (docs/server.md)"};
   app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
   app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
@@ -329,10 +327,18 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   std::signal(SIGPIPE, SIG_IGN);
+  return Daemon(std::move(flags)).Run();
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+int main(int argc, char** argv) {
   try {
-    return sluice::server::Daemon(std::move(flags)).Run();
+    return sluice::server::Main(argc, argv);
   } catch (const std::exception& e) {  // Out of memory, a thread that cannot start.
-    spdlog::critical("sluiced: {}", e.what());
+    std::fputs(e.what(), stderr);
+    std::fputs("\n", stderr);
     return 1;
   }
 }
