@@ -258,16 +258,62 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
 
 // The answer of a check is written directly rather than built as a JSON document first: it
 // is the hot path, and a document costs an allocation per field.
+//
+// The length of the well-formed UTF-8 sequence that starts text[i] (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when there is none.
+size_t Utf8SequenceAt(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) {
+    return 1;
+  }
+  size_t length = 0;
+  unsigned char low = 0x80;  // Bounds of the second byte.
+  unsigned char high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    low = lead == 0xE0 ? 0xA0 : 0x80;
+    high = lead == 0xED ? 0x9F : 0xBF;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    low = lead == 0xF0 ? 0x90 : 0x80;
+    high = lead == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) {
+    return 0;
+  }
+  for (size_t k = i + 2; k < i + length; ++k) {
+    if (byte(k) < 0x80 || byte(k) > 0xBF) {
+      return 0;
+    }
+  }
+  return length;
+}
+
+// `text` as a JSON string: quotes, backslashes and control characters escaped, and any byte
+// that is not part of well-formed UTF-8 (a rules file or a request may hold such bytes)
+// replaced by U+FFFD, so that the answer is always valid JSON.
 void AppendJsonString(std::string& out, std::string_view text) {
   out.push_back('"');
-  for (const char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
     if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(c);
+      ++i;
     } else if (static_cast<unsigned char>(c) < 0x20) {
       fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
+      ++i;
+    } else if (const size_t length = Utf8SequenceAt(text, i); length > 0) {
+      out.append(text.substr(i, length));
+      i += length;
     } else {
-      out.push_back(c);
+      out += "\\ufffd";
+      ++i;
     }
   }
   out.push_back('"');
@@ -427,7 +473,7 @@ std::string_view AllowedMethods(std::string_view path) {
     return "GET, HEAD";
   }
   if (path == "/healthz" || path == "/metrics" || path == "/v1/rules") {
-    return "GET";
+    return "GET, HEAD";
   }
   return {};
 }
@@ -462,7 +508,10 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
-  auto only = [&](http::verb allowed) { return method == allowed; };
+  // HEAD is answered wherever GET is, with the headers alone.
+  auto only = [&](http::verb allowed) {
+    return method == allowed || (allowed == http::verb::get && method == http::verb::head);
+  };
   const Timestamp start = clock_.Now();
   HttpResponse response;
   bool decision = true;
@@ -470,7 +519,7 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
     response = Check(request);
   } else if (path == "/json" && only(http::verb::post)) {
     response = EnvoyJson(request);
-  } else if (path == "/v1/auth" && (only(http::verb::get) || only(http::verb::head))) {
+  } else if (path == "/v1/auth" && only(http::verb::get)) {
     response = Auth(request, peer);
   } else {
     decision = false;
@@ -500,6 +549,9 @@ HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) 
   }
   if (response.result() == http::status::bad_request) {
     metrics_.CountBadRequest();
+  }
+  if (method == http::verb::head) {
+    response.body().clear();  // HEAD: the headers alone (Content-Length stays as for GET).
   }
   if (decision) {
     metrics_.RecordLatency(clock_.Now() - start);
@@ -740,7 +792,11 @@ HttpResponse HttpApi::Rules(const HttpRequest& request) {
                                      .unlimited = rule_limit.unlimited};
             std::string text;
             AppendLimit(text, shown, /*decision=*/nullptr);
+            // Well-formed: AppendLimit writes valid JSON whatever the names hold.
             Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+            if (!json.is_object()) {
+              continue;  // Cannot happen; never index a discarded value (it would throw).
+            }
             if (rule_limit.limit && UsesBurst(rule_limit.limit->algorithm())) {
               json["burst"] = rule_limit.limit->burst() - rule_limit.soft_extra;
             }

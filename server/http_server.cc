@@ -9,8 +9,10 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
+#include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::server {
 namespace {
@@ -70,8 +72,8 @@ class Session : public std::enable_shared_from_this<Session> {
         deadline_,
         std::chrono::steady_clock::now() + std::min(options_.idle_timeout, options_.read_timeout)));
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (ec) {
-        self->timer_waiting_ = false;  // Cancelled: the session is closing.
+      if (ec || self->closed_) {
+        self->timer_waiting_ = false;  // The session is closing.
         return;
       }
       if (std::chrono::steady_clock::now() < self->deadline_) {
@@ -80,8 +82,12 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       self->timer_waiting_ = false;
       self->timed_out_ = true;
+      // Cancel what is waiting now, and make every later read fail at once: a read that had
+      // already completed when the timer fired would otherwise start another, with no timer
+      // left to stop it. Writing the 400 still works.
       beast::error_code ignored;
       self->socket_.cancel(ignored);
+      self->socket_.shutdown(Tcp::socket::shutdown_receive, ignored);
     });
   }
 
@@ -103,13 +109,55 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadRequest() {
+    BeginRequest();
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
     Arm(options_.read_timeout);
+    http::async_read_header(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // A client that asked for "100 Continue" waits for it before it sends the body.
+  void OnHeader(beast::error_code ec) {
+    if (ec || parser_->is_done()) {
+      OnRead(ec);
+      return;
+    }
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code write_ec, size_t) {
+                          if (write_ec) {
+                            self->Close();
+                            return;
+                          }
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(
         socket_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  // A drain (HttpServer::Stop) waits for every request from its first byte to its answer.
+  void BeginRequest() {
+    if (!counted_) {
+      counted_ = true;
+      in_flight_.fetch_add(1);
+    }
+  }
+  void EndRequest() {
+    if (counted_) {
+      counted_ = false;
+      in_flight_.fetch_sub(1);
+    }
   }
 
   void OnRead(beast::error_code ec) {
@@ -135,22 +183,29 @@ class Session : public std::enable_shared_from_this<Session> {
       Send(ErrorResponse(http::status::bad_request, message, 11, /*keep_alive=*/false));
       return;
     }
-    in_flight_.fetch_add(1);
-    HttpResponse response = api_.Handle(parser_->get(), peer_);
+    HttpResponse response;
+    try {
+      response = api_.Handle(parser_->get(), peer_);
+    } catch (const std::exception& e) {
+      // A bug, not an input error (the API reports those as statuses): answer 500 and keep
+      // serving everyone else rather than end the process.
+      spdlog::error("{} {} failed: {}", std::string_view(parser_->get().method_string()),
+                    std::string_view(parser_->get().target()), e.what());
+      response = ErrorResponse(http::status::internal_server_error, "internal error", 11,
+                               /*keep_alive=*/false);
+    }
     if (stopping_.load()) {
       response.keep_alive(false);
     }
-    in_flight_.fetch_sub(1);
     Send(std::move(response));
   }
 
   void Send(HttpResponse response) {
-    in_flight_.fetch_add(1);  // Until written: a drain waits for it.
     auto owned = std::make_shared<HttpResponse>(std::move(response));
     Arm(options_.read_timeout);
     http::async_write(socket_, *owned,
                       [self = shared_from_this(), owned](beast::error_code ec, size_t) {
-                        self->in_flight_.fetch_sub(1);
+                        self->EndRequest();
                         if (ec || !owned->keep_alive()) {
                           self->Close();
                           return;
@@ -160,6 +215,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Close() {
+    EndRequest();
+    closed_ = true;
     beast::error_code ec;
     timer_.cancel();
     socket_.shutdown(Tcp::socket::shutdown_send, ec);
@@ -171,6 +228,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::chrono::steady_clock::time_point deadline_;
   bool timer_waiting_ = false;
   bool timed_out_ = false;
+  bool closed_ = false;
+  bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
@@ -187,6 +246,7 @@ struct HttpServer::Loop {
   // Keeps run() going while the loop has no connection yet.
   asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
   Tcp::acceptor acceptor{context};
+  asio::steady_timer accept_retry{context};  // First loop only: a pause after a failed accept.
   std::thread thread;
 };
 
@@ -246,12 +306,22 @@ void HttpServer::Accept() {
         if (ec == asio::error::operation_aborted || !loops_.front()->acceptor.is_open()) {
           return;
         }
-        if (!ec) {
-          // The socket belongs to its loop's context: start its session there.
-          auto session =
-              std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_);
-          asio::post(session->executor(), [session] { session->Start(); });
+        if (ec) {
+          // Out of file descriptors, say: the pending connection would fail again at once, so
+          // wait a little rather than spin.
+          spdlog::warn("accepting a connection failed: {}; retrying in 50 ms", ec.message());
+          loops_.front()->accept_retry.expires_after(std::chrono::milliseconds(50));
+          loops_.front()->accept_retry.async_wait([this](beast::error_code wait_ec) {
+            if (!wait_ec) {
+              Accept();
+            }
+          });
+          return;
         }
+        // The socket belongs to its loop's context: start its session there.
+        auto session =
+            std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_);
+        asio::post(session->executor(), [session] { session->Start(); });
         Accept();
       });
 }
@@ -264,6 +334,7 @@ void HttpServer::Stop(Micros drain) {
   asio::post(loops_.front()->context, [this] {
     beast::error_code ec;
     loops_.front()->acceptor.close(ec);
+    loops_.front()->accept_retry.cancel();
   });
   // Requests in flight finish; idle keep-alive connections are closed with their loop.
   const auto deadline = std::chrono::steady_clock::now() + drain;

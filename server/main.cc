@@ -320,7 +320,8 @@ int Main(int argc, char** argv) {
   app.add_option("--drain", flags.drain, "How long SIGTERM waits for requests in flight")
       ->capture_default_str();
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "fmt/format.h"
 
 #include "server/ip.h"
@@ -160,11 +161,49 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   return absl::OkStatus();
 }
 
-std::vector<RateLimitService::Planned> RateLimitService::Plan(const Domain& domain,
-                                                              const CheckRequest& request) const {
+bool CallerLimits::Admit(const Limit& limit) {
+  const uint64_t hash = absl::Hash<Limit>{}(limit) | 1;  // Never 0, the empty slot.
+  for (size_t probe = 0, i = hash & (kSlots - 1); probe < kSlots;
+       ++probe, i = (i + 1) & (kSlots - 1)) {
+    uint64_t seen = slots_[i].load(std::memory_order_acquire);
+    if (seen == hash) {
+      return true;
+    }
+    if (seen != 0) {
+      continue;
+    }
+    if (count_.fetch_add(1, std::memory_order_relaxed) >= kMaxCallerLimits) {
+      count_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (slots_[i].compare_exchange_strong(seen, hash, std::memory_order_acq_rel)) {
+      return true;
+    }
+    count_.fetch_sub(1, std::memory_order_relaxed);  // Another thread took the slot first.
+    if (seen == hash) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status RateLimitService::AdmitCallerLimit(const Limit& limit) {
+  if (caller_limits_.Admit(limit)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("callers have already used {} distinct limits; {} is refused (use a limit "
+                  "already in use, or a rule)",
+                  kMaxCallerLimits, limit.ToString()));
+}
+
+absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
+    const Domain& domain, const CheckRequest& request) {
   std::vector<Planned> planned;
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     const RequestDescriptor& descriptor = request.descriptors[d];
+    // Rules match the values as sent (a rule may name one exact address); the count is kept
+    // per grouped address.
     std::vector<Entry> entries = descriptor.entries;
     for (Entry& entry : entries) {
       if (std::find(domain.ip_keys.begin(), domain.ip_keys.end(), entry.key) !=
@@ -184,6 +223,9 @@ std::vector<RateLimitService::Planned> RateLimitService::Plan(const Domain& doma
                                       .limit = owned->nominal,
                                       .period = UnitPeriod(owned->unit)})
                            .value();  // Validate() bounded both.
+        if (absl::Status s = AdmitCallerLimit(*owned->limit); !s.ok()) {
+          return s;
+        }
       }
       owned->counters = metrics_.rules().Get(owned->name);
       Planned& p = planned.emplace_back();
@@ -194,7 +236,7 @@ std::vector<RateLimitService::Planned> RateLimitService::Plan(const Domain& doma
       p.descriptor = d;
       continue;
     }
-    const Rule* rule = RuleSet::Match(domain, entries);
+    const Rule* rule = RuleSet::Match(domain, descriptor.entries);
     if (rule == nullptr) {
       continue;
     }
@@ -410,7 +452,11 @@ absl::StatusOr<CheckResult> RateLimitService::Check(const CheckRequest& request)
     return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
   }
   const Timestamp now = clock_.Now();
-  std::vector<Planned> planned = Plan(*domain, request);
+  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
+  if (!plan.ok()) {
+    return plan.status();
+  }
+  std::vector<Planned>& planned = *plan;
   if (planned.empty()) {
     return CheckResult{};
   }
@@ -432,7 +478,11 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
     return results;
   }
   const Timestamp now = clock_.Now();
-  std::vector<Planned> planned = Plan(*domain, request);
+  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
+  if (!plan.ok()) {
+    return plan.status();
+  }
+  std::vector<Planned>& planned = *plan;
   // Each descriptor on its own, with its own cost.
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     std::vector<Planned> group;
@@ -490,6 +540,9 @@ absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(const AdHocRequest& req
   absl::StatusOr<Limit> limit = Limit::Create(request.spec);
   if (!limit.ok()) {
     return limit.status();
+  }
+  if (absl::Status s = AdmitCallerLimit(*limit); !s.ok()) {
+    return s;
   }
   absl::StatusOr<Decision> decision =
       store_.Decide(*limit, request.key, request.cost, clock_.Now());

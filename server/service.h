@@ -7,6 +7,7 @@
 //
 // Thread-safe: any number of threads may call it while another swaps the rules.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,24 @@ inline constexpr size_t kMaxEntries = 16;  // Per descriptor.
 inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = 1024;
 inline constexpr size_t kMaxAdHocKeyBytes = 1024;
+
+// Limits that callers give (ad hoc checks, Envoy's limit overrides) each cost the store a table
+// for the life of the process, and the store holds MemoryStore::kMaxLimits of them: callers
+// may use this many distinct ones, leaving the rest for the rules.
+inline constexpr size_t kMaxCallerLimits = 1024;
+
+// The distinct caller limits seen so far, as a lock-free set of their hashes (a collision
+// merely lets one more limit in). Thread-safe.
+class CallerLimits {
+ public:
+  // Whether `limit` is known, or there was room to remember it.
+  bool Admit(const Limit& limit);
+
+ private:
+  static constexpr size_t kSlots = 4 * kMaxCallerLimits;  // A power of two.
+  std::array<std::atomic<uint64_t>, kSlots> slots_{};
+  std::atomic<size_t> count_{0};
+};
 
 // Envoy's per-descriptor `limit`: a fixed window that bypasses the rules.
 struct LimitOverride {
@@ -119,7 +138,9 @@ class RateLimitService {
   absl::Status Validate(const CheckRequest& request) const;
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
   // grouped, `replaces` applied.
-  std::vector<Planned> Plan(const Domain& domain, const CheckRequest& request) const;
+  // InvalidArgument when an override would pass kMaxCallerLimits.
+  absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request);
+  absl::Status AdmitCallerLimit(const Limit& limit);
   absl::StatusOr<CheckResult> Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now);
 
   Store& store_;
@@ -127,6 +148,7 @@ class RateLimitService {
   Metrics& metrics_;
   std::atomic<std::shared_ptr<const RuleSet>> rules_;
   RuleCounters* adhoc_counters_;
+  CallerLimits caller_limits_;
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

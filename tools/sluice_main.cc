@@ -101,7 +101,12 @@ int RunCheck(const CheckFlags& flags) {
     std::cerr << "sluice check: " << body.status().message() << "\n";
     return kUsageError;
   }
-  absl::StatusOr<HttpAnswer> answer = PostJson(flags.server + "/v1/check", *body, flags.timeout);
+  std::string_view server = flags.server;
+  while (server.ends_with('/')) {
+    server.remove_suffix(1);
+  }
+  absl::StatusOr<HttpAnswer> answer =
+      PostJson(fmt::format("{}/v1/check", server), *body, flags.timeout);
   if (!answer.ok()) {
     std::cerr << "sluice check: " << answer.status().message() << "\n";
     return kUsageError;

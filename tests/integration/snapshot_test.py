@@ -10,18 +10,14 @@ empty. Python 3 standard library only.
 """
 
 import argparse
-import http.client
-import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
-SLUICED = None
+import sluiced
 
 # A limit long enough that nothing resets during the test.
 RULES = """
@@ -30,53 +26,6 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 3}
 """
-
-
-class Sluiced:
-    """One sluiced process on a free port, with the given snapshot flags."""
-
-    started = 0
-
-    def __init__(self, workdir, *flags):
-        Sluiced.started += 1
-        self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "w+")
-        self.proc = subprocess.Popen(
-            [SLUICED, "--http", "127.0.0.1:0", "--threads", "1",
-             "--config", os.path.join(workdir, "rules.yaml"), *flags],
-            stdout=self.log, stderr=self.log)
-        self.port = self._await_port()
-
-    def _await_port(self):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            self.log.seek(0)
-            found = re.findall(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            if found:
-                return int(found[-1])
-            if self.proc.poll() is not None:
-                raise AssertionError(f"sluiced exited with {self.proc.returncode}")
-            time.sleep(0.02)
-        raise AssertionError("sluiced did not start")
-
-    def check(self, user):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        body = json.dumps({"domain": "snap",
-                           "descriptors": [{"entries": [{"key": "user", "value": user}]}]})
-        conn.request("POST", "/v1/check", body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        answer = json.loads(response.read())
-        conn.close()
-        return response.status, answer
-
-    def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=10)
-        self.log.close()
-        return code
-
-    def output(self):
-        with open(self.log.name) as f:
-            return f.read()
 
 
 class SnapshotTest(unittest.TestCase):
@@ -94,14 +43,14 @@ class SnapshotTest(unittest.TestCase):
         self.assertEqual(status, 429)
 
     def test_graceful_restart_keeps_limits(self):
-        first = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         self.use_up(first, "ann")
         first.check("bob")  # bob has 2 left.
         self.assertFalse(os.path.exists(self.snapshot))  # Written only at shutdown.
         self.assertEqual(first.stop(), 0)
         self.assertTrue(os.path.exists(self.snapshot))
 
-        second = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        second = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         try:
             self.assertIn("loaded 2 key(s) from snapshot", second.output())
             status, answer = second.check("ann")
@@ -115,10 +64,10 @@ class SnapshotTest(unittest.TestCase):
 
     def test_without_a_snapshot_a_restart_forgets(self):
         # The control for the test above: the same steps without --snapshot.
-        first = Sluiced(self.workdir)
+        first = sluiced.Sluiced(self.workdir)
         self.use_up(first, "ann")
         self.assertEqual(first.stop(), 0)
-        second = Sluiced(self.workdir)
+        second = sluiced.Sluiced(self.workdir)
         try:
             status, _ = second.check("ann")
             self.assertEqual(status, 200)
@@ -126,11 +75,11 @@ class SnapshotTest(unittest.TestCase):
             second.stop()
 
     def test_periodic_snapshot_survives_a_crash(self):
-        first = Sluiced(self.workdir, "--snapshot", self.snapshot, "--snapshot-interval", "100ms")
+        first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot, "--snapshot-interval", "100ms")
         self.use_up(first, "dora")
         time.sleep(0.5)  # Several intervals.
         self.assertEqual(first.stop(signal.SIGKILL), -signal.SIGKILL)
-        second = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        second = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         try:
             status, answer = second.check("dora")
             self.assertEqual(status, 429, answer)
@@ -138,7 +87,7 @@ class SnapshotTest(unittest.TestCase):
             second.stop()
 
     def test_corrupt_snapshot_is_reported_and_ignored(self):
-        first = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         self.use_up(first, "eve")
         self.assertEqual(first.stop(), 0)
         with open(self.snapshot, "r+b") as f:
@@ -146,7 +95,7 @@ class SnapshotTest(unittest.TestCase):
             data[len(data) // 2] ^= 0xFF
             f.seek(0)
             f.write(data)
-        second = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        second = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         try:
             self.assertIn("ignoring snapshot", second.output())
             status, _ = second.check("eve")
@@ -155,13 +104,13 @@ class SnapshotTest(unittest.TestCase):
             self.assertEqual(second.stop(), 0)
 
     def test_truncated_and_empty_snapshots_are_ignored(self):
-        first = Sluiced(self.workdir, "--snapshot", self.snapshot)
+        first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         self.use_up(first, "fay")
         self.assertEqual(first.stop(), 0)
         size = os.path.getsize(self.snapshot)
         for length in (size - 1, 0):
             os.truncate(self.snapshot, length)
-            server = Sluiced(self.workdir, "--snapshot", self.snapshot)
+            server = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
             try:
                 self.assertIn("ignoring snapshot", server.output())
                 status, _ = server.check("fay")
@@ -174,5 +123,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluiced", required=True)
     args, rest = parser.parse_known_args()
-    SLUICED = os.path.abspath(args.sluiced)
+    sluiced.BINARY = os.path.abspath(args.sluiced)
     unittest.main(argv=[sys.argv[0], *rest])

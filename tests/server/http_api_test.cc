@@ -211,6 +211,36 @@ TEST_F(HttpApiTest, AuthTakesDescriptorsFromHeadersAndThePeer) {
             http::status::service_unavailable);
 }
 
+TEST_F(HttpApiTest, HeadIsAnsweredWithTheHeadersAlone) {
+  const HttpResponse head = Send(http::verb::head, "/healthz");
+  EXPECT_EQ(head.result(), http::status::ok);
+  EXPECT_EQ(head.body(), "");
+  EXPECT_EQ(Header(head, "Content-Length"), "15");  // As for GET: {"status":"ok"}.
+  EXPECT_EQ(Send(http::verb::head, "/v1/auth", "", {{"X-Api-Key", "h"}}).body(), "");
+}
+
+TEST_F(HttpApiTest, AnswersAreValidJsonWhateverTheNamesHold) {
+  // A rule file may hold bytes that are not UTF-8 (JSON requests cannot), and a quote.
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Parse(
+      {{"bad.yaml",
+        "domain: bad\ndescriptors:\n  - key: k\n    rate_limit: {name: \"n\xff\\\"x\", "
+        "algorithm: gcra, unit: second, requests_per_unit: 5}\n"}},
+      metrics_.rules(), [&](const Limit& limit) { return store_.CheckLimit(limit); });
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  service_.SetRules(*rules);
+  const std::string replaced = "n\ufffd\"x";
+  const nlohmann::json shown = Body(Send(http::verb::get, "/v1/rules"));
+  ASSERT_TRUE(shown.is_object());
+  EXPECT_EQ(shown["domains"][0]["rules"][0]["limits"][0]["name"], replaced);
+  EXPECT_EQ(shown["domains"][0]["rules"][0]["limits"][0]["burst"], 5);
+  const HttpResponse checked =
+      Post("/v1/check",
+           R"({"domain": "bad", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]})");
+  const nlohmann::json body = Body(checked);
+  ASSERT_TRUE(body.is_object()) << checked.body();
+  EXPECT_EQ(body["limits"][0]["name"], replaced);
+}
+
 TEST_F(HttpApiTest, OperationalEndpoints) {
   EXPECT_EQ(Send(http::verb::get, "/healthz").result(), http::status::ok);
   Post("/v1/check", kBob);
@@ -223,7 +253,9 @@ TEST_F(HttpApiTest, OperationalEndpoints) {
   EXPECT_EQ(rules["domains"][0]["rules"][0]["path"], "api.user");
   EXPECT_EQ(Send(http::verb::get, "/nope").result(), http::status::not_found);
   EXPECT_EQ(Send(http::verb::get, "/v1/check").result(), http::status::method_not_allowed);
-  EXPECT_EQ(Send(http::verb::delete_, "/metrics").result(), http::status::method_not_allowed);
+  const HttpResponse wrong = Send(http::verb::delete_, "/metrics");
+  EXPECT_EQ(wrong.result(), http::status::method_not_allowed);
+  EXPECT_EQ(Header(wrong, "Allow"), "GET, HEAD");
 }
 
 }  // namespace

@@ -51,6 +51,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: api.user}]}
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: remote_address
+    value: "2001:db8:0:9::1"
+    rate_limit: {unit: minute, requests_per_unit: 0}
 )";
 
 class ServiceTest : public ::testing::Test {
@@ -212,6 +215,40 @@ TEST_F(ServiceTest, Ipv6AddressesShareTheirSlash64) {
   EXPECT_TRUE(Check({{"remote_address", "2001:db8:0:2::1"}}).combined.allowed);
   EXPECT_TRUE(Check({{"remote_address", "192.0.2.1"}}).combined.allowed);
   EXPECT_TRUE(Check({{"remote_address", "192.0.2.2"}}).combined.allowed);
+}
+
+TEST_F(ServiceTest, RulesMatchTheAddressAsSentAndCountItsGroup) {
+  // The exact-address rule bans one address; its /64 neighbour falls to the key-only rule.
+  EXPECT_TRUE(Check({{"remote_address", "2001:db8:0:9::1"}}).combined.never_allowed());
+  EXPECT_TRUE(Check({{"remote_address", "2001:db8:0:9::2"}}).combined.allowed);
+  EXPECT_FALSE(Check({{"remote_address", "2001:db8:0:9::3"}}).combined.allowed);
+}
+
+TEST_F(ServiceTest, CallersMayUseOnlySoManyDistinctLimits) {
+  auto adhoc = [&](int64_t limit) {
+    return service_.CheckAdHoc({.key = "k", .spec = {.limit = limit, .period = Micros{1'000'000}}})
+        .status();
+  };
+  for (int64_t n = 1; n <= static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(adhoc(n).ok()) << n;
+  }
+  const absl::Status refused = adhoc(kMaxCallerLimits + 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.ToString().find("distinct limits"), std::string::npos);
+  EXPECT_TRUE(adhoc(7).ok());  // A limit already in use still works.
+  // So does an Envoy override that is one of them; a new one is refused.
+  auto override = [&](int64_t per_second) {
+    return service_
+        .ShouldRateLimit({.domain = "api",
+                          .descriptors = {{.entries = {{"x", "y"}},
+                                           .limit = LimitOverride{.requests_per_unit = per_second,
+                                                                  .unit = Unit::kSecond}}}})
+        .status();
+  };
+  EXPECT_TRUE(override(5).ok());
+  EXPECT_EQ(override(kMaxCallerLimits + 2).code(), absl::StatusCode::kInvalidArgument);
+  // The rules are not affected.
+  EXPECT_TRUE(Check({{"user", "rules-still-work"}}).combined.allowed);
 }
 
 TEST_F(ServiceTest, NoMatchAndUnknownDomainLimitNothing) {

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""sluiced's connection handling and life cycle, at the socket level: Expect: 100-continue,
+a request still arriving when SIGTERM comes, one server per port, flags refused, and
+`sluice check` against it. Python 3 standard library only.
+
+    python3 tests/integration/lifecycle_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import sluiced
+
+SLUICE = None
+ADHOC = b'{"key": "k", "limit": 5, "period": "1s"}'
+
+
+def request_head(length, extra=b""):
+    return (b"POST /v1/check HTTP/1.1\r\nHost: sluiced\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n" % length + extra + b"\r\n")
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(prefix="sluice-lifecycle-test.")
+        self.server = None
+
+    def tearDown(self):
+        if self.server is not None and self.server.proc.poll() is None:
+            self.server.stop(signal.SIGKILL)
+
+    def connect(self):
+        conn = socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
+        self.addCleanup(conn.close)
+        return conn
+
+    def test_expect_100_continue_is_answered_at_once(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        conn = self.connect()
+        start = time.monotonic()
+        conn.sendall(request_head(len(ADHOC), b"Expect: 100-continue\r\n"))
+        interim = conn.recv(4096)
+        self.assertTrue(interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim)
+        self.assertLess(time.monotonic() - start, 0.5)
+        conn.sendall(ADHOC)
+        self.assertTrue(conn.recv(4096).startswith(b"HTTP/1.1 200 OK"))
+
+    def test_sigterm_lets_a_request_still_arriving_finish(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        conn = self.connect()
+        conn.sendall(request_head(len(ADHOC)) + ADHOC[:10])
+        time.sleep(0.2)
+        self.server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        conn.sendall(ADHOC[10:])
+        answer = conn.recv(4096)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200 OK"), answer)
+        self.assertIn(b"Connection: close", answer)
+        self.assertEqual(self.server.proc.wait(timeout=10), 0)
+
+    def test_a_second_server_cannot_take_the_same_port(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        second = subprocess.run(
+            [sluiced.BINARY, "--http", f"127.0.0.1:{self.server.port}"],
+            capture_output=True, text=True, timeout=10)
+        self.assertEqual(second.returncode, 2)
+        self.assertIn("Address already in use", second.stderr)
+        # The first still answers every request itself: its limit holds.
+        statuses = [self.server.check("solo", domain="none")[0] for _ in range(3)]
+        self.assertEqual(statuses, [200, 200, 200])
+
+    def test_bad_flags_are_refused(self):
+        for flags, says in ((["--log-level", "bogus"], "--log-level"),
+                            (["--http", "127.0.0.1:99999"], "not a port number"),
+                            (["--store", "mongodb://x"], "--store"),
+                            (["--snapshot-interval", "5s"], "needs --snapshot"),
+                            (["--config", "/nonexistent.yaml"], "/nonexistent.yaml")):
+            http = [] if "--http" in flags else ["--http", "127.0.0.1:0"]
+            run = subprocess.run([sluiced.BINARY, *http, *flags],
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(run.returncode, 2, flags)
+            self.assertIn(says, run.stderr, flags)
+
+    def test_sluice_check_asks_the_server(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        url = f"http://127.0.0.1:{self.server.port}/"  # A trailing slash is fine.
+        args = [SLUICE, "check", "--server", url, "--key", "cli", "--algorithm", "gcra",
+                "--limit", "1", "--period", "1m"]
+        first = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertIn('"allowed":true', first.stdout)
+        second = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.server.stop()
+        gone = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        self.assertEqual(gone.returncode, 2)
+        self.assertIn("cannot connect", gone.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluiced", required=True)
+    parser.add_argument("--sluice", required=True)
+    args, rest = parser.parse_known_args()
+    sluiced.BINARY = os.path.abspath(args.sluiced)
+    SLUICE = os.path.abspath(args.sluice)
+    unittest.main(argv=[sys.argv[0], *rest])
