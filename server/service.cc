@@ -97,12 +97,38 @@ struct RateLimitService::Planned {
   size_t descriptor = 0;
 };
 
+namespace {
+std::atomic<uint64_t> next_service_id{1};
+}  // namespace
+
 RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics)
     : store_(store),
       clock_(clock),
       metrics_(metrics),
+      id_(next_service_id.fetch_add(1)),
       rules_(std::make_shared<const RuleSet>()),
       adhoc_counters_(metrics.rules().Get("adhoc")) {}
+
+std::shared_ptr<const RuleSet> RateLimitService::rules() const {
+  struct Copy {
+    uint64_t service = 0;
+    uint64_t version = 0;
+    std::shared_ptr<const RuleSet> rules;
+  };
+  thread_local Copy copy;
+  if (copy.service != id_ || copy.version != rules_version_.load(std::memory_order_acquire)) {
+    internal::MutexLock lock(rules_mutex_);
+    copy = {
+        .service = id_, .version = rules_version_.load(std::memory_order_relaxed), .rules = rules_};
+  }
+  return copy.rules;
+}
+
+void RateLimitService::SetRules(std::shared_ptr<const RuleSet> rules) {
+  internal::MutexLock lock(rules_mutex_);
+  rules_ = std::move(rules);
+  rules_version_.fetch_add(1, std::memory_order_release);
+}
 
 absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   if (request.domain.empty()) {
@@ -446,7 +472,7 @@ absl::StatusOr<CheckResult> RateLimitService::Check(const CheckRequest& request)
   if (absl::Status s = Validate(request); !s.ok()) {
     return s;
   }
-  const std::shared_ptr<const RuleSet> rules = rules_.load();
+  const std::shared_ptr<const RuleSet> rules = this->rules();
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
     return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
@@ -468,7 +494,7 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
   if (absl::Status s = Validate(request); !s.ok()) {
     return s;
   }
-  const std::shared_ptr<const RuleSet> rules = rules_.load();
+  const std::shared_ptr<const RuleSet> rules = this->rules();
   if (rules->domains().empty()) {
     return absl::UnavailableError("no rules are loaded");
   }

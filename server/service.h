@@ -22,6 +22,7 @@
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
+#include "src/mutex.h"
 
 namespace sluice::server {
 
@@ -116,9 +117,9 @@ class RateLimitService {
   // `store`, `clock` and `metrics` must outlive the service.
   RateLimitService(Store& store, Clock& clock, Metrics& metrics);
 
-  // The rules in force; never null.
-  std::shared_ptr<const RuleSet> rules() const { return rules_.load(); }
-  void SetRules(std::shared_ptr<const RuleSet> rules) { rules_.store(std::move(rules)); }
+  // The rules in force; never null. A request keeps the rules it started with.
+  std::shared_ptr<const RuleSet> rules() const;
+  void SetRules(std::shared_ptr<const RuleSet> rules);
 
   // Rules mode, all or nothing over the whole request: every limit of every descriptor must
   // admit it. Errors: InvalidArgument for a malformed request (naming the field), the store's
@@ -146,7 +147,13 @@ class RateLimitService {
   Store& store_;
   Clock& clock_;
   Metrics& metrics_;
-  std::atomic<std::shared_ptr<const RuleSet>> rules_;
+  // The rules, swapped under a mutex; each thread keeps a copy (rules()) and takes the mutex
+  // only when the version has moved on. (libstdc++'s atomic<shared_ptr> is a spin lock that
+  // ThreadSanitizer reports races in.)
+  const uint64_t id_;  // Tells services apart in the threads' copies.
+  mutable internal::Mutex rules_mutex_;
+  std::shared_ptr<const RuleSet> rules_ ABSL_GUARDED_BY(rules_mutex_);
+  std::atomic<uint64_t> rules_version_{1};
   RuleCounters* adhoc_counters_;
   CallerLimits caller_limits_;
 };
