@@ -448,20 +448,6 @@ std::string ProtoDuration(Micros d) {
   return fmt::format("{}.{:06}s", us / kMicrosPerSecond, us % kMicrosPerSecond);
 }
 
-// The unit an Envoy client is shown for a limit: its own, or the unit its period equals.
-Unit EnvoyUnit(const LimitOutcome& outcome) {
-  if (outcome.unit != Unit::kUnknown || !outcome.limit) {
-    return outcome.unit;
-  }
-  for (Unit unit : {Unit::kSecond, Unit::kMinute, Unit::kHour, Unit::kDay, Unit::kWeek,
-                    Unit::kMonth, Unit::kYear}) {
-    if (UnitPeriod(unit) == outcome.limit->period()) {
-      return unit;
-    }
-  }
-  return Unit::kUnknown;
-}
-
 constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
 // The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
@@ -691,21 +677,19 @@ HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
   for (const DescriptorResult& result : *results) {
     Json status = {{"code", result.over_limit ? "OVER_LIMIT" : "OK"}};
     over = over || result.over_limit;
-    if (result.unlimited && result.matched) {
-      status["limitRemaining"] = kUint32Max;
-    } else if (result.closest) {
-      const LimitOutcome& closest = *result.closest;
-      Json current = {{"requestsPerUnit", std::min(closest.nominal, kUint32Max)}};
-      if (const Unit unit = EnvoyUnit(closest); unit != Unit::kUnknown) {
-        current["unit"] = UnitName(unit);
+    // Protobuf JSON leaves out fields at their default (0, UNKNOWN, empty).
+    if (result.closest) {
+      Json current = {{"requestsPerUnit", std::min(result.closest->nominal, kUint32Max)}};
+      if (result.unit != Unit::kUnknown) {
+        current["unit"] = UnitName(result.unit);
       }
-      current["name"] = closest.name;
+      current["name"] = result.closest->name;
       status["currentLimit"] = std::move(current);
-      const int64_t remaining =
-          result.over_limit ? 0 : std::min(closest.decision.remaining, kUint32Max);
-      if (remaining != 0) {
-        status["limitRemaining"] = remaining;
-      }
+    }
+    if (result.limit_remaining != 0) {
+      status["limitRemaining"] = result.limit_remaining;
+    }
+    if (result.closest) {
       status["durationUntilReset"] = ProtoDuration(result.until_reset);
     }
     statuses.push_back(std::move(status));

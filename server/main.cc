@@ -20,9 +20,11 @@
 #include "boost/asio/signal_set.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "fmt/format.h"
+#include "grpcpp/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
+#include "server/grpc_service.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -49,6 +51,8 @@ struct Flags {
   std::string watch_interval = "1s";
   std::string drain = "5s";
   std::string log_level = "info";
+  bool shadow_mode = false;
+  bool response_headers = false;
 };
 
 struct HostPort {
@@ -105,6 +109,9 @@ class Daemon {
       return Refuse(
           fmt::format("--store '{}': expected memory or redis://HOST:PORT", flags_.store));
     }
+    // Signals are caught from here on, before anything is served: a SIGTERM that arrives
+    // while the server starts still stops it cleanly (drain, snapshot).
+    asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
     store_ = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
     service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_);
     if (!flags_.config.empty()) {
@@ -130,7 +137,8 @@ class Daemon {
     if (!http.ok()) {
       return Refuse(internal::Message(http.status()));
     }
-    if (absl::StatusOr<HostPort> grpc = ParseHostPort("--grpc", flags_.grpc); !grpc.ok()) {
+    absl::StatusOr<HostPort> grpc = ParseHostPort("--grpc", flags_.grpc);
+    if (!grpc.ok()) {
       return Refuse(internal::Message(grpc.status()));
     }
     LoadSnapshot();
@@ -150,9 +158,22 @@ class Daemon {
         "memory store (max {} keys)",
         http->host, server_->port(), threads, service_->rules()->domains().size(),
         flags_.config.empty() ? "no config" : flags_.config, flags_.max_keys);
-    spdlog::info("the Envoy gRPC API (--grpc {}) is not served by this build yet", flags_.grpc);
+    envoy_ = std::make_unique<EnvoyGrpcService>(
+        *service_, EnvoyOptions{.shadow_mode = flags_.shadow_mode,
+                                .response_headers = flags_.response_headers});
+    int grpc_port = 0;
+    absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
+        grpc->host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc->host, grpc->port)
+                                                  : fmt::format("[{}]:{}", grpc->host, grpc->port),
+        *envoy_, grpc_port);
+    if (!grpc_server.ok()) {
+      server_->Stop(Micros{0});
+      return Refuse(internal::Message(grpc_server.status()));
+    }
+    grpc_server_ = *std::move(grpc_server);
+    spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", grpc->host, grpc_port,
+                 flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
 
-    asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
     WaitForSignal(signals);
     if (!flags_.config.empty() && *watch_interval > Micros{0}) {
       Watch(*watch_interval);
@@ -163,6 +184,7 @@ class Daemon {
     control_.run();
 
     spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(*drain));
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + *drain);
     server_->Stop(*drain);
     SaveSnapshot();
     spdlog::info("stopped");
@@ -292,6 +314,8 @@ class Daemon {
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<EnvoyGrpcService> envoy_;
+  std::unique_ptr<grpc::Server> grpc_server_;
   asio::io_context control_{1};
   asio::steady_timer watch_timer_{control_};
   asio::steady_timer snapshot_timer_{control_};
@@ -322,6 +346,10 @@ int Main(int argc, char** argv) {
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_flag("--shadow-mode", flags.shadow_mode,
+               "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
+  app.add_flag("--response-headers", flags.response_headers,
+               "Envoy API: add RateLimit-Limit, -Remaining, -Reset to responses");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -495,6 +495,15 @@ Micros UnitPeriod(Unit unit) {
   return Micros{0};
 }
 
+Unit UnitOfPeriod(Micros period) {
+  for (const auto& [unit, name] : kUnits) {
+    if (UnitPeriod(unit) == period) {
+      return unit;
+    }
+  }
+  return Unit::kUnknown;
+}
+
 std::string_view ModeName(Mode mode) {
   for (const auto& [m, name] : kModes) {
     if (m == mode) {

@@ -41,6 +41,8 @@ std::string_view UnitName(Unit unit);  // "SECOND", ...
 // Case-insensitive, as envoyproxy/ratelimit reads it; nullopt for anything else.
 std::optional<Unit> ParseUnit(std::string_view name);
 Micros UnitPeriod(Unit unit);  // REQUIRES: unit != kUnknown.
+// The unit whose period is `period`, or kUnknown.
+Unit UnitOfPeriod(Micros period);
 
 // How a rule's limits act on a request over them.
 enum class Mode : uint8_t {

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -540,11 +541,25 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
         out.closest = std::move(outcome);
       }
     }
-    if (out.closest && out.closest->limit) {
-      const Limit& limit = *out.closest->limit;
-      out.until_reset = limit.algorithm() == Algorithm::kFixedWindow
-                            ? limit.period() - now.time_since_epoch() % limit.period()
-                            : out.closest->decision.reset_after;
+    constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
+    if (out.unlimited) {
+      out.limit_remaining = kUint32Max;
+    }
+    if (out.closest) {
+      const LimitOutcome& closest = *out.closest;
+      out.limit_remaining =
+          out.over_limit ? 0
+                         : static_cast<uint32_t>(std::min(closest.decision.remaining, kUint32Max));
+      out.unit = closest.unit;
+      if (closest.limit) {
+        const Limit& limit = *closest.limit;
+        if (out.unit == Unit::kUnknown) {
+          out.unit = UnitOfPeriod(limit.period());
+        }
+        out.until_reset = limit.algorithm() == Algorithm::kFixedWindow
+                              ? limit.period() - now.time_since_epoch() % limit.period()
+                              : closest.decision.reset_after;
+      }
     }
   }
   return results;

@@ -107,8 +107,12 @@ struct DescriptorResult {
   bool unlimited = false;               // It was an unlimited rule.
   bool over_limit = false;              // Denied (shadow limits never deny).
   std::optional<LimitOutcome> closest;  // The limit nearest to denying (fewest remaining).
-  // Envoy's duration_until_reset for `closest`: to the end of the window for fixed_window
-  // (never 0), its reset_after for the other algorithms.
+  // Envoy's view of `closest`, as /json and gRPC answer it:
+  // - limit_remaining: its remaining when OK, 0 when over, 4294967295 when unlimited;
+  // - unit: the rule's unit, or the unit its period equals (kUnknown when none does);
+  // - until_reset: to the end of the window for fixed_window (never 0), else reset_after.
+  uint32_t limit_remaining = 0;
+  Unit unit = Unit::kUnknown;
   Micros until_reset{0};
 };
 

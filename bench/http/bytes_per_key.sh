@@ -93,7 +93,7 @@ metric() {  # NAME (exact, labels included) from the last metrics()
 mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 
 # 1. sluiced, on the kernel's free port, read back from its log.
-"$sluiced" --http 127.0.0.1:0 --threads 2 --max-keys 0 --watch-interval 0 --log-level info \
+"$sluiced" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 2 --max-keys 0 --watch-interval 0 --log-level info \
   >"$work/sluiced.log" 2>&1 &
 sluiced_pid=$!
 port=""

@@ -142,7 +142,7 @@ descriptors:
 EOF
   # --http 127.0.0.1:0: the kernel's free port, read back from the log. (sluiced binds with
   # SO_REUSEPORT, so a port chosen beforehand could end up shared with another sluiced.)
-  "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --threads 2 --log-level info \
+  "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 2 --log-level info \
     --watch-interval 0 >"$work/sluiced.log" 2>&1 &
   pids+=($!)
   port=""

@@ -141,7 +141,7 @@ class Sluiced:
             self.out = open(os.path.join(self.dir, "stdout"), "wb")
             self.err = open(os.path.join(self.dir, "stderr"), "wb")
             self.proc = subprocess.Popen(
-                [SLUICED, "--http", "127.0.0.1:%d" % self.port, "--threads", "2",
+                [SLUICED, "--http", "127.0.0.1:%d" % self.port, "--grpc", "127.0.0.1:0", "--threads", "2",
                  "--config", self.config, "--watch-interval", self.watch_interval]
                 + self.extra_args,
                 stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
@@ -1204,7 +1204,7 @@ class ProcessTest(unittest.TestCase):
                 f.write(text)
             try:
                 proc = subprocess.run(
-                    [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--config", path],
+                    [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
                     capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
                 self.fail("sluiced kept running with a broken config")
@@ -1238,7 +1238,7 @@ class ProcessTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="sluiced-itest-") as tmp:
             path = os.path.join(tmp, "absent.yaml")
             proc = subprocess.run(
-                [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--config", path],
+                [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(path, proc.stdout.decode() + proc.stderr.decode())

@@ -68,7 +68,7 @@ class LifecycleTest(unittest.TestCase):
     def test_a_second_server_cannot_take_the_same_port(self):
         self.server = sluiced.Sluiced(self.workdir)
         second = subprocess.run(
-            [sluiced.BINARY, "--http", f"127.0.0.1:{self.server.port}"],
+            [sluiced.BINARY, "--http", f"127.0.0.1:{self.server.port}", "--grpc", "127.0.0.1:0"],
             capture_output=True, text=True, timeout=10)
         self.assertEqual(second.returncode, 2)
         self.assertIn("Address already in use", second.stderr)
@@ -83,7 +83,7 @@ class LifecycleTest(unittest.TestCase):
                             (["--snapshot-interval", "5s"], "needs --snapshot"),
                             (["--config", "/nonexistent.yaml"], "/nonexistent.yaml")):
             http = [] if "--http" in flags else ["--http", "127.0.0.1:0"]
-            run = subprocess.run([sluiced.BINARY, *http, *flags],
+            run = subprocess.run([sluiced.BINARY, *http, "--grpc", "127.0.0.1:0", *flags],
                                  capture_output=True, text=True, timeout=10)
             self.assertEqual(run.returncode, 2, flags)
             self.assertIn(says, run.stderr, flags)

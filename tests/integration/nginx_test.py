@@ -166,7 +166,7 @@ class Stack:
     def _start_sluiced(self) -> int:
         log = open(self.sluiced_log, "w")
         self.sluiced = subprocess.Popen(
-            [ARGS.sluiced, "--config", self.rules, "--http", "127.0.0.1:0", "--threads", "1",
+            [ARGS.sluiced, "--config", self.rules, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--threads", "1",
              "--drain", "0s"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()

@@ -25,7 +25,8 @@ class Sluiced:
         rules = os.path.join(workdir, "rules.yaml")
         config = ["--config", rules] if os.path.exists(rules) else []
         self.proc = subprocess.Popen(
-            [BINARY, "--http", "127.0.0.1:0", "--threads", "1", *config, *flags],
+            [BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--threads", "1", *config,
+             *flags],
             stdout=self.log, stderr=self.log)
         self.port = self._await_port()
 

@@ -1,0 +1,50 @@
+#pragma once
+
+// EnvoyGrpcService: Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+// proto/ in this repository) over gRPC, as envoyproxy/ratelimit serves it, on top of
+// RateLimitService::ShouldRateLimit. The /json endpoint answers the same questions in JSON.
+//
+// Thread-safe: gRPC calls it from its own threads.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "grpcpp/server.h"
+
+#include "server/service.h"
+
+namespace sluice::server {
+
+struct EnvoyOptions {
+  // envoyproxy/ratelimit's SHADOW_MODE: an OVER_LIMIT answer's overall_code becomes OK (the
+  // statuses still say OVER_LIMIT).
+  bool shadow_mode = false;
+  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: RateLimit-Limit, -Remaining and
+  // -Reset of the descriptor closest to its limit, in response_headers_to_add.
+  bool response_headers = false;
+};
+
+class EnvoyGrpcService final
+    : public envoy::service::ratelimit::v3::RateLimitService::CallbackService {
+ public:
+  // `service` must outlive this.
+  EnvoyGrpcService(RateLimitService& service, EnvoyOptions options);
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(
+      grpc::CallbackServerContext* context,
+      const envoy::service::ratelimit::v3::RateLimitRequest* request,
+      envoy::service::ratelimit::v3::RateLimitResponse* response) override;
+
+ private:
+  RateLimitService& service_;
+  EnvoyOptions options_;
+};
+
+// A gRPC server on `address` (HOST:PORT) with `service` and the standard health service.
+// `port` receives the port bound (for HOST:0). Unavailable when it cannot listen.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
+                                                              EnvoyGrpcService& service, int& port);
+
+}  // namespace sluice::server
