@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http format tidy clean
+.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http bench-grpc format tidy clean
 
 all: build
 
@@ -61,6 +61,10 @@ bench: build
 # sluiced over HTTP: wrk against POST /v1/check beside nginx's `return 204` in the same run.
 bench-http: build
 	bench/http/run.sh
+
+# sluiced's Envoy API over gRPC: 64 ShouldRateLimit calls in flight (bench/grpc/grpc_load.cc).
+bench-grpc: build
+	bench/grpc/run.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
