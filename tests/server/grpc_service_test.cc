@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 
 #include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
 #include "tests/testing/util.h"
 
 namespace sluice::server {
@@ -43,11 +44,7 @@ class GrpcServiceTest : public ::testing::Test {
   void StartWith(EnvoyOptions options, bool with_rules = true) {
     service_ = std::make_unique<RateLimitService>(store_, clock_, metrics_);
     if (with_rules) {
-      absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
-          RuleSet::Parse({{"rules.yaml", kRules}}, metrics_.rules(),
-                         [&](const Limit& limit) { return store_.CheckLimit(limit); });
-      ASSERT_TRUE(rules.ok()) << rules.status();
-      service_->SetRules(*rules);
+      service_->SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
     }
     envoy_ = std::make_unique<EnvoyGrpcService>(*service_, options);
     int port = 0;

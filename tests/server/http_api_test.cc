@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 
 #include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
 #include "tests/testing/util.h"
 
 namespace sluice::server {
@@ -47,11 +48,7 @@ class HttpApiTest : public ::testing::Test {
       : clock_(At(kStart)),
         service_(store_, clock_, metrics_),
         api_(service_, metrics_, clock_, [] { return std::string("sluice_store_keys 0\n"); }) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
-        RuleSet::Parse({{"rules.yaml", kRules}}, metrics_.rules(),
-                       [&](const Limit& limit) { return store_.CheckLimit(limit); });
-    EXPECT_TRUE(rules.ok()) << rules.status();
-    service_.SetRules(*rules);
+    service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
   }
 
   HttpResponse Send(http::verb method, std::string target, std::string body = "",
@@ -221,13 +218,10 @@ TEST_F(HttpApiTest, HeadIsAnsweredWithTheHeadersAlone) {
 
 TEST_F(HttpApiTest, AnswersAreValidJsonWhateverTheNamesHold) {
   // A rule file may hold bytes that are not UTF-8 (JSON requests cannot), and a quote.
-  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Parse(
-      {{"bad.yaml",
-        "domain: bad\ndescriptors:\n  - key: k\n    rate_limit: {name: \"n\xff\\\"x\", "
-        "algorithm: gcra, unit: second, requests_per_unit: 5}\n"}},
-      metrics_.rules(), [&](const Limit& limit) { return store_.CheckLimit(limit); });
-  ASSERT_TRUE(rules.ok()) << rules.status();
-  service_.SetRules(*rules);
+  service_.SetRules(testing::MustParseRules(
+      "domain: bad\ndescriptors:\n  - key: k\n    rate_limit: {name: \"n\xff\\\"x\", "
+      "algorithm: gcra, unit: second, requests_per_unit: 5}\n",
+      metrics_.rules(), store_, "bad.yaml"));
   const std::string replaced = "n\ufffd\"x";
   const nlohmann::json shown = Body(Send(http::verb::get, "/v1/rules"));
   ASSERT_TRUE(shown.is_object());

@@ -10,23 +10,27 @@
 #include "server/ip.h"
 #include "sluice/memory_store.h"
 #include "src/status.h"
+#include "tests/testing/rules.h"
 
 namespace sluice::server {
 namespace {
 
 using ::testing::HasSubstr;
 
+// The store whose CheckLimit every test file is checked against.
+const MemoryStore& CheckingStore() {
+  static const MemoryStore store;
+  return store;
+}
+
 absl::StatusOr<std::shared_ptr<const RuleSet>> ParseText(const std::string& text,
                                                          CounterRegistry& counters) {
-  static MemoryStore store;
   return RuleSet::Parse({{"rules.yaml", text}}, counters,
-                        [](const Limit& limit) { return store.CheckLimit(limit); });
+                        [](const Limit& limit) { return CheckingStore().CheckLimit(limit); });
 }
 
 std::shared_ptr<const RuleSet> MustParse(const std::string& text, CounterRegistry& counters) {
-  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = ParseText(text, counters);
-  EXPECT_TRUE(rules.ok()) << rules.status();
-  return rules.ok() ? *rules : std::make_shared<const RuleSet>();
+  return testing::MustParseRules(text, counters, CheckingStore());
 }
 
 // The path of the rule `entries` match in the first domain, or "none".

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 
 #include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
 #include "tests/testing/util.h"
 
 namespace sluice::server {
@@ -59,11 +60,7 @@ descriptors:
 class ServiceTest : public ::testing::Test {
  protected:
   ServiceTest() : clock_(At(kStart)), service_(store_, clock_, metrics_) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
-        RuleSet::Parse({{"rules.yaml", kRules}}, metrics_.rules(),
-                       [&](const Limit& limit) { return store_.CheckLimit(limit); });
-    EXPECT_TRUE(rules.ok()) << rules.status();
-    service_.SetRules(*rules);
+    service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
   }
 
   // A rules-mode check of one descriptor per (key, value).

@@ -1,0 +1,30 @@
+#pragma once
+
+// Rules for the server's tests: parsed from text, every limit checked by the store they will
+// be decided in, as sluiced loads a file.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gtest/gtest.h"
+
+#include "server/rules.h"
+#include "sluice/store.h"
+
+namespace sluice::testing {
+
+// The rules in `text` (named `file` in errors); a text that does not load fails the test and
+// gives no rules.
+inline std::shared_ptr<const server::RuleSet> MustParseRules(std::string_view text,
+                                                             server::CounterRegistry& counters,
+                                                             const Store& store,
+                                                             std::string file = "rules.yaml") {
+  absl::StatusOr<std::shared_ptr<const server::RuleSet>> rules =
+      server::RuleSet::Parse({{std::move(file), std::string(text)}}, counters,
+                             [&store](const Limit& limit) { return store.CheckLimit(limit); });
+  EXPECT_TRUE(rules.ok()) << rules.status();
+  return rules.ok() ? *rules : std::make_shared<const server::RuleSet>();
+}
+
+}  // namespace sluice::testing
