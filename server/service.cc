@@ -93,7 +93,7 @@ struct RateLimitService::Planned {
   std::unique_ptr<RuleLimit> owned;       // An Envoy limit override.
   Mode mode = Mode::kHard;
   const Pool* pool = nullptr;  // The elastic pool of its rule.
-  std::string domain;
+  const Domain* domain = nullptr;  // Owned by the RuleSet the request holds.
   std::string key;
   size_t descriptor = 0;
 };
@@ -258,7 +258,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       Planned& p = planned.emplace_back();
       p.rule_limit = owned.get();
       p.owned = std::move(owned);
-      p.domain = domain.name;
+      p.domain = &domain;
       p.key = std::move(key);
       p.descriptor = d;
       continue;
@@ -272,7 +272,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       p.rule_limit = &rule_limit;
       p.mode = rule->mode;
       p.pool = rule->pool;
-      p.domain = domain.name;
+      p.domain = &domain;
       p.key = key;
       p.descriptor = d;
     }
@@ -339,7 +339,7 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
     std::vector<std::string> pool_keys;
     pool_keys.reserve(pools.size());
     for (const Pool* pool : pools) {
-      pool_keys.push_back(PoolKey(planned.front().domain, pool->name));
+      pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
       keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
     }
     each.assign(keys.size(), Decision{});
