@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -32,6 +34,9 @@ struct LimitedKey {
 namespace internal {
 absl::Status InvalidRequest(size_t limit_count, int64_t cost);  // ValidateRequest's slow path.
 }  // namespace internal
+
+// Receives the result of DecideAllAsync.
+using DecideDone = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
 
 class Store {
  public:
@@ -52,6 +57,16 @@ class Store {
   // Errors: as Decide; InvalidArgument for an empty `requests`.
   virtual absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                              Timestamp now, std::span<Decision> each) = 0;
+
+  // DecideAll without waiting: calls `done` exactly once with what DecideAll would return.
+  // `requests` is read before this returns; `each` must stay alive until `done` is called.
+  // `done` may be called before this returns (the default, for stores that answer at once,
+  // such as MemoryStore) or later from a thread of the store's (RedisStore), so it must be
+  // quick and must not call back into the store synchronously.
+  virtual void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                              std::span<Decision> each, DecideDone done) {
+    std::move(done)(DecideAll(requests, cost, now, each));
+  }
 
   // Whether this store can keep state for `limit`: OK, or InvalidArgument saying why not (a
   // backend may bound what its representation holds). A server calls it for every rule when it

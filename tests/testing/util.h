@@ -6,13 +6,26 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 #include "sluice/clock.h"
+#include "sluice/decision.h"
 #include "sluice/limit.h"
+
+namespace sluice {
+
+// Decisions in test failures as their figures, not their bytes.
+inline void PrintTo(const Decision& d, std::ostream* os) {
+  *os << "{allowed " << d.allowed << ", remaining " << d.remaining << ", reset_after "
+      << d.reset_after.count() << ", retry_after " << d.retry_after.count() << ", delay "
+      << d.delay.count() << "}";
+}
+
+}  // namespace sluice
 
 namespace sluice::testing {
 

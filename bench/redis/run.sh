@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The Redis benchmark: decisions through RedisStore against the engine's ceiling, which is
+# redis-benchmark running EVALSHA of the same script, with the same arguments, at the same
+# number of calls in flight, on a redis-server of its own on a free loopback port.
+#
+#   bench/redis/run.sh [--duration 5] [--requests 200000]
+#
+# Rows: calls in flight; redis-benchmark's calls/s (the ceiling); RedisStore on 1 and on 8
+# connections (a script call per decision); RedisStore batching the decisions in flight
+# together into one script call (--pipeline 1 --batch 32 per connection).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+duration=5
+requests=200000
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --duration) duration=$2; shift 2 ;;
+    --requests) requests=$2; shift 2 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+load="$root/build/bin/sluice_redis_load"
+[[ -x "$load" ]] || { echo "run.sh: build first (make build)" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-redis.XXXXXX")
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+  --logfile "$work/redis.log" --daemonize yes --pidfile "$work/redis.pid"
+cleanup() {
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+sha=$(redis-cli -p "$port" -x script load < "$root/src/redis_decide.lua")
+# One gcra limit of 1,000,000 per second (every call admitted), keys k0..k99999, as
+# sluice_redis_load sends them: margin, requests, time (Redis's), cost, limits, then the
+# limit's algorithm code, N, P, B, K, N', P'.
+key='sluice:g1000000/1000000b1000000:{k__rand_int__}'
+args=(1000 1 '' 1 1 5 1000000 1000000 1000000 1 1 1)
+
+ceiling() {  # calls in flight -> calls/s
+  redis-benchmark -p "$port" -c "$1" -n "$requests" -r 100000 --csv \
+    evalsha "$sha" 1 "$key" "${args[@]}" | tail -1 | cut -d, -f2 | tr -d '"' | cut -d. -f1
+}
+store() {  # flags -> the generator's line
+  "$load" --url "redis://127.0.0.1:$port" --duration "$duration" "$@"
+}
+
+echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), $(nproc) cores; ${duration}s per RedisStore run"
+for inflight in 1 16; do
+  c=$(ceiling "$inflight")
+  echo
+  echo "== $inflight in flight: redis-benchmark EVALSHA (-c $inflight): $c calls/s"
+  echo "RedisStore, 1 connection:            $(store --inflight "$inflight" --connections 1 --pipeline 16 --batch 1)"
+  echo "RedisStore, 8 connections:           $(store --inflight "$inflight" --connections 8 --pipeline 16 --batch 1)"
+  echo "RedisStore, 1 connection, batching:  $(store --inflight "$inflight" --connections 1 --pipeline 1 --batch 32)"
+  echo "RedisStore, 8 connections, batching: $(store --inflight "$inflight" --connections 8 --pipeline 1 --batch 32)"
+done
+inflight=64
+echo
+echo "== $inflight in flight (batching's home ground): redis-benchmark EVALSHA (-c $inflight): $(ceiling $inflight) calls/s"
+echo "RedisStore, 8 connections:           $(store --inflight $inflight --connections 8 --pipeline 16 --batch 1)"
+echo "RedisStore, 2 connections, batching: $(store --inflight $inflight --connections 2 --pipeline 1 --batch 32)"

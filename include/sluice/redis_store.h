@@ -1,0 +1,141 @@
+#pragma once
+
+// RedisStore: the Store a fleet shares. Every decision is one Lua script call in Redis
+// (src/redis_decide.lua), atomic there, on Redis's own clock, so that any number of servers
+// enforce one exact limit. The decisions equal MemoryStore's for the same (time, key, cost)
+// sequence, figure for figure.
+//
+//   auto options = sluice::ParseRedisUrl("redis://127.0.0.1:6379");
+//   auto store = sluice::RedisStore::Create(*options);
+//   sluice::Limiter limiter(limit, **store, sluice::SystemClock());
+//
+// Time: the script reads Redis's TIME; the `now` a caller passes is used only by the `local`
+// failure policy (and by tests, see RedisStoreOptions::use_caller_time).
+//
+// I/O: the store owns one thread running the connections. Calls from any thread are queued
+// there; a call is sent on a ready connection (up to `pipeline` script calls in flight on each),
+// and calls that wait together are decided by one script call (up to `batch` of them). Each call
+// has a deadline; a connection that misses one is closed and reopened, with backoff.
+//
+// Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
+// names the algorithm and its parameters (so a changed limit starts afresh, as in MemoryStore)
+// and <key> carries a Redis Cluster hash tag: the key's own {tag} if it has one, else the
+// whole key in braces. So every limit on one key lives in one slot; a request over several
+// keys (user and IP) must tag them alike to be decided all or nothing in a cluster.
+//
+// Thread-safe.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+
+#include "sluice/store.h"
+
+namespace sluice {
+
+// What a decision gets when Redis cannot be reached in time.
+enum class FailurePolicy : uint8_t {
+  kAllow,  // Fail open: allowed, with every figure 0 (nothing is known).
+  kDeny,   // Fail closed: the call returns the error (Unavailable, DeadlineExceeded).
+  kLocal,  // Decide in a MemoryStore inside this process, with the same limits, until Redis is
+           // back.
+};
+
+std::string_view FailurePolicyName(FailurePolicy policy);                 // "allow", ...
+absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);  // The inverse.
+
+struct RedisEndpoint {
+  std::string host;
+  uint16_t port = 6379;
+  friend bool operator==(const RedisEndpoint&, const RedisEndpoint&) = default;
+};
+
+struct RedisStoreOptions {
+  // Where Redis is: one server, or the seed nodes of a cluster.
+  std::vector<RedisEndpoint> endpoints;
+  bool cluster = false;
+  std::string user;      // AUTH user (Redis 6 ACLs); empty for the default user.
+  std::string password;  // AUTH password; empty for no AUTH.
+  int database = 0;      // SELECT; 0 in a cluster.
+
+  // Connections per Redis server, and script calls in flight on each.
+  int connections = 2;
+  int pipeline = 16;
+  // The most requests one script call decides (1: a call each).
+  int batch = 32;
+  // How long a call may wait for Redis, from the moment it is made.
+  std::chrono::milliseconds timeout{100};
+  // Reconnection backoff: the first wait after a failure, doubled up to the maximum.
+  std::chrono::milliseconds backoff_min{10};
+  std::chrono::milliseconds backoff_max{250};
+
+  FailurePolicy on_failure = FailurePolicy::kDeny;
+  std::string key_prefix = "sluice:";
+  // Added to every key's expiry beyond its reset_after.
+  std::chrono::milliseconds expiry_margin{1000};
+
+  // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
+  // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
+  // has as many clocks as servers.
+  bool use_caller_time = false;
+};
+
+// Reads "redis://[[user]:password@]host[:port][/db]" (a unix socket is not supported) or
+// "redis+cluster://[[user]:password@]host[:port][,host[:port]...]", with percent-escapes in the
+// user and password. InvalidArgument naming the part that is wrong.
+absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
+
+// The URL with the password replaced by "***", for logs.
+std::string RedactRedisUrl(std::string_view url);
+
+struct RedisStoreStats {
+  uint64_t calls = 0;         // Decisions asked of the store.
+  uint64_t script_calls = 0;  // Script calls sent (fewer than calls when batched).
+  uint64_t failures = 0;      // Decisions Redis did not answer (error, timeout, no connection).
+  uint64_t fallbacks = 0;     // Failures decided by the failure policy (allow or local).
+  uint64_t reconnects = 0;    // Connections opened after the first.
+  int connections_ready = 0;  // Connections up now.
+};
+
+class RedisStore final : public Store {
+ public:
+  // Starts the I/O thread and begins connecting; does not wait for Redis (calls made before a
+  // connection is up wait for it within their timeout). InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<RedisStore>> Create(RedisStoreOptions options);
+  ~RedisStore() override;  // Fails the calls still waiting (Cancelled) and joins the thread.
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
+
+  absl::StatusOr<Decision> Decide(const Limit& limit, std::string_view key, int64_t cost,
+                                  Timestamp now) override;
+  absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
+                                     Timestamp now, std::span<Decision> each) override;
+  void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                      std::span<Decision> each, DecideDone done) override;
+  // Refuses what the script cannot decide exactly in doubles: token_bucket, gcra and
+  // leaky_bucket with B x P' above 2^52 (P' the period in the rate's lowest terms), and the
+  // memory store's own bounds (sliding_log above 10,000; sliding_buckets above 10,000
+  // buckets, for one script call reads them all).
+  absl::Status CheckLimit(const Limit& limit) const override;
+
+  RedisStoreStats Stats() const;
+
+  // The Redis key holding `limit`'s state for `key` (tests look at it; operators find it).
+  std::string RedisKey(const Limit& limit, std::string_view key) const;
+
+  // The Lua script, as sent to SCRIPT LOAD (benchmarks run it with redis-benchmark).
+  static std::string_view Script();
+
+ private:
+  class Impl;
+  explicit RedisStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,164 @@
+#pragma once
+
+// A real redis-server (Debian's), started by a test on a loopback port it picks, in a
+// directory of its own, with persistence off. Stop() ends it (SIGTERM), Pause()/Resume()
+// freeze it (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on the same
+// port. And Client, a blocking hiredis connection for a test to look inside.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include <hiredis/hiredis.h>
+
+namespace sluice::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// A blocking connection for looking at what the store wrote.
+class Client {
+ public:
+  explicit Client(int port) {
+    timeval timeout{.tv_sec = 2, .tv_usec = 0};
+    context_ = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  }
+  ~Client() {
+    if (context_ != nullptr) {
+      redisFree(context_);
+    }
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  bool ok() const { return context_ != nullptr && context_->err == 0; }
+
+  // Runs a command given as separate arguments; nullptr when the connection failed.
+  Reply Run(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lengths;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    return Reply(static_cast<redisReply*>(
+        redisCommandArgv(context_, static_cast<int>(args.size()), argv.data(), lengths.data())));
+  }
+
+ private:
+  redisContext* context_ = nullptr;
+};
+
+class RedisServer {
+ public:
+  // `extra`: more redis-server arguments ("--requirepass", "secret").
+  explicit RedisServer(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sluice-redis-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_);
+    port_ = FreePort();
+    Start();
+  }
+  ~RedisServer() {
+    Stop();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  // Starts it (again, on the same port) and waits until it answers PING.
+  void Start() {
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir_.string(),
+                                     "--loglevel",
+                                     "warning",
+                                     "--logfile",
+                                     (dir_ / "redis.log").string()};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) {
+        argv.push_back(a.data());
+      }
+      argv.push_back(nullptr);
+      execvp("redis-server", argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {
+      if (Client client(port_); client.ok()) {
+        Reply r = client.Run({"PING"});
+        if (r && (r->type == REDIS_REPLY_STATUS ||
+                  (r->type == REDIS_REPLY_ERROR && std::string(r->str).starts_with("NOAUTH")))) {
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "redis-server did not start on port " << port_;
+  }
+
+  void Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+      pid_ = 0;
+    }
+  }
+  void Pause() { kill(pid_, SIGSTOP); }
+  void Resume() { kill(pid_, SIGCONT); }
+
+ private:
+  static inline int counter_ = 0;
+  std::vector<std::string> extra_;
+  std::filesystem::path dir_;
+  int port_ = 0;
+  pid_t pid_ = 0;
+};
+
+}  // namespace sluice::testing
