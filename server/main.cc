@@ -32,6 +32,7 @@
 #include "server/service.h"
 #include "sluice/duration.h"
 #include "sluice/memory_store.h"
+#include "sluice/redis_store.h"
 #include "src/status.h"
 
 namespace sluice::server {
@@ -53,6 +54,9 @@ struct Flags {
   std::string log_level = "info";
   bool shadow_mode = false;
   bool response_headers = false;
+  std::string redis_timeout = "100ms";
+  std::string redis_on_failure = "deny";
+  int redis_connections = 2;
 };
 
 struct HostPort {
@@ -100,19 +104,12 @@ class Daemon {
     // Logs go to stderr, so that stdout stays free and errors land where scripts look.
     spdlog::set_default_logger(spdlog::stderr_color_mt("sluiced"));
     spdlog::set_level(spdlog::level::from_str(flags_.log_level));
-    if (flags_.store != "memory") {
-      if (flags_.store.starts_with("redis://") || flags_.store.starts_with("redis+cluster://")) {
-        return Refuse(
-            "--store: the Redis store is not available in this build yet; use "
-            "--store memory");
-      }
-      return Refuse(
-          fmt::format("--store '{}': expected memory or redis://HOST:PORT", flags_.store));
-    }
     // Signals are caught from here on, before anything is served: a SIGTERM that arrives
     // while the server starts still stops it cleanly (drain, snapshot).
     asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
-    store_ = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
+    if (absl::Status s = OpenStore(); !s.ok()) {
+      return Refuse(internal::Message(s));
+    }
     service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_);
     if (!flags_.config.empty()) {
       absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
@@ -132,6 +129,9 @@ class Daemon {
     }
     if (*snapshot_interval > Micros{0} && flags_.snapshot.empty()) {
       return Refuse("--snapshot-interval needs --snapshot FILE");
+    }
+    if (!flags_.snapshot.empty() && memory_ == nullptr) {
+      return Refuse("--snapshot is for the memory store: Redis keeps its own state");
     }
     absl::StatusOr<HostPort> http = ParseHostPort("--http", flags_.http);
     if (!http.ok()) {
@@ -154,10 +154,9 @@ class Daemon {
       return Refuse(internal::Message(s));
     }
     spdlog::info(
-        "sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; "
-        "memory store (max {} keys)",
+        "sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
         http->host, server_->port(), threads, service_->rules()->domains().size(),
-        flags_.config.empty() ? "no config" : flags_.config, flags_.max_keys);
+        flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
     envoy_ = std::make_unique<EnvoyGrpcService>(
         *service_, EnvoyOptions{.shadow_mode = flags_.shadow_mode,
                                 .response_headers = flags_.response_headers});
@@ -192,6 +191,56 @@ class Daemon {
   }
 
  private:
+  // The store --store names: the memory store, or Redis (connecting in the background: until
+  // it answers, the failure policy decides).
+  absl::Status OpenStore() {
+    if (flags_.store == "memory") {
+      auto memory = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
+      memory_ = memory.get();
+      store_ = std::move(memory);
+      return absl::OkStatus();
+    }
+    if (!flags_.store.starts_with("redis://") && !flags_.store.starts_with("redis+cluster://")) {
+      return absl::InvalidArgumentError(
+          fmt::format("--store '{}': expected memory or redis://[user:password@]host:port[/db]",
+                      RedactRedisUrl(flags_.store)));
+    }
+    absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
+    if (!options.ok()) {
+      return options.status();
+    }
+    absl::StatusOr<Micros> timeout = ParseDuration(flags_.redis_timeout);
+    if (!timeout.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--redis-timeout: {}", internal::Message(timeout.status())));
+    }
+    absl::StatusOr<FailurePolicy> policy = ParseFailurePolicy(flags_.redis_on_failure);
+    if (!policy.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--redis-on-failure: {}", internal::Message(policy.status())));
+    }
+    options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
+    options->on_failure = *policy;
+    options->connections = flags_.redis_connections;
+    absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
+    if (!redis.ok()) {
+      return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),
+                                                    internal::Message(redis.status())));
+    }
+    redis_ = redis->get();
+    store_ = *std::move(redis);
+    return absl::OkStatus();
+  }
+
+  std::string StoreDescription() const {
+    if (memory_ != nullptr) {
+      return fmt::format("memory store (max {} keys)", flags_.max_keys);
+    }
+    return fmt::format("Redis store {} ({} connection(s), timeout {}, on failure {})",
+                       RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
+                       flags_.redis_on_failure);
+  }
+
   static int Refuse(std::string_view message) {
     spdlog::error("{}", message);
     return 2;
@@ -275,7 +324,7 @@ class Daemon {
     if (flags_.snapshot.empty()) {
       return;
     }
-    absl::StatusOr<size_t> loaded = store_->LoadSnapshot(flags_.snapshot, SystemClock().Now());
+    absl::StatusOr<size_t> loaded = memory_->LoadSnapshot(flags_.snapshot, SystemClock().Now());
     if (loaded.ok()) {
       spdlog::info("loaded {} key(s) from snapshot {}", *loaded, flags_.snapshot);
     } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
@@ -289,7 +338,7 @@ class Daemon {
     if (flags_.snapshot.empty()) {
       return;
     }
-    if (absl::Status s = store_->SaveSnapshot(flags_.snapshot); !s.ok()) {
+    if (absl::Status s = memory_->SaveSnapshot(flags_.snapshot); !s.ok()) {
       spdlog::error("snapshot failed: {}", internal::Message(s));
       return;
     }
@@ -297,7 +346,25 @@ class Daemon {
   }
 
   std::string StoreMetrics() const {
-    const MemoryStoreStats stats = store_->Stats();
+    if (redis_ != nullptr) {
+      const RedisStoreStats stats = redis_->Stats();
+      return fmt::format(
+          "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
+          "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
+          "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
+          "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total {}\n"
+          "# HELP sluice_redis_failures_total Decisions Redis did not answer in time.\n"
+          "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
+          "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local policy.\n"
+          "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
+          "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
+          "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
+          "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
+          "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n",
+          stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
+          stats.connections_ready);
+    }
+    const MemoryStoreStats stats = memory_->Stats();
     return fmt::format(
         "# HELP sluice_store_keys Keys holding state in the memory store.\n"
         "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
@@ -310,7 +377,9 @@ class Daemon {
 
   Flags flags_;
   Metrics metrics_;
-  std::unique_ptr<MemoryStore> store_;
+  std::unique_ptr<Store> store_;
+  MemoryStore* memory_ = nullptr;  // store_, when it is the memory store.
+  RedisStore* redis_ = nullptr;    // store_, when it is Redis.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<HttpServer> server_;
@@ -330,6 +399,14 @@ int Main(int argc, char** argv) {
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--store", flags.store, "memory, or redis://[user:pass@]host:port[/db]")
       ->capture_default_str();
+  app.add_option("--redis-timeout", flags.redis_timeout, "How long a decision waits for Redis")
+      ->capture_default_str();
+  app.add_option("--redis-on-failure", flags.redis_on_failure,
+                 "When Redis does not answer in time: allow, deny (an error) or local")
+      ->capture_default_str();
+  app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();

@@ -443,6 +443,13 @@ class RedisStore::Impl {
         }
       }
     }
+    if (!result.ok()) {
+      // One failure is handed to many calls, whose callers may be on other threads: give each
+      // a Status of its own rather than a share of one reference-counted message (shared
+      // ones are thread-safe, but Debian's Abseil is not built for ThreadSanitizer, which
+      // then sees the count's atomics as plain writes).
+      result = absl::Status(result.status().code(), result.status().message());
+    }
     std::move(call.done)(std::move(result));
   }
 

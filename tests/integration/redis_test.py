@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""sluiced on the Redis store: a fleet of servers enforces one limit.
+
+Starts Debian's redis-server on a free loopback port and sluiced processes on it: two servers
+share one quota exactly; a restarted server keeps the limits (Redis holds them); when Redis
+stops, each failure policy answers as configured and service resumes when it is back; bad
+Redis flags are refused at start. Python 3 standard library only.
+
+    python3 tests/integration/redis_test.py --sluiced build/bin/sluiced
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import sluiced
+
+RULES = """
+domain: fleet
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 5}
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A redis-server of the test's own, stopped and started again on the same port."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.workdir, "--logfile",
+             os.path.join(self.workdir, "redis.log")])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("redis-server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+
+class RedisStoreTest(unittest.TestCase):
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(prefix="sluice-redis-test.")
+        with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        self.redis = Redis(self.workdir)
+        self.servers = []
+
+    def tearDown(self):
+        codes = [server.stop() for server in self.servers if server.proc.poll() is None]
+        self.redis.stop()
+        # A clean exit, also under the sanitizers (which exit 66 after reporting).
+        self.assertEqual(codes, [0] * len(codes))
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def start(self, *flags):
+        server = sluiced.Sluiced(self.workdir, "--store", self.redis.url, *flags)
+        self.servers.append(server)
+        return server
+
+    def test_two_servers_share_one_limit(self):
+        a, b = self.start(), self.start()
+        self.assertIn("Redis store redis://127.0.0.1", a.output())
+        answers = [server.check("ann", domain="fleet") for server in (a, b, a, b, a)]
+        self.assertEqual([status for status, _ in answers], [200] * 5)
+        # Each admission took its own place in the one quota: 4, 3, 2, 1, 0 left.
+        self.assertEqual(sorted(answer["remaining"] for _, answer in answers), [0, 1, 2, 3, 4])
+        for server in (a, b):
+            status, answer = server.check("ann", domain="fleet")
+            self.assertEqual(status, 429, answer)
+        status, answer = b.check("bob", domain="fleet")
+        self.assertEqual((status, answer["remaining"]), (200, 4))
+
+    def test_a_restarted_server_keeps_the_limits(self):
+        a = self.start()
+        for _ in range(5):
+            a.check("ann", domain="fleet")
+        self.assertEqual(a.stop(), 0)
+        again = self.start()
+        status, answer = again.check("ann", domain="fleet")
+        self.assertEqual(status, 429, answer)
+
+    def test_redis_gone_each_policy_answers_and_service_resumes(self):
+        deny = self.start("--redis-timeout", "200ms")
+        allow = self.start("--redis-on-failure", "allow")
+        local = self.start("--redis-on-failure", "local")
+        for server in (deny, allow, local):
+            status, _ = server.check("ann", domain="fleet")
+            self.assertEqual(status, 200)
+
+        self.redis.stop()
+        status, answer = deny.check("ann", domain="fleet")
+        self.assertEqual(status, 503, answer)
+        self.assertIn("Redis", answer["error"])
+        for _ in range(7):
+            status, _ = allow.check("ann", domain="fleet")
+            self.assertEqual(status, 200)  # Fail open.
+        # Local: a limiter in the process with the same rule, 5 per hour, from scratch.
+        statuses = [local.check("ann", domain="fleet")[0] for _ in range(6)]
+        self.assertEqual(statuses, [200] * 5 + [429])
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{local.port}/metrics").read().decode()
+        self.assertIn("sluice_redis_fallbacks_total 6", metrics)
+        self.assertIn("sluice_redis_connections_ready 0", metrics)
+
+        self.redis.start()  # Empty: a new Redis has not seen ann.
+        back = time.monotonic()
+        while time.monotonic() - back < 3:
+            status, answer = deny.check("carl", domain="fleet")
+            if status == 200:
+                break
+            time.sleep(0.01)
+        self.assertLess(time.monotonic() - back, 1.0)
+        self.assertEqual((status, answer["remaining"]), (200, 4))
+
+    def test_bad_redis_flags_are_refused_at_start(self):
+        cases = [
+            (["--store", "redis://127.0.0.1:99999"], "port '99999'"),
+            (["--store", "redis://u:hunter2@host/x"], "database 'x'"),
+            (["--store", "mysql://x"], "expected memory or redis://"),
+            (["--store", self.redis.url, "--redis-on-failure", "panic"], "allow, deny or local"),
+            (["--store", self.redis.url, "--redis-timeout", "soon"], "--redis-timeout"),
+            (["--store", self.redis.url, "--snapshot", "x.snap"], "memory store"),
+        ]
+        for flags, message in cases:
+            proc = subprocess.run([sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc",
+                                   "127.0.0.1:0", *flags], capture_output=True, text=True,
+                                  timeout=10)
+            self.assertEqual(proc.returncode, 2, flags)
+            self.assertIn(message, proc.stderr, flags)
+            self.assertNotIn("hunter2", proc.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluiced", required=True)
+    args, rest = parser.parse_known_args()
+    sluiced.BINARY = os.path.abspath(args.sluiced)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
