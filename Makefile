@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http bench-grpc format tidy clean
+.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http bench-grpc bench-redis format tidy clean
 
 all: build
 
@@ -63,6 +63,9 @@ bench-http: build
 	bench/http/run.sh
 
 # sluiced's Envoy API over gRPC: 64 ShouldRateLimit calls in flight (bench/grpc/grpc_load.cc).
+bench-redis: build
+	bench/redis/run.sh
+
 bench-grpc: build
 	bench/grpc/run.sh
 
