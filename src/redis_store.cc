@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cassert>
 #include <cctype>
+#include <charconv>
 #include <deque>
 #include <future>
 #include <limits>
@@ -188,6 +189,7 @@ struct Call {
   std::span<Decision> each;
   DecideDone done;
   SteadyTime deadline;
+  int slot = -1;  // The Redis Cluster hash slot of its keys; -1 outside a cluster.
 };
 using CallPtr = std::unique_ptr<Call>;
 constexpr int kArgsPerLimit = 7;
@@ -195,13 +197,58 @@ constexpr int kArgsPerCall = 3;
 
 // Script calls in flight on a connection, and the handshake before them.
 struct Pending {
-  enum class Kind { kAuth, kSelect, kScriptLoad, kBatch };
+  enum class Kind { kAuth, kSelect, kScriptLoad, kSlots, kAsking, kBatch };
   Kind kind;
   std::vector<CallPtr> calls;  // kBatch
-  std::string command;         // kBatch: sent again after a NOSCRIPT.
-  bool retried = false;
+  std::string command;         // kBatch: sent again after a NOSCRIPT or a redirection.
+  bool retried = false;        // kBatch: NOSCRIPT seen once already.
+  int redirects = 0;           // kBatch: MOVED, ASK and TRYAGAIN followed so far.
   SteadyTime deadline;
 };
+
+// A batch's calls share a slot; a batch that keeps being redirected is given up.
+constexpr int kMaxRedirects = 5;
+constexpr int kSlotCount = 16384;
+
+// CRC16-CCITT (XMODEM), the checksum Redis Cluster maps keys to slots with.
+uint16_t Crc16(std::string_view s) {
+  uint16_t crc = 0;
+  for (char c : s) {
+    crc ^= static_cast<uint16_t>(static_cast<unsigned char>(c) << 8);
+    for (int i = 0; i < 8; ++i) {
+      crc = (crc & 0x8000) != 0 ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                                : static_cast<uint16_t>(crc << 1);
+    }
+  }
+  return crc;
+}
+
+// The slot Redis Cluster puts a key in: of its hash tag if it has one, else of the whole key.
+int HashSlot(std::string_view key) { return Crc16(HashTag(key).value_or(key)) % kSlotCount; }
+
+// "MOVED 3999 127.0.0.1:6381" and "ASK 3999 127.0.0.1:6381": the slot and where it is now.
+std::optional<std::pair<int, RedisEndpoint>> Redirection(std::string_view error) {
+  const size_t first = error.find(' ');
+  const size_t second = error.find(' ', first + 1);
+  const size_t colon = error.rfind(':');
+  if (first == std::string_view::npos || second == std::string_view::npos ||
+      colon == std::string_view::npos || colon < second) {
+    return std::nullopt;
+  }
+  int slot = 0;
+  unsigned port = 0;
+  const std::string_view slot_text = error.substr(first + 1, second - first - 1);
+  const std::string_view port_text = error.substr(colon + 1);
+  if (std::from_chars(slot_text.data(), slot_text.data() + slot_text.size(), slot).ec !=
+          std::errc() ||
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port).ec !=
+          std::errc() ||
+      slot < 0 || slot >= kSlotCount || port == 0 || port > 65535) {
+    return std::nullopt;
+  }
+  return std::pair{slot, RedisEndpoint{std::string(error.substr(second + 1, colon - second - 1)),
+                                       static_cast<uint16_t>(port)}};
+}
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
@@ -321,13 +368,13 @@ class RedisStore::Impl {
         work_(asio::make_work_guard(io_)),
         timer_(io_),
         margin_ms_(fmt::format_int(options_.expiry_margin.count()).str()) {
-    for (int i = 0; i < options_.connections; ++i) {
-      connections_.push_back(std::make_unique<Connection>(*this, options_.endpoints.front()));
+    if (options_.cluster) {
+      slot_owner_.assign(kSlotCount, nullptr);
     }
     thread_ = std::thread([this] { io_.run(); });
     asio::post(io_, [this] {
-      for (auto& c : connections_) {
-        c->Connect();
+      for (const RedisEndpoint& endpoint : options_.endpoints) {
+        NodeAt(endpoint);
       }
     });
   }
@@ -338,7 +385,6 @@ class RedisStore::Impl {
     thread_.join();
   }
 
-  const RedisStoreOptions& options() const { return options_; }
   const MemoryStore& local() const { return local_; }
 
   std::string RedisKey(const Limit& limit, std::string_view key) const {
@@ -368,7 +414,6 @@ class RedisStore::Impl {
 
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
               std::span<Decision> each, DecideDone done) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
     auto call = std::make_unique<Call>();
     call->cost = cost;
     call->now = now;
@@ -386,7 +431,19 @@ class RedisStore::Impl {
     AppendBulk(call->args_resp, static_cast<int64_t>(requests.size()));
     for (const LimitedKey& r : requests) {
       const Limit& l = *r.limit;
-      AppendBulk(call->keys_resp, RedisKey(l, r.key));
+      const std::string redis_key = RedisKey(l, r.key);
+      if (options_.cluster) {
+        const int slot = HashSlot(redis_key);
+        if (call->slot >= 0 && slot != call->slot) {
+          std::move(call->done)(absl::InvalidArgumentError(fmt::format(
+              "keys '{}' and '{}' are in different Redis Cluster slots, and one request is "
+              "decided in one slot: give them the same {{tag}}, as in '{{user}}:ip'",
+              call->keys.front(), r.key)));
+          return;
+        }
+        call->slot = slot;
+      }
+      AppendBulk(call->keys_resp, redis_key);
       AppendBulk(call->args_resp, static_cast<int64_t>(l.algorithm()));
       AppendBulk(call->args_resp, l.limit());
       AppendBulk(call->args_resp, l.period().count());
@@ -397,6 +454,7 @@ class RedisStore::Impl {
       call->limits.push_back(l);
       call->keys.emplace_back(r.key);
     }
+    calls_.fetch_add(1, std::memory_order_relaxed);
     {
       internal::MutexLock lock(incoming_mu_);
       incoming_.push_back(std::move(call));
@@ -414,11 +472,41 @@ class RedisStore::Impl {
             .failures = failures_.load(std::memory_order_relaxed),
             .fallbacks = fallbacks_.load(std::memory_order_relaxed),
             .reconnects = reconnects_.load(std::memory_order_relaxed),
+            .redirects = redirects_.load(std::memory_order_relaxed),
+            .asks = asks_.load(std::memory_order_relaxed),
             .connections_ready = ready_.load(std::memory_order_relaxed)};
   }
 
  private:
   class Connection;
+
+  // One Redis server: a standalone server, or a cluster node, with its connections and the
+  // calls waiting to be sent to it.
+  struct Node {
+    RedisEndpoint endpoint;
+    std::vector<std::unique_ptr<Connection>> connections;
+    std::deque<CallPtr> queue;
+    std::deque<Pending> asked;  // Batches an ASK sent here, to go first, after ASKING.
+  };
+
+  // The node at `endpoint`, connecting to it the first time it is named.
+  Node& NodeAt(const RedisEndpoint& endpoint) {
+    for (auto& node : nodes_) {
+      if (node->endpoint == endpoint) {
+        return *node;
+      }
+    }
+    auto node = std::make_unique<Node>();
+    node->endpoint = endpoint;
+    for (int i = 0; i < options_.connections; ++i) {
+      node->connections.push_back(std::make_unique<Connection>(*this, *node));
+    }
+    nodes_.push_back(std::move(node));
+    for (auto& c : nodes_.back()->connections) {
+      c->Connect();
+    }
+    return *nodes_.back();
+  }
 
   // Completes a call: with Redis's answer, or with a failure the policy turns into one.
   void Complete(Call& call, absl::StatusOr<Decision> result) {
@@ -464,42 +552,110 @@ class RedisStore::Impl {
       if (stopping_) {
         Complete(*c, absl::CancelledError("the Redis store is shutting down"));
       } else {
-        queue_.push_back(std::move(c));
+        Route(std::move(c), /*front=*/false);
       }
     }
     Dispatch();
   }
 
+  // Puts a call in the queue of the node that serves its slot (or, in a cluster whose slot
+  // map is not known yet, aside until it is).
+  void Route(CallPtr call, bool front) {
+    std::deque<CallPtr>* queue = &unrouted_;
+    if (!options_.cluster) {
+      queue = &nodes_.front()->queue;
+    } else if (Node* owner = slot_owner_[static_cast<size_t>(call->slot)]; owner != nullptr) {
+      queue = &owner->queue;
+    }
+    if (front) {
+      queue->push_front(std::move(call));
+    } else {
+      queue->push_back(std::move(call));
+    }
+  }
+
   // Sends what waits on the connections that have room, a batch per script call.
   void Dispatch() {
-    while (!queue_.empty()) {
+    for (auto& node : nodes_) {
+      DispatchTo(*node);
+    }
+    if (options_.cluster && (!slots_known_ || !unrouted_.empty())) {
+      RefreshSlots();
+      if (!AnyConnectionUsable()) {
+        FailAll(unrouted_, NoConnection());
+      }
+    }
+    ArmTimer();
+  }
+
+  void DispatchTo(Node& node) {
+    auto least_busy = [&]() -> Connection* {
       Connection* best = nullptr;
-      for (auto& c : connections_) {
+      for (auto& c : node.connections) {
         if (c->ready() && c->batches() < options_.pipeline &&
             (best == nullptr || c->batches() < best->batches())) {
           best = c.get();
         }
       }
-      if (best == nullptr) {
+      return best;
+    };
+    while (!node.asked.empty()) {
+      Connection* c = least_busy();
+      if (c == nullptr) {
         break;
       }
+      c->Send(std::move(node.asked.front()), /*asking=*/true);
+      node.asked.pop_front();
+    }
+    while (!node.queue.empty()) {
+      Connection* c = least_busy();
+      if (c == nullptr) {
+        break;
+      }
+      // In a cluster one script call touches one slot: batch the calls of the first one's.
       Pending batch{.kind = Pending::Kind::kBatch};
-      const size_t n = std::min<size_t>(queue_.size(), static_cast<size_t>(options_.batch));
-      for (size_t i = 0; i < n; ++i) {
-        batch.calls.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      const int slot = node.queue.front()->slot;
+      for (auto it = node.queue.begin();
+           it != node.queue.end() && batch.calls.size() < static_cast<size_t>(options_.batch);) {
+        if ((*it)->slot == slot) {
+          batch.calls.push_back(std::move(*it));
+          it = node.queue.erase(it);
+        } else {
+          ++it;
+        }
       }
       batch.command = BatchCommand(batch.calls);
       batch.deadline = batch.calls.front()->deadline;
-      script_calls_.fetch_add(1, std::memory_order_relaxed);
-      best->Send(std::move(batch));
+      c->Send(std::move(batch), /*asking=*/false);
     }
-    if (!queue_.empty() && std::none_of(connections_.begin(), connections_.end(),
-                                        [](const auto& c) { return c->opening() || c->ready(); })) {
-      // Every connection is waiting out a backoff: fail now rather than at the deadline.
-      FailQueued(absl::UnavailableError(fmt::format("no connection to Redis: {}", last_error_)));
+    if ((!node.queue.empty() || !node.asked.empty()) &&
+        std::none_of(node.connections.begin(), node.connections.end(),
+                     [](const auto& c) { return c->opening() || c->ready(); })) {
+      // Every connection to it is waiting out a backoff: fail now rather than at the deadline.
+      FailAll(node.queue, NoConnection());
+      for (Pending& p : node.asked) {
+        FailAll(p.calls, NoConnection());
+      }
+      node.asked.clear();
+      if (options_.cluster) {
+        RefreshSlots();  // It may have failed over.
+      }
     }
-    ArmTimer();
+  }
+
+  bool AnyConnectionUsable() const {
+    for (const auto& node : nodes_) {
+      for (const auto& c : node->connections) {
+        if (c->opening() || c->ready()) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  absl::Status NoConnection() const {
+    return absl::UnavailableError(fmt::format("no connection to Redis: {}", last_error_));
   }
 
   std::string BatchCommand(const std::vector<CallPtr>& calls) const {
@@ -528,15 +684,100 @@ class RedisStore::Impl {
     return out;
   }
 
-  void FailQueued(const absl::Status& status) {
-    std::deque<CallPtr> queue;
-    queue.swap(queue_);
-    for (CallPtr& c : queue) {
+  template <typename Calls>
+  void FailAll(Calls& calls, const absl::Status& status) {
+    Calls failing;
+    failing.swap(calls);
+    for (CallPtr& c : failing) {
       Complete(*c, status);
     }
   }
 
-  // One timer for every deadline: the earliest among the queue's front and each connection's
+  // Asks a ready connection for the cluster's slot map (one question at a time).
+  void RefreshSlots() {
+    if (!options_.cluster || slots_asked_ || stopping_) {
+      return;
+    }
+    for (auto& node : nodes_) {
+      for (auto& c : node->connections) {
+        if (c->ready()) {
+          slots_asked_ = true;
+          c->AskSlots();
+          return;
+        }
+      }
+    }
+  }
+
+  // CLUSTER SLOTS: [[first, last, [host, port, id], replicas...], ...].
+  void OnSlots(const redisReply& reply, const RedisEndpoint& asked) {
+    slots_asked_ = false;
+    if (reply.type != REDIS_REPLY_ARRAY) {
+      return;
+    }
+    slots_known_ = true;
+    for (size_t i = 0; i < reply.elements; ++i) {
+      const redisReply* range = reply.element[i];
+      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+          range->element[2]->type != REDIS_REPLY_ARRAY || range->element[2]->elements < 2) {
+        continue;
+      }
+      const redisReply* master = range->element[2];
+      RedisEndpoint endpoint{
+          .host = master->element[0]->str != nullptr ? master->element[0]->str : "",
+          .port = static_cast<uint16_t>(master->element[1]->integer)};
+      if (endpoint.host.empty() || endpoint.host == "?") {
+        endpoint.host = asked.host;  // The node does not know its own address: the one we used.
+      }
+      Node* owner = &NodeAt(endpoint);
+      const long long first = std::clamp<long long>(range->element[0]->integer, 0, kSlotCount - 1);
+      const long long last = std::clamp<long long>(range->element[1]->integer, 0, kSlotCount - 1);
+      for (long long slot = first; slot <= last; ++slot) {
+        slot_owner_[static_cast<size_t>(slot)] = owner;
+      }
+    }
+    // Calls queued by the old map go where the new one says.
+    std::deque<CallPtr> all;
+    all.swap(unrouted_);
+    for (auto& node : nodes_) {
+      for (CallPtr& c : node->queue) {
+        all.push_back(std::move(c));
+      }
+      node->queue.clear();
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const CallPtr& a, const CallPtr& b) { return a->deadline < b->deadline; });
+    for (CallPtr& c : all) {
+      Route(std::move(c), /*front=*/false);
+    }
+  }
+
+  // A batch's calls were redirected (MOVED: the slot has a new owner; ASK: one call's worth
+  // while it migrates; TRYAGAIN: keys split mid-migration) or a batch failed as a whole.
+  void Redirect(Pending batch, std::string_view error) {
+    redirects_.fetch_add(1, std::memory_order_relaxed);
+    if (++batch.redirects > kMaxRedirects) {
+      FailAll(batch.calls,
+              absl::UnavailableError(
+                  fmt::format("redis: still redirected after {} tries: {}", kMaxRedirects, error)));
+      return;
+    }
+    const std::optional<std::pair<int, RedisEndpoint>> to = Redirection(error);
+    if (error.starts_with("MOVED") && to) {
+      slot_owner_[static_cast<size_t>(to->first)] = &NodeAt(to->second);
+      RefreshSlots();  // Other slots may have moved too.
+    } else if (error.starts_with("ASK") && to) {
+      asks_.fetch_add(1, std::memory_order_relaxed);
+      NodeAt(to->second).asked.push_back(std::move(batch));
+      return;
+    }
+    // MOVED and TRYAGAIN: back to the front of the queue, in order, for the slot's owner.
+    for (auto it = batch.calls.rbegin(); it != batch.calls.rend(); ++it) {
+      Route(std::move(*it), /*front=*/true);
+    }
+  }
+
+  // One timer for every deadline: the earliest among the queues' fronts and each connection's
   // oldest script call or connection attempt (each list is in deadline order).
   void ArmTimer() {
     std::optional<SteadyTime> earliest;
@@ -545,11 +786,19 @@ class RedisStore::Impl {
         earliest = t;
       }
     };
-    if (!queue_.empty()) {
-      consider(queue_.front()->deadline);
+    if (!unrouted_.empty()) {
+      consider(unrouted_.front()->deadline);
     }
-    for (auto& c : connections_) {
-      consider(c->deadline());
+    for (auto& node : nodes_) {
+      if (!node->queue.empty()) {
+        consider(node->queue.front()->deadline);
+      }
+      for (const Pending& p : node->asked) {
+        consider(p.deadline);
+      }
+      for (auto& c : node->connections) {
+        consider(c->deadline());
+      }
     }
     if (!earliest || (timer_armed_ && timer_.expiry() <= *earliest)) {
       return;
@@ -569,15 +818,34 @@ class RedisStore::Impl {
     const SteadyTime now = SteadyClock::now();
     const std::string timeout =
         fmt::format("Redis did not answer within {} ms", options_.timeout.count());
-    for (auto& c : connections_) {
-      if (std::optional<SteadyTime> d = c->deadline(); d && *d <= now) {
-        c->Fail(absl::DeadlineExceededError(timeout));
+    auto expire = [&](std::deque<CallPtr>& queue) {
+      // Redirected calls go back to the front, so a queue is only roughly in deadline order.
+      for (auto it = queue.begin(); it != queue.end();) {
+        if ((*it)->deadline <= now) {
+          CallPtr c = std::move(*it);
+          it = queue.erase(it);
+          Complete(*c, absl::DeadlineExceededError(timeout));
+        } else {
+          ++it;
+        }
       }
-    }
-    while (!queue_.empty() && queue_.front()->deadline <= now) {
-      CallPtr c = std::move(queue_.front());
-      queue_.pop_front();
-      Complete(*c, absl::DeadlineExceededError(timeout));
+    };
+    expire(unrouted_);
+    for (auto& node : nodes_) {
+      for (auto& c : node->connections) {
+        if (std::optional<SteadyTime> d = c->deadline(); d && *d <= now) {
+          c->Fail(absl::DeadlineExceededError(timeout));
+        }
+      }
+      expire(node->queue);
+      for (auto it = node->asked.begin(); it != node->asked.end();) {
+        if (it->deadline <= now) {
+          FailAll(it->calls, absl::DeadlineExceededError(timeout));
+          it = node->asked.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
     ArmTimer();
   }
@@ -585,10 +853,18 @@ class RedisStore::Impl {
   void Shutdown() {
     stopping_ = true;
     timer_.cancel();
-    for (auto& c : connections_) {
-      c->Close(absl::CancelledError("the Redis store is shutting down"));
+    const absl::Status status = absl::CancelledError("the Redis store is shutting down");
+    for (auto& node : nodes_) {
+      for (auto& c : node->connections) {
+        c->Close(status);
+      }
+      FailAll(node->queue, status);
+      for (Pending& p : node->asked) {
+        FailAll(p.calls, status);
+      }
+      node->asked.clear();
     }
-    FailQueued(absl::CancelledError("the Redis store is shutting down"));
+    FailAll(unrouted_, status);
   }
 
   // The replies to one batch, given to its calls in order.
@@ -626,9 +902,9 @@ class RedisStore::Impl {
   // One TCP connection: handshake (AUTH, SELECT, SCRIPT LOAD), then pipelined script calls.
   class Connection {
    public:
-    Connection(Impl& store, RedisEndpoint endpoint)
+    Connection(Impl& store, Node& node)
         : store_(store),
-          endpoint_(std::move(endpoint)),
+          node_(node),
           socket_(store.io_),
           resolver_(store.io_),
           retry_(store.io_),
@@ -645,11 +921,11 @@ class RedisStore::Impl {
 
     // The deadline of the oldest thing this connection waits for.
     std::optional<SteadyTime> deadline() const {
-      if (state_ == State::kOpening && pending_.empty()) {
-        return open_deadline_;
-      }
       if (!pending_.empty()) {
         return pending_.front().deadline;
+      }
+      if (state_ == State::kOpening) {
+        return open_deadline_;
       }
       return std::nullopt;
     }
@@ -660,15 +936,16 @@ class RedisStore::Impl {
           SteadyClock::now() +
           std::max<SteadyClock::duration>(store_.options_.timeout, std::chrono::milliseconds(250));
       const uint64_t generation = generation_;
+      const RedisEndpoint& endpoint = node_.endpoint;
       resolver_.async_resolve(
-          endpoint_.host, std::to_string(endpoint_.port),
+          endpoint.host, std::to_string(endpoint.port),
           [this, generation](boost::system::error_code ec, tcp::resolver::results_type results) {
             if (generation != generation_) {
               return;
             }
             if (ec) {
               Fail(absl::UnavailableError(
-                  fmt::format("cannot resolve {}: {}", endpoint_.host, ec.message())));
+                  fmt::format("cannot resolve {}: {}", node_.endpoint.host, ec.message())));
               return;
             }
             asio::async_connect(
@@ -679,8 +956,8 @@ class RedisStore::Impl {
                   }
                   if (ec) {
                     Fail(absl::UnavailableError(fmt::format("cannot connect to {}:{}: {}",
-                                                            endpoint_.host, endpoint_.port,
-                                                            ec.message())));
+                                                            node_.endpoint.host,
+                                                            node_.endpoint.port, ec.message())));
                     return;
                   }
                   OnConnected();
@@ -689,11 +966,21 @@ class RedisStore::Impl {
       store_.ArmTimer();
     }
 
-    void Send(Pending batch) {
+    // Sends a batch; after ASKING when an ASK redirected it here.
+    void Send(Pending batch, bool asking) {
+      if (asking) {
+        Control(Pending::Kind::kAsking, Command({"ASKING"}), batch.deadline);
+      }
       ++batches_;
+      store_.script_calls_.fetch_add(1, std::memory_order_relaxed);
       out_ += batch.command;
       pending_.push_back(std::move(batch));
       Flush();
+    }
+
+    void AskSlots() {
+      Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
+              SteadyClock::now() + store_.options_.timeout);
     }
 
     // Closes the socket and fails everything in flight with `status`; reconnects after the
@@ -738,9 +1025,10 @@ class RedisStore::Impl {
       std::deque<Pending> pending;
       pending.swap(pending_);
       for (Pending& p : pending) {
-        for (CallPtr& c : p.calls) {
-          store_.Complete(*c, status);
+        if (p.kind == Pending::Kind::kSlots) {
+          store_.slots_asked_ = false;
         }
+        store_.FailAll(p.calls, status);
       }
     }
 
@@ -753,19 +1041,23 @@ class RedisStore::Impl {
       reader_ = redisReaderCreate();
       const RedisStoreOptions& o = store_.options_;
       if (!o.password.empty()) {
-        Handshake(Pending::Kind::kAuth, o.user.empty() ? Command({"AUTH", o.password})
-                                                       : Command({"AUTH", o.user, o.password}));
+        Control(
+            Pending::Kind::kAuth,
+            o.user.empty() ? Command({"AUTH", o.password}) : Command({"AUTH", o.user, o.password}),
+            open_deadline_);
       }
       if (o.database != 0) {
-        Handshake(Pending::Kind::kSelect, Command({"SELECT", std::to_string(o.database)}));
+        Control(Pending::Kind::kSelect, Command({"SELECT", std::to_string(o.database)}),
+                open_deadline_);
       }
-      Handshake(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}));
+      Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), open_deadline_);
       Read();
     }
 
-    void Handshake(Pending::Kind kind, std::string command) {
+    // A command of the store's own (not a batch), answered in order with the rest.
+    void Control(Pending::Kind kind, std::string command, SteadyTime deadline) {
       out_ += command;
-      pending_.push_back({.kind = kind, .deadline = open_deadline_});
+      pending_.push_back({.kind = kind, .deadline = deadline});
       Flush();
     }
 
@@ -844,6 +1136,17 @@ class RedisStore::Impl {
                 "Redis refused {}: {}", p.kind == Pending::Kind::kAuth ? "AUTH" : "SELECT", text)));
           }
           return;
+        case Pending::Kind::kAsking:
+          return;  // +OK; the batch behind it carries the answer.
+        case Pending::Kind::kSlots:
+          if (error) {
+            store_.slots_asked_ = false;
+            store_.last_error_ = fmt::format("Redis refused CLUSTER SLOTS: {}", text);
+          } else {
+            store_.OnSlots(*reply, node_.endpoint);
+          }
+          store_.Dispatch();
+          return;
         case Pending::Kind::kScriptLoad:
           if (error || reply->type != REDIS_REPLY_STRING) {
             Fail(absl::UnavailableError(fmt::format("Redis refused SCRIPT LOAD: {}", text)));
@@ -865,20 +1168,20 @@ class RedisStore::Impl {
         // The script cache was flushed (SCRIPT FLUSH, a restart, a failover): load it again
         // and resend, in order, on this connection.
         p.retried = true;
+        Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), p.deadline);
         ++batches_;
-        Handshake(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}));
-        pending_.back().deadline = p.deadline;
         out_ += p.command;
         pending_.push_back(std::move(p));
         Flush();
         return;
       }
-      if (error) {
-        // The whole call failed (OOM, BUSY, LOADING, READONLY...): Redis is not deciding.
-        const absl::Status status = absl::UnavailableError(fmt::format("redis: {}", text));
-        for (CallPtr& c : p.calls) {
-          store_.Complete(*c, status);
-        }
+      if (error && (text.starts_with("MOVED ") || text.starts_with("ASK ") ||
+                    text.starts_with("TRYAGAIN"))) {
+        store_.Redirect(std::move(p), text);
+      } else if (error) {
+        // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
+        // deciding.
+        store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
       } else {
         store_.CompleteBatch(p.calls, *reply);
       }
@@ -886,7 +1189,7 @@ class RedisStore::Impl {
     }
 
     Impl& store_;
-    RedisEndpoint endpoint_;
+    Node& node_;
     tcp::socket socket_;
     tcp::resolver resolver_;
     asio::steady_timer retry_;
@@ -909,14 +1212,17 @@ class RedisStore::Impl {
   std::thread thread_;
   MemoryStore local_;  // The `local` policy's fallback.
 
-  // Calls made on other threads, taken into queue_ by the I/O thread.
+  // Calls made on other threads, taken into the queues by the I/O thread.
   internal::Mutex incoming_mu_;
   std::vector<CallPtr> incoming_ ABSL_GUARDED_BY(incoming_mu_);
   bool take_scheduled_ ABSL_GUARDED_BY(incoming_mu_) = false;
 
   // The I/O thread's own.
-  std::vector<std::unique_ptr<Connection>> connections_;
-  std::deque<CallPtr> queue_;
+  std::vector<std::unique_ptr<Node>> nodes_;  // Never shrinks: connections point at nodes.
+  std::vector<Node*> slot_owner_;             // Cluster: the node serving each slot.
+  std::deque<CallPtr> unrouted_;              // Cluster: calls whose slot has no known owner.
+  bool slots_asked_ = false;                  // A CLUSTER SLOTS is in flight.
+  bool slots_known_ = false;                  // One has been answered.
   asio::steady_timer timer_;
   bool timer_armed_ = false;
   bool stopping_ = false;
@@ -929,6 +1235,8 @@ class RedisStore::Impl {
   std::atomic<uint64_t> failures_{0};
   std::atomic<uint64_t> fallbacks_{0};
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> redirects_{0};
+  std::atomic<uint64_t> asks_{0};
   std::atomic<int> ready_{0};
 };
 
@@ -938,8 +1246,8 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions
   if (options.endpoints.empty()) {
     return absl::InvalidArgumentError("the Redis store needs a host");
   }
-  if (options.cluster) {
-    return absl::UnimplementedError("redis+cluster:// is not supported yet");
+  if (options.cluster && options.database != 0) {
+    return absl::InvalidArgumentError("a Redis Cluster has only database 0");
   }
   if (options.connections < 1 || options.pipeline < 1 || options.batch < 1) {
     return absl::InvalidArgumentError("connections, pipeline and batch must each be at least 1");

@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -721,6 +722,195 @@ TEST(RedisStoreTest, AuthenticatesWithAPasswordOrAUserAndSelectsTheDatabase) {
   absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch));
   EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
   EXPECT_THAT(d.status().message(), ::testing::HasSubstr("AUTH"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: three masters the test creates, and a slot migrated during traffic.
+
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string create = "redis-cli --cluster create";
+    for (int i = 0; i < 3; ++i) {
+      nodes_[i] = new RedisServer({"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes.conf", "--cluster-node-timeout", "5000"});
+      create += " 127.0.0.1:" + std::to_string(nodes_[i]->port());
+    }
+    ASSERT_EQ(std::system((create + " --cluster-replicas 0 --cluster-yes >/dev/null").c_str()), 0);
+    for (int i = 0; i < 3; ++i) {
+      testing::Client client(nodes_[i]->port());
+      for (int tries = 0; tries < 500; ++tries) {
+        testing::Reply info = client.Run({"CLUSTER", "INFO"});
+        if (info && std::string(info->str).find("cluster_state:ok") != std::string::npos) {
+          break;
+        }
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    for (RedisServer*& node : nodes_) {
+      delete node;
+      node = nullptr;
+    }
+  }
+
+  static std::string Url() {
+    return "redis+cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
+  }
+  static RedisStoreOptions ClusterOptions() {
+    absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(Url());
+    EXPECT_TRUE(options.ok()) << options.status();
+    options->use_caller_time = true;
+    options->timeout = 2s;
+    options->expiry_margin = 600s;
+    return *options;
+  }
+  static std::string Id(int node) {
+    testing::Client client(nodes_[node]->port());
+    return client.Run({"CLUSTER", "MYID"})->str;
+  }
+  // The node serving `slot`, by its index here.
+  static int Owner(int slot) {
+    for (int i = 0; i < 3; ++i) {
+      testing::Client client(nodes_[i]->port());
+      testing::Reply count = client.Run({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
+      testing::Reply nodes = client.Run({"CLUSTER", "NODES"});
+      // This node's own line ("myself") lists the slot ranges it serves.
+      std::istringstream lines(nodes->str);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("myself") == std::string::npos) {
+          continue;
+        }
+        std::istringstream fields(line);
+        std::string field;
+        for (int f = 0; fields >> field; ++f) {
+          if (f < 8) {
+            continue;
+          }
+          const size_t dash = field.find('-');
+          const int first = std::stoi(field.substr(0, dash));
+          const int last = dash == std::string::npos ? first : std::stoi(field.substr(dash + 1));
+          if (slot >= first && slot <= last) {
+            return i;
+          }
+        }
+      }
+    }
+    return -1;
+  }
+
+  static inline RedisServer* nodes_[3] = {};
+};
+
+TEST_F(RedisClusterTest, DecidesAsTheMemoryStoreWithKeysOnEveryNode) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  MemoryStore memory;
+  const Limit gcra = MustLimit({.algorithm = Algorithm::kGcra, .limit = 3, .period = 1s});
+  const Limit daily = MustLimit({.limit = 5, .period = 24h});
+  testing::Random rnd(testing::Seed(17));
+  int64_t t = kEpoch;
+  for (int i = 0; i < 600; ++i) {
+    t += rnd.Between(0, 400'000);
+    const std::string key = "user" + std::to_string(rnd.Between(0, 59));
+    // Both limits on one key: one slot, decided all or nothing.
+    const LimitedKey requests[] = {{&gcra, key}, {&daily, key}};
+    Decision got_each[2];
+    Decision want_each[2];
+    absl::StatusOr<Decision> got = redis->DecideAll(requests, 1, At(t), got_each);
+    absl::StatusOr<Decision> want = memory.DecideAll(requests, 1, At(t), want_each);
+    ASSERT_TRUE(got.ok() && want.ok()) << got.status() << want.status();
+    ASSERT_EQ(*got, *want) << "step " << i << " key " << key;
+  }
+  // The 60 keys landed on all three masters.
+  for (RedisServer* node : nodes_) {
+    testing::Client client(node->port());
+    EXPECT_GT(client.Run({"DBSIZE"})->integer, 0) << node->port();
+  }
+  EXPECT_EQ(redis->Stats().failures, 0u);
+}
+
+TEST_F(RedisClusterTest, OneRequestMustKeepToOneSlot) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  const Limit other = MustLimit({.limit = 9, .period = 1h});
+  Decision each[2];
+  const LimitedKey apart[] = {{&limit, "alice"}, {&other, "bob"}};
+  absl::StatusOr<Decision> d = redis->DecideAll(apart, 1, At(kEpoch), each);
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("same {tag}"));
+  const LimitedKey tagged[] = {{&limit, "{alice}:ip"}, {&other, "{alice}:user"}};
+  d = redis->DecideAll(tagged, 1, At(kEpoch), each);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(each[0].remaining, 4);
+  EXPECT_EQ(each[1].remaining, 8);
+}
+
+TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  constexpr int64_t kLimit = 1'000'000;
+  const Limit limit = MustLimit({.limit = kLimit, .period = 24h});
+  const std::string key = "{migrating}";
+  testing::Client any(nodes_[0]->port());
+  const int slot = static_cast<int>(any.Run({"CLUSTER", "KEYSLOT", key})->integer);
+  ASSERT_TRUE(redis->Decide(limit, key, 1, At(kEpoch)).ok());  // The key exists before.
+  const int from = Owner(slot);
+  ASSERT_GE(from, 0);
+  const int to = (from + 1) % 3;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> admitted{1};
+  std::atomic<int64_t> errors{0};
+  std::vector<std::thread> traffic;
+  for (int i = 0; i < 4; ++i) {
+    traffic.emplace_back([&] {
+      while (!stop) {
+        absl::StatusOr<Decision> d = redis->Decide(limit, key, 1, At(kEpoch));
+        if (!d.ok()) {
+          ++errors;
+        } else if (d->allowed) {
+          ++admitted;
+        }
+      }
+    });
+  }
+  // The slot moves as redis-cli --cluster reshard moves it: importing, migrating, the keys,
+  // then the new owner announced to every node. Traffic runs throughout.
+  testing::Client source(nodes_[from]->port());
+  testing::Client target(nodes_[to]->port());
+  const std::string slot_text = std::to_string(slot);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(std::string(target.Run({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", Id(from)})->str),
+            "OK");
+  ASSERT_EQ(std::string(source.Run({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", Id(to)})->str),
+            "OK");
+  std::this_thread::sleep_for(100ms);
+  testing::Reply keys = source.Run({"CLUSTER", "GETKEYSINSLOT", slot_text, "100"});
+  ASSERT_EQ(keys->elements, 1u);
+  testing::Reply moved = source.Run({"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()),
+                                     keys->element[0]->str, "0", "5000"});
+  ASSERT_EQ(std::string(moved->str), "OK");
+  std::this_thread::sleep_for(100ms);  // ASK now sends the calls to the target.
+  for (RedisServer* node : nodes_) {
+    testing::Client client(node->port());
+    client.Run({"CLUSTER", "SETSLOT", slot_text, "NODE", Id(to)});
+  }
+  std::this_thread::sleep_for(200ms);  // MOVED now, and a new slot map.
+  stop = true;
+  for (std::thread& t : traffic) {
+    t.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(Owner(slot), to);
+  // Calls followed ASK while the key had moved and the slot had not, then MOVED.
+  const RedisStoreStats stats = redis->Stats();
+  EXPECT_GT(stats.asks, 0u);
+  EXPECT_GT(stats.redirects, stats.asks);
+  // Every admission counted once, wherever it was decided.
+  absl::StatusOr<Decision> query = redis->Decide(limit, key, 0, At(kEpoch));
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->remaining, kLimit - admitted.load());
+  EXPECT_GT(admitted.load(), 100);
 }
 
 }  // namespace

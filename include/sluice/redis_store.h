@@ -21,7 +21,13 @@
 // names the algorithm and its parameters (so a changed limit starts afresh, as in MemoryStore)
 // and <key> carries a Redis Cluster hash tag: the key's own {tag} if it has one, else the
 // whole key in braces. So every limit on one key lives in one slot; a request over several
-// keys (user and IP) must tag them alike to be decided all or nothing in a cluster.
+// keys (user and IP) must tag them alike to be decided all or nothing in a cluster, and is
+// refused with InvalidArgument there otherwise.
+//
+// Redis Cluster (redis+cluster://): the slot map comes from CLUSTER SLOTS, asked of any node;
+// each master has its own connections; a batch holds calls of one slot. MOVED updates the map
+// (and asks for a fresh one), ASK sends the batch once to the importing node after ASKING,
+// TRYAGAIN sends it again; a batch is given up after 5 redirections.
 //
 // Thread-safe.
 
@@ -100,6 +106,8 @@ struct RedisStoreStats {
   uint64_t failures = 0;      // Decisions Redis did not answer (error, timeout, no connection).
   uint64_t fallbacks = 0;     // Failures decided by the failure policy (allow or local).
   uint64_t reconnects = 0;    // Connections opened after the first.
+  uint64_t redirects = 0;     // Cluster: script calls sent again after MOVED, ASK, TRYAGAIN.
+  uint64_t asks = 0;          // Of those, after ASK (a slot migrating).
   int connections_ready = 0;  // Connections up now.
 };
 

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -39,6 +40,18 @@ inline int FreePort() {
   }
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+// Whether `port` on 127.0.0.1 can be bound now.
+inline bool PortIsFree(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return free;
 }
 
 struct ReplyDeleter {
@@ -87,6 +100,12 @@ class RedisServer {
            ("sluice-redis-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::create_directories(dir_);
     port_ = FreePort();
+    if (std::find(extra_.begin(), extra_.end(), "--cluster-enabled") != extra_.end()) {
+      // A cluster node also listens on port + 10000 (its bus): both must be valid and free.
+      while (port_ == 0 || port_ + 10000 > 65535 || !PortIsFree(port_ + 10000)) {
+        port_ = FreePort();
+      }
+    }
     Start();
   }
   ~RedisServer() {
