@@ -577,16 +577,27 @@ TEST(RedisStoreTest, DecidesOnRedisTimeByDefault) {
 // ---------------------------------------------------------------------------------------------
 // Failures and the policies
 
-class RedisFailureTest : public ::testing::TestWithParam<FailurePolicy> {};
+class RedisFailureTest : public ::testing::TestWithParam<FailurePolicy> {
+ protected:
+  // A store under the test's policy that has already decided once (so it is connected).
+  std::unique_ptr<RedisStore> ConnectedStore(const RedisServer& server,
+                                             std::chrono::milliseconds timeout) {
+    RedisStoreOptions options = OptionsFor(server);
+    options.on_failure = GetParam();
+    options.timeout = timeout;
+    std::unique_ptr<RedisStore> redis = MustStore(options);
+    EXPECT_TRUE(redis->Decide(limit_, "k", 1, At(kEpoch)).ok());
+    return redis;
+  }
+
+  const Limit limit_ = MustLimit({.limit = 2, .period = 1h});
+};
 
 TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
   RedisServer server;
-  RedisStoreOptions options = OptionsFor(server);
-  options.on_failure = GetParam();
-  options.timeout = 200ms;
-  std::unique_ptr<RedisStore> redis = MustStore(options);
-  const Limit limit = MustLimit({.limit = 2, .period = 1h});
-  ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
+  constexpr auto kTimeout = 200ms;
+  std::unique_ptr<RedisStore> redis = ConnectedStore(server, kTimeout);
+  const Limit& limit = limit_;
 
   server.Stop();
   std::vector<absl::StatusOr<Decision>> during;
@@ -594,7 +605,7 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
     const auto start = std::chrono::steady_clock::now();
     during.push_back(redis->Decide(limit, "k", 1, At(kEpoch + 1)));
     // Bounded by the timeout (with room for a slow machine), never hanging.
-    EXPECT_LT(std::chrono::steady_clock::now() - start, options.timeout + 500ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + 500ms);
   }
   switch (GetParam()) {
     case FailurePolicy::kDeny:
@@ -639,18 +650,15 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
 
 TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) {
   RedisServer server;
-  RedisStoreOptions options = OptionsFor(server);
-  options.on_failure = GetParam();
-  options.timeout = 100ms;
-  std::unique_ptr<RedisStore> redis = MustStore(options);
-  const Limit limit = MustLimit({.limit = 2, .period = 1h});
-  ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
+  constexpr auto kTimeout = 100ms;
+  std::unique_ptr<RedisStore> redis = ConnectedStore(server, kTimeout);
+  const Limit& limit = limit_;
 
   server.Pause();  // The socket stays open; nothing answers.
   for (int i = 0; i < 3; ++i) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch + 1));
-    EXPECT_LT(std::chrono::steady_clock::now() - start, options.timeout + 400ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + 400ms);
     if (GetParam() == FailurePolicy::kDeny) {
       EXPECT_TRUE(absl::IsDeadlineExceeded(d.status()) || absl::IsUnavailable(d.status()))
           << d.status();

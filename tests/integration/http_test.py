@@ -29,6 +29,8 @@ import tempfile
 import time
 import unittest
 
+import sluiced
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES_FILE = os.path.join(HERE, "rules.yaml")
 DOMAIN = "itest"
@@ -43,10 +45,7 @@ DURATION_RE = re.compile(r"^\d+(\.\d{3}|\.\d{6}|\.\d{9})?s$")
 # Helpers
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = sluiced.free_port
 
 
 def write_atomically(path, text):

@@ -35,6 +35,8 @@ import threading
 import time
 import unittest
 
+import sluiced
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEMPLATE = os.path.join(ROOT, "examples", "nginx", "nginx.conf")
 
@@ -50,10 +52,7 @@ descriptors:
 """
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = sluiced.free_port
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, what: str, log: str, timeout=10.0):

@@ -30,10 +30,7 @@ descriptors:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = sluiced.free_port
 
 
 class Redis:

@@ -7,10 +7,18 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
 BINARY = None
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Sluiced:
