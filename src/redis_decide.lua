@@ -89,9 +89,11 @@ local function two(s)
   return tonumber(a), tonumber(b)
 end
 
+-- A key's expiry, from Redis's now: its reset_after (which counts from the time the request
+-- was decided at, t >= now when the key's time is ahead of the clock) plus the margin.
 local margin_ms = tonumber(ARGV[1])
-local function ttl_ms(reset_after)
-  return ceil_div(reset_after, 1000) + margin_ms
+local function ttl_ms(reset_after, t, now)
+  return ceil_div(reset_after + t - now, 1000) + margin_ms
 end
 
 -- Each decide function returns allowed, remaining, reset_after, retry_after, delay, and writes
@@ -113,7 +115,7 @@ local function fixed_window(key, l, now, cost, apply)
   if allowed and cost > 0 then
     count = count + cost
     if apply then
-      redis.call('SET', key, int(t) .. ' ' .. int(count), 'PX', ttl_ms(to_end))
+      redis.call('SET', key, int(t) .. ' ' .. int(count), 'PX', ttl_ms(to_end, t, now))
     end
   end
   local retry = 0
@@ -157,7 +159,7 @@ local function sliding_window(key, l, now, cost, apply)
     reset = p - r
   end
   if allowed and cost > 0 and apply then
-    redis.call('SET', key, int(t) .. ' ' .. int(cur) .. ' ' .. int(prev), 'PX', ttl_ms(reset))
+    redis.call('SET', key, int(t) .. ' ' .. int(cur) .. ' ' .. int(prev), 'PX', ttl_ms(reset, t, now))
   end
   local remaining = math.max(0, n - cur - prev_left)
   if allowed then
@@ -242,7 +244,7 @@ local function windowed_counts(key, limit, width, span, now, cost, apply)
       else
         redis.call('RPUSH', key, int(bucket) .. ' ' .. int(cost), new_header)
       end
-      redis.call('PEXPIRE', key, ttl_ms((bucket + span) * width - t))
+      redis.call('PEXPIRE', key, ttl_ms((bucket + span) * width - t, t, now))
     end
   elseif used > 0 then
     newest = two(redis.call('LINDEX', key, -2))
@@ -283,7 +285,8 @@ local function token_bucket(key, l, now, cost, apply)
   local allowed = cost <= l.b and level >= cost * rp
   local after = allowed and level - cost * rp or level
   if allowed and cost > 0 and apply then
-    redis.call('SET', key, int(after) .. ' ' .. int(t), 'PX', ttl_ms(ceil_div(capacity - after, rn)))
+    redis.call('SET', key, int(after) .. ' ' .. int(t), 'PX',
+      ttl_ms(ceil_div(capacity - after, rn), t, now))
   end
   local retry = 0
   if not allowed then
@@ -320,7 +323,7 @@ local function tat(key, l, now, cost, apply, shapes)
       delay = ceil_div(behind * rn + ahead, rn)
     end
     if cost > 0 and apply then
-      redis.call('SET', key, int(now) .. ' ' .. int(backlog), 'PX', ttl_ms(ceil_div(backlog, rn)))
+      redis.call('SET', key, int(now) .. ' ' .. int(backlog), 'PX', ttl_ms(ceil_div(backlog, rn), now, now))
     end
     return true, floor_div(capacity - backlog, rp), ceil_div(backlog, rn), 0, delay
   end

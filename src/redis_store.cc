@@ -189,7 +189,8 @@ struct Call {
   std::span<Decision> each;
   DecideDone done;
   SteadyTime deadline;
-  int slot = -1;  // The Redis Cluster hash slot of its keys; -1 outside a cluster.
+  int slot = -1;      // The Redis Cluster hash slot of its keys; -1 outside a cluster.
+  int redirects = 0;  // MOVED, ASK and TRYAGAIN followed so far.
 };
 using CallPtr = std::unique_ptr<Call>;
 constexpr int kArgsPerLimit = 7;
@@ -202,12 +203,15 @@ struct Pending {
   std::vector<CallPtr> calls;  // kBatch
   std::string command;         // kBatch: sent again after a NOSCRIPT or a redirection.
   bool retried = false;        // kBatch: NOSCRIPT seen once already.
-  int redirects = 0;           // kBatch: MOVED, ASK and TRYAGAIN followed so far.
+  bool asking = false;         // kBatch: sent after ASKING (an ASK brought it here).
   SteadyTime deadline;
 };
 
-// A batch's calls share a slot; a batch that keeps being redirected is given up.
+// A call that keeps being redirected is given up; TRYAGAIN (keys split by a migration) is
+// retried after a pause; the slot map is asked for at most this often.
 constexpr int kMaxRedirects = 5;
+constexpr auto kTryAgainPause = std::chrono::milliseconds(10);
+constexpr auto kSlotsInterval = std::chrono::milliseconds(100);
 constexpr int kSlotCount = 16384;
 
 // CRC16-CCITT (XMODEM), the checksum Redis Cluster maps keys to slots with.
@@ -397,16 +401,19 @@ class RedisStore::Impl {
     if (limit.algorithm() == Algorithm::kSlidingBuckets) {
       out += fmt::format("k{}", limit.buckets());
     }
+    // Three forms, each starting with its own character, so that no two caller keys share a
+    // Redis key ("alice" and "{alice}" are different keys).
     out += ':';
     if (HashTag(key)) {
-      out += key;  // The caller chose the slot.
+      out += '=';  // The caller chose the slot with a tag of its own.
+      out += key;
     } else if (key.find('}') == std::string_view::npos) {
       out += '{';
       out += key;
       out += '}';
     } else {
       // No tag and a '}' that would end one early: tag with a digest of the key instead.
-      out += fmt::format("{{{:016x}}}", StableHash(key));
+      out += fmt::format("#{{{:016x}}}", StableHash(key));
       out += key;
     }
     return out;
@@ -552,26 +559,31 @@ class RedisStore::Impl {
       if (stopping_) {
         Complete(*c, absl::CancelledError("the Redis store is shutting down"));
       } else {
-        Route(std::move(c), /*front=*/false);
+        Route(std::move(c));
       }
     }
     Dispatch();
   }
 
   // Puts a call in the queue of the node that serves its slot (or, in a cluster whose slot
-  // map is not known yet, aside until it is).
-  void Route(CallPtr call, bool front) {
+  // map does not name one, aside until a fresh map does). Queues stay in deadline order, which
+  // is the order calls were made: a redirected call goes back ahead of later ones, and the
+  // deadline timer need only look at each queue's front.
+  void Route(CallPtr call) {
     std::deque<CallPtr>* queue = &unrouted_;
     if (!options_.cluster) {
       queue = &nodes_.front()->queue;
     } else if (Node* owner = slot_owner_[static_cast<size_t>(call->slot)]; owner != nullptr) {
       queue = &owner->queue;
     }
-    if (front) {
-      queue->push_front(std::move(call));
-    } else {
+    if (queue->empty() || queue->back()->deadline <= call->deadline) {
       queue->push_back(std::move(call));
+      return;
     }
+    const auto at = std::upper_bound(
+        queue->begin(), queue->end(), call->deadline,
+        [](SteadyTime deadline, const CallPtr& queued) { return deadline < queued->deadline; });
+    queue->insert(at, std::move(call));
   }
 
   // Sends what waits on the connections that have room, a batch per script call.
@@ -579,7 +591,7 @@ class RedisStore::Impl {
     for (auto& node : nodes_) {
       DispatchTo(*node);
     }
-    if (options_.cluster && (!slots_known_ || !unrouted_.empty())) {
+    if (options_.cluster && !unrouted_.empty()) {
       RefreshSlots();
       if (!AnyConnectionUsable()) {
         FailAll(unrouted_, NoConnection());
@@ -693,15 +705,29 @@ class RedisStore::Impl {
     }
   }
 
-  // Asks a ready connection for the cluster's slot map (one question at a time).
+  // Asks a ready connection for the cluster's slot map: one question at a time, and at most
+  // one per kSlotsInterval (a later wish is granted when the interval is up).
   void RefreshSlots() {
-    if (!options_.cluster || slots_asked_ || stopping_) {
+    if (!options_.cluster || slots_asked_ || slots_timer_armed_ || stopping_) {
+      return;
+    }
+    const SteadyTime now = SteadyClock::now();
+    if (now < slots_asked_at_ + kSlotsInterval) {
+      slots_timer_armed_ = true;
+      slots_timer_.expires_at(slots_asked_at_ + kSlotsInterval);
+      slots_timer_.async_wait([this](boost::system::error_code ec) {
+        slots_timer_armed_ = false;
+        if (!ec) {
+          RefreshSlots();
+        }
+      });
       return;
     }
     for (auto& node : nodes_) {
       for (auto& c : node->connections) {
         if (c->ready()) {
           slots_asked_ = true;
+          slots_asked_at_ = now;
           c->AskSlots();
           return;
         }
@@ -716,6 +742,7 @@ class RedisStore::Impl {
       return;
     }
     slots_known_ = true;
+    std::fill(slot_owner_.begin(), slot_owner_.end(), nullptr);
     for (size_t i = 0; i < reply.elements; ++i) {
       const redisReply* range = reply.element[i];
       if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
@@ -745,18 +772,34 @@ class RedisStore::Impl {
       }
       node->queue.clear();
     }
-    std::stable_sort(all.begin(), all.end(),
-                     [](const CallPtr& a, const CallPtr& b) { return a->deadline < b->deadline; });
     for (CallPtr& c : all) {
-      Route(std::move(c), /*front=*/false);
+      Route(std::move(c));
     }
+    // A slot the fresh map gives no node: nothing can decide it now.
+    std::deque<CallPtr> unserved;
+    unserved.swap(unrouted_);
+    for (CallPtr& c : unserved) {
+      Complete(*c, absl::UnavailableError(
+                       fmt::format("no node of the Redis Cluster serves slot {}", c->slot)));
+    }
+  }
+
+  // CLUSTER SLOTS refused (a server without cluster support): what waits for the map fails.
+  void OnSlotsRefused(std::string_view error) {
+    slots_asked_ = false;
+    last_error_ = fmt::format("Redis refused CLUSTER SLOTS: {}", error);
+    FailAll(unrouted_, absl::UnavailableError(last_error_));
   }
 
   // A batch's calls were redirected (MOVED: the slot has a new owner; ASK: one call's worth
   // while it migrates; TRYAGAIN: keys split mid-migration) or a batch failed as a whole.
   void Redirect(Pending batch, std::string_view error) {
     redirects_.fetch_add(1, std::memory_order_relaxed);
-    if (++batch.redirects > kMaxRedirects) {
+    bool given_up = false;
+    for (CallPtr& c : batch.calls) {
+      given_up = ++c->redirects > kMaxRedirects || given_up;
+    }
+    if (given_up) {
       FailAll(batch.calls,
               absl::UnavailableError(
                   fmt::format("redis: still redirected after {} tries: {}", kMaxRedirects, error)));
@@ -770,10 +813,24 @@ class RedisStore::Impl {
       asks_.fetch_add(1, std::memory_order_relaxed);
       NodeAt(to->second).asked.push_back(std::move(batch));
       return;
+    } else {
+      // TRYAGAIN: the keys are split between two nodes for a moment; ask again shortly.
+      auto timer = std::make_shared<asio::steady_timer>(io_, kTryAgainPause);
+      auto calls = std::make_shared<std::vector<CallPtr>>(std::move(batch.calls));
+      timer->async_wait([this, timer, calls](boost::system::error_code) {
+        for (CallPtr& c : *calls) {
+          if (stopping_) {
+            Complete(*c, absl::CancelledError("the Redis store is shutting down"));
+          } else {
+            Route(std::move(c));
+          }
+        }
+        Dispatch();
+      });
+      return;
     }
-    // MOVED and TRYAGAIN: back to the front of the queue, in order, for the slot's owner.
-    for (auto it = batch.calls.rbegin(); it != batch.calls.rend(); ++it) {
-      Route(std::move(*it), /*front=*/true);
+    for (CallPtr& c : batch.calls) {
+      Route(std::move(c));
     }
   }
 
@@ -819,15 +876,10 @@ class RedisStore::Impl {
     const std::string timeout =
         fmt::format("Redis did not answer within {} ms", options_.timeout.count());
     auto expire = [&](std::deque<CallPtr>& queue) {
-      // Redirected calls go back to the front, so a queue is only roughly in deadline order.
-      for (auto it = queue.begin(); it != queue.end();) {
-        if ((*it)->deadline <= now) {
-          CallPtr c = std::move(*it);
-          it = queue.erase(it);
-          Complete(*c, absl::DeadlineExceededError(timeout));
-        } else {
-          ++it;
-        }
+      while (!queue.empty() && queue.front()->deadline <= now) {
+        CallPtr c = std::move(queue.front());
+        queue.pop_front();
+        Complete(*c, absl::DeadlineExceededError(timeout));
       }
     };
     expire(unrouted_);
@@ -853,6 +905,7 @@ class RedisStore::Impl {
   void Shutdown() {
     stopping_ = true;
     timer_.cancel();
+    slots_timer_.cancel();
     const absl::Status status = absl::CancelledError("the Redis store is shutting down");
     for (auto& node : nodes_) {
       for (auto& c : node->connections) {
@@ -919,15 +972,18 @@ class RedisStore::Impl {
     bool opening() const { return state_ == State::kOpening; }
     int batches() const { return batches_; }
 
-    // The deadline of the oldest thing this connection waits for.
+    // The deadline of the oldest thing this connection waits for. A NOSCRIPT or ASK resend puts
+    // an older batch behind newer ones, so look at them all (at most `pipeline`, and a few
+    // commands of the store's own).
     std::optional<SteadyTime> deadline() const {
-      if (!pending_.empty()) {
-        return pending_.front().deadline;
+      std::optional<SteadyTime> earliest;
+      for (const Pending& p : pending_) {
+        earliest = earliest ? std::min(*earliest, p.deadline) : p.deadline;
       }
-      if (state_ == State::kOpening) {
+      if (!earliest && state_ == State::kOpening) {
         return open_deadline_;
       }
-      return std::nullopt;
+      return earliest;
     }
 
     void Connect() {
@@ -968,6 +1024,7 @@ class RedisStore::Impl {
 
     // Sends a batch; after ASKING when an ASK redirected it here.
     void Send(Pending batch, bool asking) {
+      batch.asking = asking;
       if (asking) {
         Control(Pending::Kind::kAsking, Command({"ASKING"}), batch.deadline);
       }
@@ -986,9 +1043,6 @@ class RedisStore::Impl {
     // Closes the socket and fails everything in flight with `status`; reconnects after the
     // backoff unless the store is stopping.
     void Fail(const absl::Status& status) {
-      if (state_ == State::kReady) {
-        store_.ready_.fetch_sub(1, std::memory_order_relaxed);
-      }
       store_.last_error_ = std::string(status.message());
       Close(status);
       if (store_.stopping_) {
@@ -1007,6 +1061,9 @@ class RedisStore::Impl {
 
     void Close(const absl::Status& status) {
       ++generation_;  // Handlers of the old socket see a new generation and do nothing.
+      if (state_ == State::kReady) {
+        store_.ready_.fetch_sub(1, std::memory_order_relaxed);
+      }
       boost::system::error_code ignored;
       socket_.close(ignored);
       resolver_.cancel();
@@ -1140,8 +1197,7 @@ class RedisStore::Impl {
           return;  // +OK; the batch behind it carries the answer.
         case Pending::Kind::kSlots:
           if (error) {
-            store_.slots_asked_ = false;
-            store_.last_error_ = fmt::format("Redis refused CLUSTER SLOTS: {}", text);
+            store_.OnSlotsRefused(text);
           } else {
             store_.OnSlots(*reply, node_.endpoint);
           }
@@ -1157,6 +1213,9 @@ class RedisStore::Impl {
             state_ = State::kReady;
             backoff_ = store_.options_.backoff_min;
             store_.ready_.fetch_add(1, std::memory_order_relaxed);
+            if (store_.options_.cluster && !store_.slots_known_) {
+              store_.RefreshSlots();  // Learn the map before the first call needs it.
+            }
             store_.Dispatch();
           }
           return;
@@ -1169,15 +1228,24 @@ class RedisStore::Impl {
         // and resend, in order, on this connection.
         p.retried = true;
         Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), p.deadline);
+        if (p.asking) {
+          Control(Pending::Kind::kAsking, Command({"ASKING"}), p.deadline);
+        }
         ++batches_;
         out_ += p.command;
         pending_.push_back(std::move(p));
         Flush();
         return;
       }
-      if (error && (text.starts_with("MOVED ") || text.starts_with("ASK ") ||
-                    text.starts_with("TRYAGAIN"))) {
+      const bool redirected =
+          text.starts_with("MOVED ") || text.starts_with("ASK ") || text.starts_with("TRYAGAIN");
+      if (error && redirected && store_.options_.cluster) {
         store_.Redirect(std::move(p), text);
+      } else if (error && redirected) {
+        store_.FailAll(p.calls, absl::UnavailableError(fmt::format(
+                                    "redis: {}: this server is a Redis Cluster node; use "
+                                    "redis+cluster:// to follow its redirections",
+                                    text)));
       } else if (error) {
         // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
         // deciding.
@@ -1223,6 +1291,9 @@ class RedisStore::Impl {
   std::deque<CallPtr> unrouted_;              // Cluster: calls whose slot has no known owner.
   bool slots_asked_ = false;                  // A CLUSTER SLOTS is in flight.
   bool slots_known_ = false;                  // One has been answered.
+  SteadyTime slots_asked_at_;                 // When the last one was asked.
+  asio::steady_timer slots_timer_{io_};       // Waits out kSlotsInterval before the next.
+  bool slots_timer_armed_ = false;
   asio::steady_timer timer_;
   bool timer_armed_ = false;
   bool stopping_ = false;
@@ -1254,6 +1325,9 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions
   }
   if (options.timeout <= std::chrono::milliseconds(0)) {
     return absl::InvalidArgumentError("the Redis timeout must be positive");
+  }
+  if (options.expiry_margin < std::chrono::milliseconds(0)) {
+    return absl::InvalidArgumentError("the expiry margin must not be negative");
   }
   if (options.key_prefix.find_first_of("{}") != std::string::npos) {
     return absl::InvalidArgumentError("the key prefix may not contain '{' or '}'");

@@ -140,12 +140,26 @@ TEST(RedisStoreTest, KeysNameTheLimitAndCarryAHashTag) {
   EXPECT_EQ(store->RedisKey(gcra, "alice"), "sluice:g10/1000000b20:{alice}");
   EXPECT_EQ(store->RedisKey(window, "alice"), "sluice:f5/60000000:{alice}");
   // A key with its own tag keeps it: "{alice}:ip" and "{alice}:user" share a slot.
-  EXPECT_EQ(store->RedisKey(window, "{alice}:ip"), "sluice:f5/60000000:{alice}:ip");
+  EXPECT_EQ(store->RedisKey(window, "{alice}:ip"), "sluice:f5/60000000:={alice}:ip");
   // A '}' that would end the tag early: the tag is a digest, and the key follows.
   const std::string odd = store->RedisKey(window, "a}b");
-  EXPECT_TRUE(odd.starts_with("sluice:f5/60000000:{")) << odd;
+  EXPECT_TRUE(odd.starts_with("sluice:f5/60000000:#{")) << odd;
   EXPECT_TRUE(odd.ends_with("}a}b")) << odd;
-  EXPECT_EQ(odd.size(), std::string("sluice:f5/60000000:{0123456789abcdef}a}b").size());
+  EXPECT_EQ(odd.size(), std::string("sluice:f5/60000000:#{0123456789abcdef}a}b").size());
+}
+
+// Each form of Redis key starts with its own character: no caller key can reach another's
+// state ("{alice}" is not "alice").
+TEST(RedisStoreTest, KeysThatLookAlikeKeepStatesApart) {
+  RedisServer server;
+  std::unique_ptr<RedisStore> store = MustStore(OptionsFor(server));
+  const Limit window = MustLimit({.limit = 3, .period = 1min});
+  const std::vector<std::string> keys = {"alice", "{alice}", "=alice", "#{x}alice", "a}b"};
+  for (const std::string& key : keys) {
+    absl::StatusOr<Decision> d = store->Decide(window, key, 1, At(kEpoch));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->remaining, 2) << key;  // Each key's first request.
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -852,6 +866,41 @@ TEST_F(RedisClusterTest, OneRequestMustKeepToOneSlot) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(each[0].remaining, 4);
   EXPECT_EQ(each[1].remaining, 8);
+}
+
+// redis:// at a cluster node: keys on other nodes are refused with a hint, never followed.
+TEST_F(RedisClusterTest, APlainUrlToAClusterNodeSaysToUseTheClusterUrl) {
+  RedisStoreOptions options = ClusterOptions();
+  options.cluster = false;
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  int refused = 0;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<Decision> d = redis->Decide(limit, "user" + std::to_string(i), 1, At(kEpoch));
+    if (!d.ok()) {
+      EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
+      EXPECT_THAT(d.status().message(), ::testing::HasSubstr("use redis+cluster://"));
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);  // Two thirds of the slots are elsewhere.
+  EXPECT_LT(refused, 20);
+}
+
+// redis+cluster:// at a server without cluster support: calls fail at once, saying why.
+TEST(RedisStoreTest, AClusterUrlToAPlainServerFailsSayingWhy) {
+  RedisServer server;
+  absl::StatusOr<RedisStoreOptions> options =
+      ParseRedisUrl("redis+cluster://127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(options.ok());
+  options->timeout = 5s;
+  std::unique_ptr<RedisStore> redis = MustStore(*options);
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch));
+  EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("CLUSTER SLOTS"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // Well before the 5 s timeout.
 }
 
 TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
