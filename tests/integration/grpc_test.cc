@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -28,6 +29,8 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
+
+#include "tests/testing/redis_server.h"
 
 extern char** environ;
 
@@ -46,12 +49,13 @@ descriptors:
 )";
 
 // A sluiced process on free ports (it picks them: --http/--grpc 127.0.0.1:0), its log in a
-// file, its gRPC port read from the log.
+// file, its gRPC port read from the log. `extra`: more flags (--store redis://...).
 class SluicedProcess {
  public:
-  SluicedProcess() {
+  explicit SluicedProcess(std::vector<std::string> extra = {}) {
+    static int started = 0;
     dir_ = std::filesystem::temp_directory_path() /
-           fmt::format("sluice-grpc-test.{}", static_cast<int>(getpid()));
+           fmt::format("sluice-grpc-test.{}.{}", static_cast<int>(getpid()), ++started);
     std::filesystem::create_directories(dir_);
     const std::string rules = (dir_ / "rules.yaml").string();
     std::ofstream(rules) << kRules;
@@ -63,6 +67,7 @@ class SluicedProcess {
     std::vector<std::string> args = {sluiced_path,  "--config",    rules,
                                      "--http",      "127.0.0.1:0", "--grpc",
                                      "127.0.0.1:0", "--threads",   "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& arg : args) {
       argv.push_back(arg.data());
@@ -184,6 +189,45 @@ TEST(GrpcIntegrationTest, EnvoysQuestionsAnsweredByTheBinary) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 
   EXPECT_EQ(sluiced.Stop(), 0);
+}
+
+// Two sluiced processes on one Redis answer Envoy from one quota; with Redis gone, the deny
+// policy (the default) is a gRPC error, for Envoy's failure_mode_deny to decide.
+TEST(GrpcIntegrationTest, TwoServersOnOneRedisShareTheQuota) {
+  testing::RedisServer redis;
+  SluicedProcess a({"--store", redis.url()});
+  SluicedProcess b({"--store", redis.url()});
+  std::vector<std::unique_ptr<rls::RateLimitService::Stub>> stubs;
+  for (SluicedProcess* sluiced : {&a, &b}) {
+    const int port = sluiced->AwaitGrpcPort();
+    ASSERT_NE(port, 0) << "sluiced did not report its gRPC port";
+    stubs.push_back(rls::RateLimitService::NewStub(grpc::CreateChannel(
+        fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials())));
+  }
+  auto ask = [&](size_t server, rls::RateLimitResponse& response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stubs[server]->ShouldRateLimit(&context, Request("198.51.100.7"), &response);
+  };
+  // 2 per hour: one call on each server, then both say OVER_LIMIT.
+  for (const auto& [server, expected] :
+       {std::pair{0, rls::RateLimitResponse::OK}, std::pair{1, rls::RateLimitResponse::OK},
+        std::pair{0, rls::RateLimitResponse::OVER_LIMIT},
+        std::pair{1, rls::RateLimitResponse::OVER_LIMIT}}) {
+    rls::RateLimitResponse response;
+    const grpc::Status status = ask(static_cast<size_t>(server), response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.overall_code(), expected) << "server " << server;
+  }
+  redis.Stop();
+  rls::RateLimitResponse response;
+  const grpc::Status status = ask(0, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  // Close the channels first: while a client holds an idle connection, sluiced's SIGTERM waits
+  // out the whole --drain (5 s) in gRPC's Shutdown (a known gap, noted for issue 6).
+  stubs.clear();
+  EXPECT_EQ(a.Stop(), 0);
+  EXPECT_EQ(b.Stop(), 0);
 }
 
 }  // namespace
