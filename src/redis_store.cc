@@ -66,6 +66,17 @@ std::string PercentDecode(std::string_view s, bool& ok) {
   return out;
 }
 
+// `text` as a whole non-negative number: nullopt for anything else (empty, a sign, a space,
+// trailing text, overflow).
+std::optional<unsigned> WholeNumber(std::string_view text) {
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_view text) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("redis URL '{}': {}", url, why));
@@ -92,17 +103,11 @@ absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_vi
     return bad("no host");
   }
   if (!port.empty()) {
-    int value = 0;
-    for (char c : port) {
-      if (!std::isdigit(static_cast<unsigned char>(c)) || value > 65535) {
-        return bad(fmt::format("port '{}' is not a number from 1 to 65535", port));
-      }
-      value = value * 10 + (c - '0');
-    }
-    if (value < 1 || value > 65535) {
+    const std::optional<unsigned> value = WholeNumber(port);
+    if (!value || *value < 1 || *value > 65535) {
       return bad(fmt::format("port '{}' is not a number from 1 to 65535", port));
     }
-    endpoint.port = static_cast<uint16_t>(value);
+    endpoint.port = static_cast<uint16_t>(*value);
   }
   return endpoint;
 }
@@ -239,19 +244,14 @@ std::optional<std::pair<int, RedisEndpoint>> Redirection(std::string_view error)
       colon == std::string_view::npos || colon < second) {
     return std::nullopt;
   }
-  int slot = 0;
-  unsigned port = 0;
-  const std::string_view slot_text = error.substr(first + 1, second - first - 1);
-  const std::string_view port_text = error.substr(colon + 1);
-  if (std::from_chars(slot_text.data(), slot_text.data() + slot_text.size(), slot).ec !=
-          std::errc() ||
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port).ec !=
-          std::errc() ||
-      slot < 0 || slot >= kSlotCount || port == 0 || port > 65535) {
+  const std::optional<unsigned> slot = WholeNumber(error.substr(first + 1, second - first - 1));
+  const std::optional<unsigned> port = WholeNumber(error.substr(colon + 1));
+  if (!slot || !port || *slot >= kSlotCount || *port == 0 || *port > 65535) {
     return std::nullopt;
   }
-  return std::pair{slot, RedisEndpoint{std::string(error.substr(second + 1, colon - second - 1)),
-                                       static_cast<uint16_t>(port)}};
+  return std::pair{static_cast<int>(*slot),
+                   RedisEndpoint{std::string(error.substr(second + 1, colon - second - 1)),
+                                 static_cast<uint16_t>(*port)}};
 }
 
 struct ReplyDeleter {
@@ -321,14 +321,11 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url) {
       return bad("a cluster has only database 0");
     }
     if (!db.empty()) {
-      int value = 0;
-      for (char c : db) {
-        if (!std::isdigit(static_cast<unsigned char>(c)) || value > 1'000'000) {
-          return bad(fmt::format("database '{}' is not a number", db));
-        }
-        value = value * 10 + (c - '0');
+      const std::optional<unsigned> value = WholeNumber(db);
+      if (!value || *value > static_cast<unsigned>(std::numeric_limits<int>::max())) {
+        return bad(fmt::format("database '{}' is not a number", db));
       }
-      options.database = value;
+      options.database = static_cast<int>(*value);
     }
   }
   while (true) {
