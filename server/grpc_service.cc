@@ -68,16 +68,26 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::StatusOr<std::vector<DescriptorResult>> results =
-      service_.ShouldRateLimit(FromProto(*request));
-  if (!results.ok()) {
-    reactor->Finish(ToGrpc(results.status()));
-    return reactor;
-  }
+  // gRPC keeps `response` until Finish; the answer may come on the store's thread.
+  service_.ShouldRateLimitAsync(
+      FromProto(*request),
+      [this, reactor, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
+        if (!results.ok()) {
+          reactor->Finish(ToGrpc(results.status()));
+          return;
+        }
+        Fill(*results, *response);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
+                            rls::RateLimitResponse& response) const {
   bool over = false;
   const DescriptorResult* closest = nullptr;  // For the response headers.
-  for (const DescriptorResult& result : *results) {
-    rls::RateLimitResponse::DescriptorStatus& status = *response->add_statuses();
+  for (const DescriptorResult& result : results) {
+    rls::RateLimitResponse::DescriptorStatus& status = *response.add_statuses();
     status.set_code(result.over_limit ? rls::RateLimitResponse::OVER_LIMIT
                                       : rls::RateLimitResponse::OK);
     over = over || result.over_limit;
@@ -102,7 +112,7 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
   }
   if (options_.response_headers && closest != nullptr) {
     auto add = [&](const char* key, int64_t value) {
-      auto& header = *response->add_response_headers_to_add();
+      auto& header = *response.add_response_headers_to_add();
       header.set_key(key);
       header.set_value(std::to_string(value));
     };
@@ -111,10 +121,8 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
     add("RateLimit-Reset",
         (closest->until_reset.count() + kMicrosPerSecond - 1) / kMicrosPerSecond);
   }
-  response->set_overall_code(over && !options_.shadow_mode ? rls::RateLimitResponse::OVER_LIMIT
-                                                           : rls::RateLimitResponse::OK);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  response.set_overall_code(over && !options_.shadow_mode ? rls::RateLimitResponse::OVER_LIMIT
+                                                          : rls::RateLimitResponse::OK);
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,

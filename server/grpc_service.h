@@ -4,7 +4,8 @@
 // proto/ in this repository) over gRPC, as envoyproxy/ratelimit serves it, on top of
 // RateLimitService::ShouldRateLimit. The /json endpoint answers the same questions in JSON.
 //
-// Thread-safe: gRPC calls it from its own threads.
+// Thread-safe: gRPC calls it from its own threads. A call never holds a gRPC thread while the
+// store decides: it finishes from the store's callback.
 
 #include <memory>
 #include <string>
@@ -38,6 +39,10 @@ class EnvoyGrpcService final
       envoy::service::ratelimit::v3::RateLimitResponse* response) override;
 
  private:
+  // The response to a request whose descriptors were decided as `results`.
+  void Fill(const std::vector<DescriptorResult>& results,
+            envoy::service::ratelimit::v3::RateLimitResponse& response) const;
+
   RateLimitService& service_;
   EnvoyOptions options_;
 };

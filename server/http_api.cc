@@ -4,6 +4,7 @@
 #include <charconv>
 #include <limits>
 #include <utility>
+#include <variant>
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -464,106 +465,36 @@ std::string_view AllowedMethods(std::string_view path) {
   return {};
 }
 
+// A response already built.
+HttpApi::Build Ready(HttpResponse response) {
+  return [response = std::move(response)]() mutable { return std::move(response); };
+}
+
 // The answer to a request refused with `status`: its HTTP status and its message.
 HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
   return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
                        request.keep_alive());
 }
 
-}  // namespace
-
-HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
-                           bool keep_alive) {
-  HttpResponse response{status, version};
-  response.set(http::field::server, "sluiced");
-  response.set(http::field::content_type, "application/json");
-  response.keep_alive(keep_alive);
-  response.body() = Dump(Json{{"error", message}});
-  response.prepare_payload();
-  return response;
-}
-
-HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-                 std::function<std::string()> store_metrics)
-    : service_(service),
-      metrics_(metrics),
-      clock_(clock),
-      store_metrics_(std::move(store_metrics)) {}
-
-HttpResponse HttpApi::Handle(const HttpRequest& request, std::string_view peer) {
-  const std::string_view target = request.target();
-  const std::string_view path = target.substr(0, target.find('?'));
-  const http::verb method = request.method();
-  // HEAD is answered wherever GET is, with the headers alone.
-  auto only = [&](http::verb allowed) {
-    return method == allowed || (allowed == http::verb::get && method == http::verb::head);
-  };
-  const Timestamp start = clock_.Now();
-  HttpResponse response;
-  bool decision = true;
-  if (path == "/v1/check" && only(http::verb::post)) {
-    response = Check(request);
-  } else if (path == "/json" && only(http::verb::post)) {
-    response = EnvoyJson(request);
-  } else if (path == "/v1/auth" && only(http::verb::get)) {
-    response = Auth(request, peer);
-  } else {
-    decision = false;
-    if (path == "/healthz" && only(http::verb::get)) {
-      response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
-    } else if (path == "/metrics" && only(http::verb::get)) {
-      response = HttpResponse{http::status::ok, request.version()};
-      response.set(http::field::server, "sluiced");
-      response.set(http::field::content_type, "text/plain; version=0.0.4");
-      response.keep_alive(request.keep_alive());
-      response.body() = metrics_.Render(store_metrics_ ? store_metrics_() : std::string());
-      response.prepare_payload();
-    } else if (path == "/v1/rules" && only(http::verb::get)) {
-      response = Rules(request);
-    } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
-      response = ErrorResponse(http::status::method_not_allowed,
-                               fmt::format("{} does not accept {}; use {}", path,
-                                           std::string_view{request.method_string().data(),
-                                                            request.method_string().size()},
-                                           allow),
-                               request.version(), request.keep_alive());
-      response.set(http::field::allow, allow);
-    } else {
-      response = ErrorResponse(http::status::not_found, fmt::format("no endpoint {}", path),
-                               request.version(), request.keep_alive());
-    }
-  }
-  if (response.result() == http::status::bad_request) {
-    metrics_.CountBadRequest();
-  }
-  if (method == http::verb::head) {
-    response.body().clear();  // HEAD: the headers alone (Content-Length stays as for GET).
-  }
-  if (decision) {
-    metrics_.RecordLatency(clock_.Now() - start);
-  }
-  return response;
-}
-
-HttpResponse HttpApi::Check(const HttpRequest& request) {
-  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
+// POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one.
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRequest& request) {
   absl::StatusOr<Json> parsed = ParseObject(request);
   if (!parsed.ok()) {
-    return fail(parsed.status());
+    return parsed.status();
   }
   const Json& body = *parsed;
   const Fields fields(body, "");
   absl::StatusOr<std::optional<int64_t>> cost =
       AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   if (!cost.ok()) {
-    return fail(cost.status());
+    return cost.status();
   }
   if (body.contains("key")) {
     // Ad hoc: the limit is in the request.
     if (absl::Status s =
             fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
         !s.ok()) {
-      return fail(s);
+      return s;
     }
     AdHocRequest adhoc;
     adhoc.cost = cost->value_or(1);
@@ -576,105 +507,99 @@ HttpResponse HttpApi::Check(const HttpRequest& request) {
     for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
                                   burst.status(), buckets.status()}) {
       if (!s.ok()) {
-        return fail(s);
+        return s;
       }
     }
     if (!*limit) {
-      return fail(absl::InvalidArgumentError("limit is missing"));
+      return absl::InvalidArgumentError("limit is missing");
     }
     if (!*period) {
-      return fail(absl::InvalidArgumentError("period is missing (a duration such as \"1s\")"));
+      return absl::InvalidArgumentError("period is missing (a duration such as \"1s\")");
     }
     adhoc.key = **key;
     if (*algorithm) {
       absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
       if (!parsed.ok()) {
-        return fail(parsed.status());
+        return parsed.status();
       }
       adhoc.spec.algorithm = *parsed;
     }
     absl::StatusOr<Micros> parsed_period = ParseDuration(**period);
     if (!parsed_period.ok()) {
-      return fail(absl::InvalidArgumentError(
-          fmt::format("period: {}", internal::Message(parsed_period.status()))));
+      return absl::InvalidArgumentError(
+          fmt::format("period: {}", internal::Message(parsed_period.status())));
     }
     adhoc.spec.limit = **limit;
     adhoc.spec.period = *parsed_period;
     adhoc.spec.burst = *burst;
     adhoc.spec.buckets = *buckets;
-    absl::StatusOr<CheckResult> result = service_.CheckAdHoc(adhoc);
-    if (!result.ok()) {
-      return fail(result.status());
-    }
-    return CheckResponse(*result, request, http::status::too_many_requests);
+    return adhoc;
   }
   if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}); !s.ok()) {
-    return fail(s);
+    return s;
   }
   CheckRequest check;
   check.cost = cost->value_or(1);
   absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
   if (!domain.ok()) {
-    return fail(domain.status());
+    return domain.status();
   }
   if (!*domain) {
-    return fail(absl::InvalidArgumentError(
-        "give either a domain and descriptors (rules mode) or a key and a limit (ad hoc)"));
+    return absl::InvalidArgumentError(
+        "give either a domain and descriptors (rules mode) or a key and a limit (ad hoc)");
   }
   check.domain = **domain;
   absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
       ParseDescriptors(body, /*envoy=*/false);
   if (!descriptors.ok()) {
-    return fail(descriptors.status());
+    return descriptors.status();
   }
   check.descriptors = *std::move(descriptors);
-  absl::StatusOr<CheckResult> result = service_.Check(check);
-  if (!result.ok()) {
-    return fail(result.status());
-  }
-  return CheckResponse(*result, request, http::status::too_many_requests);
+  return check;
 }
 
-HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
-  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
+// POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
+absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
   absl::StatusOr<Json> parsed = ParseObject(request);
   if (!parsed.ok()) {
-    return fail(parsed.status());
+    return parsed.status();
   }
   const Json& body = *parsed;
   const Fields fields(body, "");
   if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
       !s.ok()) {
-    return fail(s);
+    return s;
   }
   CheckRequest check;
   absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
   absl::StatusOr<std::optional<int64_t>> hits =
       AtLeast(fields.Integer({"hitsAddend", "hits_addend"}), fields, "hitsAddend", 0);
   if (!domain.ok()) {
-    return fail(domain.status());
+    return domain.status();
   }
   if (!hits.ok()) {
-    return fail(hits.status());
+    return hits.status();
   }
   check.domain = domain->value_or("");
   check.cost = std::max<int64_t>(1, hits->value_or(1));  // 0 means 1, as in Envoy's proto.
   if (check.cost > kUint32Max) {
-    return fail(absl::InvalidArgumentError("hitsAddend must fit 32 bits"));
+    return absl::InvalidArgumentError("hitsAddend must fit 32 bits");
   }
   absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
       ParseDescriptors(body, /*envoy=*/true);
   if (!descriptors.ok()) {
-    return fail(descriptors.status());
+    return descriptors.status();
   }
   check.descriptors = *std::move(descriptors);
-  absl::StatusOr<std::vector<DescriptorResult>> results = service_.ShouldRateLimit(check);
-  if (!results.ok()) {
-    return fail(results.status());
-  }
+  return check;
+}
+
+// Envoy's RateLimitResponse in protobuf JSON: 200 for OK, 429 for OVER_LIMIT.
+HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
+                               const HttpRequest& request) {
   bool over = false;
   Json statuses = Json::array();
-  for (const DescriptorResult& result : *results) {
+  for (const DescriptorResult& result : results) {
     Json status = {{"code", result.over_limit ? "OVER_LIMIT" : "OK"}};
     over = over || result.over_limit;
     // Protobuf JSON leaves out fields at their default (0, UNKNOWN, empty).
@@ -698,8 +623,132 @@ HttpResponse HttpApi::EnvoyJson(const HttpRequest& request) {
   return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response, request);
 }
 
-HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
-  auto fail = [&](const absl::Status& status) { return Failure(status, request); };
+}  // namespace
+
+HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
+                           bool keep_alive) {
+  HttpResponse response{status, version};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(keep_alive);
+  response.body() = Dump(Json{{"error", message}});
+  response.prepare_payload();
+  return response;
+}
+
+HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
+                 std::function<std::string()> store_metrics)
+    : service_(service),
+      metrics_(metrics),
+      clock_(clock),
+      store_metrics_(std::move(store_metrics)) {}
+
+void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond respond) {
+  const std::string_view target = request.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const http::verb method = request.method();
+  // HEAD is answered wherever GET is, with the headers alone.
+  auto only = [&](http::verb allowed) {
+    return method == allowed || (allowed == http::verb::get && method == http::verb::head);
+  };
+  const bool decision = (path == "/v1/check" && only(http::verb::post)) ||
+                        (path == "/json" && only(http::verb::post)) ||
+                        (path == "/v1/auth" && only(http::verb::get));
+  // Every answer passes through here, built on the caller's thread.
+  Respond finish = [this, start = clock_.Now(), decision, head = method == http::verb::head,
+                    respond = std::move(respond)](Build build) mutable {
+    std::move(respond)([this, start, decision, head, build = std::move(build)]() mutable {
+      HttpResponse response = std::move(build)();
+      if (response.result() == http::status::bad_request) {
+        metrics_.CountBadRequest();
+      }
+      if (head) {
+        response.body().clear();  // HEAD: the headers alone (Content-Length stays as for GET).
+      }
+      if (decision) {
+        metrics_.RecordLatency(clock_.Now() - start);
+      }
+      return response;
+    });
+  };
+  if (decision) {
+    if (path == "/v1/check") {
+      Check(request, std::move(finish));
+    } else if (path == "/json") {
+      EnvoyJson(request, std::move(finish));
+    } else {
+      Auth(request, peer, std::move(finish));
+    }
+    return;
+  }
+  HttpResponse response;
+  if (path == "/healthz" && only(http::verb::get)) {
+    response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+  } else if (path == "/metrics" && only(http::verb::get)) {
+    response = HttpResponse{http::status::ok, request.version()};
+    response.set(http::field::server, "sluiced");
+    response.set(http::field::content_type, "text/plain; version=0.0.4");
+    response.keep_alive(request.keep_alive());
+    response.body() = metrics_.Render(store_metrics_ ? store_metrics_() : std::string());
+    response.prepare_payload();
+  } else if (path == "/v1/rules" && only(http::verb::get)) {
+    response = Rules(request);
+  } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
+    response = ErrorResponse(http::status::method_not_allowed,
+                             fmt::format("{} does not accept {}; use {}", path,
+                                         std::string_view{request.method_string().data(),
+                                                          request.method_string().size()},
+                                         allow),
+                             request.version(), request.keep_alive());
+    response.set(http::field::allow, allow);
+  } else {
+    response = ErrorResponse(http::status::not_found, fmt::format("no endpoint {}", path),
+                             request.version(), request.keep_alive());
+  }
+  std::move(finish)(Ready(std::move(response)));
+}
+
+void HttpApi::Check(const HttpRequest& request, Respond respond) {
+  absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> parsed = ParseCheck(request);
+  if (!parsed.ok()) {
+    std::move(respond)(Ready(Failure(parsed.status(), request)));
+    return;
+  }
+  // Built where the caller writes it (the decision may end on the store's thread).
+  auto answer = [&request,
+                 respond = std::move(respond)](absl::StatusOr<CheckResult> result) mutable {
+    std::move(respond)([&request, result = std::move(result)]() {
+      return result.ok() ? CheckResponse(*result, request, http::status::too_many_requests)
+                         : Failure(result.status(), request);
+    });
+  };
+  if (AdHocRequest* adhoc = std::get_if<AdHocRequest>(&*parsed)) {
+    service_.CheckAdHocAsync(std::move(*adhoc), std::move(answer));
+  } else {
+    service_.CheckAsync(std::get<CheckRequest>(*std::move(parsed)), std::move(answer));
+  }
+}
+
+void HttpApi::EnvoyJson(const HttpRequest& request, Respond respond) {
+  absl::StatusOr<CheckRequest> check = ParseEnvoyJson(request);
+  if (!check.ok()) {
+    std::move(respond)(Ready(Failure(check.status(), request)));
+    return;
+  }
+  service_.ShouldRateLimitAsync(*std::move(check),
+                                [&request, respond = std::move(respond)](
+                                    absl::StatusOr<std::vector<DescriptorResult>> results) mutable {
+                                  std::move(respond)([&request, results = std::move(results)]() {
+                                    return results.ok() ? EnvoyJsonResponse(*results, request)
+                                                        : Failure(results.status(), request);
+                                  });
+                                });
+}
+
+void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Respond respond) {
+  auto fail = [&](const absl::Status& status) {
+    std::move(respond)(Ready(Failure(status, request)));
+  };
   const std::string_view target = request.target();
   std::string_view domain_name;
   if (const size_t query = target.find('?'); query != std::string_view::npos) {
@@ -717,17 +766,18 @@ HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
   for (const auto& candidate : rules->domains()) {
     if (!candidate->auth.empty() && (domain_name.empty() || candidate->name == domain_name)) {
       if (domain != nullptr) {
-        return fail(
-            absl::InvalidArgumentError("several domains define 'auth': name one with ?domain="));
+        fail(absl::InvalidArgumentError("several domains define 'auth': name one with ?domain="));
+        return;
       }
       domain = candidate.get();
     }
   }
   if (domain == nullptr) {
-    return fail(absl::FailedPreconditionError(
+    fail(absl::FailedPreconditionError(
         domain_name.empty()
             ? std::string("no domain defines 'auth' descriptors")
             : fmt::format("domain '{}' defines no 'auth' descriptors", domain_name)));
+    return;
   }
   CheckRequest check{.domain = domain->name};
   for (const std::vector<AuthEntry>& source : domain->auth) {
@@ -748,13 +798,16 @@ HttpResponse HttpApi::Auth(const HttpRequest& request, std::string_view peer) {
     }
   }
   if (check.descriptors.empty()) {
-    return JsonResponse(http::status::ok, ResultText(CheckResult{}), request);
+    std::move(respond)(Ready(JsonResponse(http::status::ok, ResultText(CheckResult{}), request)));
+    return;
   }
-  absl::StatusOr<CheckResult> result = service_.Check(check);
-  if (!result.ok()) {
-    return fail(result.status());
-  }
-  return CheckResponse(*result, request, http::status::forbidden);
+  service_.CheckAsync(std::move(check), [&request, respond = std::move(respond)](
+                                            absl::StatusOr<CheckResult> result) mutable {
+    std::move(respond)([&request, result = std::move(result)]() {
+      return result.ok() ? CheckResponse(*result, request, http::status::forbidden)
+                         : Failure(result.status(), request);
+    });
+  });
 }
 
 HttpResponse HttpApi::Rules(const HttpRequest& request) {

@@ -9,11 +9,15 @@
 //   GET  /healthz, GET /metrics, GET /v1/rules
 //
 // docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
+//
+// A decision waits for the store without holding the caller's thread: Handle returns at once
+// and the answer arrives through a callback.
 
 #include <functional>
 #include <string>
 #include <string_view>
 
+#include "absl/functional/any_invocable.h"
 #include "boost/beast/http.hpp"
 
 #include "server/metrics.h"
@@ -36,17 +40,27 @@ class HttpApi {
   HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
           std::function<std::string()> store_metrics);
 
-  // `peer` is the client's address, used for the ":remote_addr" source of /v1/auth.
-  HttpResponse Handle(const HttpRequest& request, std::string_view peer);
+  // Builds a response; run it on the thread that writes the response.
+  using Build = absl::AnyInvocable<HttpResponse() &&>;
+  // Receives the answer to a request, once: a function that builds the response. Called
+  // before Handle returns when the answer is at hand (the memory store, a bad request), else
+  // later on the store's thread (Redis): so building is left to the caller, which runs it on
+  // its own thread and keeps the store's thread free.
+  using Respond = absl::AnyInvocable<void(Build) &&>;
+
+  // Answers `request` through `respond`, never waiting for the store. `request` must stay
+  // alive and unchanged until the response is built. `peer` is the client's address, used for
+  // the ":remote_addr" source of /v1/auth.
+  void Handle(const HttpRequest& request, std::string_view peer, Respond respond);
 
   // Counts a request the server answered 400 before it could be parsed (too large, too slow,
   // not HTTP), as Handle counts its own 400s.
   void CountMalformed() { metrics_.CountBadRequest(); }
 
  private:
-  HttpResponse Check(const HttpRequest& request);
-  HttpResponse EnvoyJson(const HttpRequest& request);
-  HttpResponse Auth(const HttpRequest& request, std::string_view peer);
+  void Check(const HttpRequest& request, Respond respond);
+  void EnvoyJson(const HttpRequest& request, Respond respond);
+  void Auth(const HttpRequest& request, std::string_view peer, Respond respond);
   HttpResponse Rules(const HttpRequest& request);
 
   RateLimitService& service_;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
@@ -183,24 +184,42 @@ class Session : public std::enable_shared_from_this<Session> {
       Send(ErrorResponse(http::status::bad_request, message, 11, /*keep_alive=*/false));
       return;
     }
+    try {
+      api_.Handle(parser_->get(), peer_, [self = shared_from_this()](HttpApi::Build build) {
+        // The answer may come from the store's thread: build and write it on this loop.
+        asio::dispatch(self->executor(), [self, build = std::move(build)]() mutable {
+          self->Answer(std::move(build));
+        });
+      });
+    } catch (const std::exception& e) {
+      Send(InternalError(e));
+    }
+  }
+
+  // Builds the answer to the request just read and sends it.
+  void Answer(HttpApi::Build build) {
     HttpResponse response;
     try {
-      response = api_.Handle(parser_->get(), peer_);
+      response = std::move(build)();
     } catch (const std::exception& e) {
-      // A bug, not an input error (the API reports those as statuses): answer 500 and keep
-      // serving everyone else rather than end the process.
-      spdlog::error("{} {} failed: {}", std::string_view(parser_->get().method_string()),
-                    std::string_view(parser_->get().target()), e.what());
-      response = ErrorResponse(http::status::internal_server_error, "internal error", 11,
-                               /*keep_alive=*/false);
-    }
-    if (stopping_.load()) {
-      response.keep_alive(false);
+      response = InternalError(e);
     }
     Send(std::move(response));
   }
 
+  // A bug, not an input error (the API reports those as statuses): answer 500 and keep serving
+  // everyone else rather than end the process.
+  HttpResponse InternalError(const std::exception& e) {
+    spdlog::error("{} {} failed: {}", std::string_view(parser_->get().method_string()),
+                  std::string_view(parser_->get().target()), e.what());
+    return ErrorResponse(http::status::internal_server_error, "internal error", 11,
+                         /*keep_alive=*/false);
+  }
+
   void Send(HttpResponse response) {
+    if (stopping_.load()) {
+      response.keep_alive(false);
+    }
     auto owned = std::make_shared<HttpResponse>(std::move(response));
     Arm(options_.read_timeout);
     http::async_write(socket_, *owned,
@@ -327,7 +346,7 @@ void HttpServer::Accept() {
 }
 
 void HttpServer::Stop(Micros drain) {
-  if (loops_.empty()) {
+  if (loops_.empty() || stopped_) {
     return;
   }
   stopping_.store(true);
@@ -349,7 +368,10 @@ void HttpServer::Stop(Micros drain) {
       loop->thread.join();
     }
   }
-  loops_.clear();
+  // The loops' contexts stay until the server is destroyed: an answer that a store still owes
+  // (past the drain) is then handed to a stopped loop, which drops it, rather than to a freed
+  // one.
+  stopped_ = true;
 }
 
 }  // namespace sluice::server

@@ -44,7 +44,9 @@ class HttpServer {
   absl::Status Start();
   uint16_t port() const { return port_; }
 
-  // Stops accepting, lets requests in flight finish (up to `drain`), then stops the loops.
+  // Stops accepting, lets requests in flight finish (up to `drain`), then stops the loops. A
+  // store may still answer a request that outlived the drain: the answer is dropped, and the
+  // store must be done (RateLimitService::WaitIdle) before the server is destroyed.
   void Stop(Micros drain);
 
   // Requests being handled now (read, not yet answered).
@@ -61,6 +63,7 @@ class HttpServer {
   size_t next_loop_ = 0;  // Only touched by the first loop's thread (and Start).
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopping_{false};
+  bool stopped_ = false;  // Stop has run; the loops are kept until the destructor.
 };
 
 }  // namespace sluice::server

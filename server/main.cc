@@ -167,6 +167,7 @@ class Daemon {
         *envoy_, grpc_port);
     if (!grpc_server.ok()) {
       server_->Stop(Micros{0});
+      service_->WaitIdle();
       return Refuse(internal::Message(grpc_server.status()));
     }
     grpc_server_ = *std::move(grpc_server);
@@ -185,6 +186,9 @@ class Daemon {
     spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(*drain));
     grpc_server_->Shutdown(std::chrono::system_clock::now() + *drain);
     server_->Stop(*drain);
+    // A decision still waiting for Redis past the drain ends (within --redis-timeout) before
+    // anything its callback uses is torn down.
+    service_->WaitIdle();
     SaveSnapshot();
     spdlog::info("stopped");
     return 0;

@@ -1,8 +1,13 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <chrono>
+#include <coroutine>
 #include <limits>
+#include <optional>
 #include <set>
+#include <span>
+#include <thread>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -73,6 +78,42 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
   }
 }
 
+// Awaits Store::DecideAllAsync. The store may answer before DecideAllAsync returns (the memory
+// store) or later on its own thread (Redis): whichever of the answer and the suspension comes
+// second resumes the coroutine, so an answer at once costs no suspension at all.
+class StoreDecision {
+ public:
+  StoreDecision(Store& store, std::span<const LimitedKey> keys, int64_t cost, Timestamp now,
+                std::span<Decision> each)
+      : store_(store), keys_(keys), cost_(cost), now_(now), each_(each) {}
+
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> waiting) {
+    waiting_ = waiting;
+    store_.DecideAllAsync(keys_, cost_, now_, each_, [this](absl::StatusOr<Decision> result) {
+      result_.emplace(std::move(result));
+      const std::coroutine_handle<> waiting = waiting_;
+      // After this exchange the awaiter may be gone (the coroutine resumed and went on).
+      if (state_.exchange(kAnswered, std::memory_order_acq_rel) == kSuspended) {
+        waiting.resume();
+      }
+    });
+    return state_.exchange(kSuspended, std::memory_order_acq_rel) != kAnswered;
+  }
+  absl::StatusOr<Decision> await_resume() { return *std::move(result_); }
+
+ private:
+  enum State : int { kStarted, kSuspended, kAnswered };
+  Store& store_;
+  std::span<const LimitedKey> keys_;
+  int64_t cost_;
+  Timestamp now_;
+  std::span<Decision> each_;
+  std::coroutine_handle<> waiting_;
+  std::optional<absl::StatusOr<Decision>> result_;
+  std::atomic<int> state_{kStarted};
+};
+
 }  // namespace
 
 std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) {
@@ -92,7 +133,7 @@ struct RateLimitService::Planned {
   const RuleLimit* rule_limit = nullptr;  // Into the RuleSet, or into `owned`.
   std::unique_ptr<RuleLimit> owned;       // An Envoy limit override.
   Mode mode = Mode::kHard;
-  const Pool* pool = nullptr;  // The elastic pool of its rule.
+  const Pool* pool = nullptr;      // The elastic pool of its rule.
   const Domain* domain = nullptr;  // Owned by the RuleSet the request holds.
   std::string key;
   size_t descriptor = 0;
@@ -291,7 +332,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
   return planned;
 }
 
-absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
+RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
                                                      Timestamp now) {
   CheckResult result;
   result.limits.reserve(planned.size() + 1);
@@ -329,21 +370,26 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
   }
 
   std::vector<LimitedKey> keys;
+  std::vector<std::string> pool_keys;
   std::vector<Decision> each;
-  auto decide_all = [&](const std::vector<size_t>& group, int64_t group_cost,
-                        const std::vector<const Pool*>& pools) -> absl::StatusOr<bool> {
+  // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
+  auto store_call = [&](const std::vector<size_t>& group, int64_t group_cost,
+                        const std::vector<const Pool*>& pools) {
     keys.clear();
     for (size_t i : group) {
       keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
     }
-    std::vector<std::string> pool_keys;
+    pool_keys.clear();
     pool_keys.reserve(pools.size());
     for (const Pool* pool : pools) {
       pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
       keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
     }
     each.assign(keys.size(), Decision{});
-    absl::StatusOr<Decision> combined = store_.DecideAll(keys, group_cost, now, each);
+    return StoreDecision(store_, keys, group_cost, now, each);
+  };
+  // Whether the store call admitted the request, counting the store's failures.
+  auto admitted_by = [&](const absl::StatusOr<Decision>& combined) -> absl::StatusOr<bool> {
     if (!combined.ok()) {
       if (combined.status().code() != absl::StatusCode::kInvalidArgument) {
         metrics_.CountStoreError();
@@ -355,9 +401,11 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
 
   bool admitted = !always_denied;
   if (!enforced.empty()) {
-    absl::StatusOr<bool> allowed = decide_all(enforced, always_denied ? 0 : cost, {});
+    const absl::StatusOr<Decision> combined =
+        co_await store_call(enforced, always_denied ? 0 : cost, {});
+    const absl::StatusOr<bool> allowed = admitted_by(combined);
     if (!allowed.ok()) {
-      return allowed.status();
+      co_return allowed.status();
     }
     for (size_t j = 0; j < enforced.size(); ++j) {
       result.limits[enforced[j]].decision = each[j];
@@ -384,9 +432,10 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
         }
       }
       if (can_borrow && !borrowing.empty()) {
-        absl::StatusOr<bool> pooled = decide_all(kept, cost, pools);
+        const absl::StatusOr<Decision> with_pools = co_await store_call(kept, cost, pools);
+        const absl::StatusOr<bool> pooled = admitted_by(with_pools);
         if (!pooled.ok()) {
-          return pooled.status();
+          co_return pooled.status();
         }
         if (*pooled) {
           admitted = true;
@@ -413,9 +462,10 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
   }
   if (!shadow.empty()) {
     // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
-    absl::StatusOr<bool> allowed = decide_all(shadow, admitted ? cost : 0, {});
+    const absl::StatusOr<Decision> combined = co_await store_call(shadow, admitted ? cost : 0, {});
+    const absl::StatusOr<bool> allowed = admitted_by(combined);
     if (!allowed.ok()) {
-      return allowed.status();
+      co_return allowed.status();
     }
     for (size_t j = 0; j < shadow.size(); ++j) {
       result.limits[shadow[j]].decision = each[j];
@@ -466,48 +516,47 @@ absl::StatusOr<CheckResult> RateLimitService::Decide(std::vector<Planned>& plann
       Count(outcome, *counters, admitted);
     }
   }
-  return result;
+  co_return std::move(result);
 }
 
-absl::StatusOr<CheckResult> RateLimitService::Check(const CheckRequest& request) {
+RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request) {
   if (absl::Status s = Validate(request); !s.ok()) {
-    return s;
+    co_return s;
   }
   const std::shared_ptr<const RuleSet> rules = this->rules();
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
-    return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
+    co_return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
   }
   const Timestamp now = clock_.Now();
   absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
   if (!plan.ok()) {
-    return plan.status();
+    co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
   if (planned.empty()) {
-    return CheckResult{};
+    co_return CheckResult{};
   }
-  return Decide(planned, request.cost, now);
+  co_return co_await Decide(planned, request.cost, now);
 }
 
-absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
-    const CheckRequest& request) {
+RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
   if (absl::Status s = Validate(request); !s.ok()) {
-    return s;
+    co_return s;
   }
   const std::shared_ptr<const RuleSet> rules = this->rules();
   if (rules->domains().empty()) {
-    return absl::UnavailableError("no rules are loaded");
+    co_return absl::UnavailableError("no rules are loaded");
   }
   std::vector<DescriptorResult> results(request.descriptors.size());
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
-    return results;
+    co_return std::move(results);
   }
   const Timestamp now = clock_.Now();
   absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
   if (!plan.ok()) {
-    return plan.status();
+    co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
   // Each descriptor on its own, with its own cost.
@@ -522,9 +571,9 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
       continue;
     }
     const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
-    absl::StatusOr<CheckResult> result = Decide(group, cost, now);
+    absl::StatusOr<CheckResult> result = co_await Decide(group, cost, now);
     if (!result.ok()) {
-      return result.status();
+      co_return result.status();
     }
     DescriptorResult& out = results[d];
     out.matched = true;
@@ -562,36 +611,38 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
       }
     }
   }
-  return results;
+  co_return std::move(results);
 }
 
-absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(const AdHocRequest& request) {
+RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request) {
   if (request.key.empty() || request.key.size() > kMaxAdHocKeyBytes) {
-    return absl::InvalidArgumentError(
+    co_return absl::InvalidArgumentError(
         fmt::format("key must be 1 to {} bytes, not {}", kMaxAdHocKeyBytes, request.key.size()));
   }
   for (char c : request.key) {
     if (static_cast<unsigned char>(c) < 0x20) {
-      return absl::InvalidArgumentError("key must not contain control characters");
+      co_return absl::InvalidArgumentError("key must not contain control characters");
     }
   }
   if (absl::Status s = CheckCost(request.cost, "cost"); !s.ok()) {
-    return s;
+    co_return s;
   }
   absl::StatusOr<Limit> limit = Limit::Create(request.spec);
   if (!limit.ok()) {
-    return limit.status();
+    co_return limit.status();
   }
   if (absl::Status s = AdmitCallerLimit(*limit); !s.ok()) {
-    return s;
+    co_return s;
   }
+  const LimitedKey limited{.limit = &*limit, .key = request.key};
+  Decision each;
   absl::StatusOr<Decision> decision =
-      store_.Decide(*limit, request.key, request.cost, clock_.Now());
+      co_await StoreDecision(store_, {&limited, 1}, request.cost, clock_.Now(), {&each, 1});
   if (!decision.ok()) {
     if (decision.status().code() != absl::StatusCode::kInvalidArgument) {
       metrics_.CountStoreError();
     }
-    return decision.status();
+    co_return decision.status();
   }
   CheckResult result;
   result.limited = true;
@@ -602,7 +653,49 @@ absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(const AdHocRequest& req
   outcome.nominal = limit->limit();
   outcome.decision = *decision;
   Count(outcome, *adhoc_counters_, decision->allowed);
-  return result;
+  co_return std::move(result);
+}
+
+template <typename T>
+void RateLimitService::Run(internal::Task<T> task, Done<T> done) {
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  internal::Start(std::move(task), [this, done = std::move(done)](T result) mutable {
+    std::move(done)(std::move(result));
+    in_flight_.fetch_sub(1, std::memory_order_release);
+  });
+}
+
+void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done) {
+  Run(DecideCheck(std::move(request)), std::move(done));
+}
+
+void RateLimitService::ShouldRateLimitAsync(
+    CheckRequest request, Done<absl::StatusOr<std::vector<DescriptorResult>>> done) {
+  Run(DecideDescriptors(std::move(request)), std::move(done));
+}
+
+void RateLimitService::CheckAdHocAsync(AdHocRequest request,
+                                       Done<absl::StatusOr<CheckResult>> done) {
+  Run(DecideAdHoc(std::move(request)), std::move(done));
+}
+
+absl::StatusOr<CheckResult> RateLimitService::Check(CheckRequest request) {
+  return internal::Wait(DecideCheck(std::move(request)));
+}
+
+absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
+    CheckRequest request) {
+  return internal::Wait(DecideDescriptors(std::move(request)));
+}
+
+absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(AdHocRequest request) {
+  return internal::Wait(DecideAdHoc(std::move(request)));
+}
+
+void RateLimitService::WaitIdle() const {
+  while (in_flight_.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace sluice::server

@@ -5,6 +5,9 @@
 // elastic), asks the store, and counts what happened. The HTTP API (/v1/check, /json,
 // /v1/auth) and the Envoy gRPC API are thin adapters over it.
 //
+// Asynchronous: a decision waits for the store without holding a thread (RedisStore answers
+// from its own I/O thread), and the caller is called back with the result.
+//
 // Thread-safe: any number of threads may call it while another swaps the rules.
 
 #include <array>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
 #include "server/metrics.h"
@@ -23,6 +27,7 @@
 #include "sluice/decision.h"
 #include "sluice/store.h"
 #include "src/mutex.h"
+#include "src/task.h"
 
 namespace sluice::server {
 
@@ -118,6 +123,13 @@ struct DescriptorResult {
 
 class RateLimitService {
  public:
+  // Receives a decision. Called exactly once: before the call that started the decision
+  // returns when the store answers at once (the memory store), else later on the store's own
+  // thread (RedisStore's I/O thread), so keep it quick and hand heavy work (building a
+  // response) back to a thread of the caller's.
+  template <typename T>
+  using Done = absl::AnyInvocable<void(T) &&>;
+
   // `store`, `clock` and `metrics` must outlive the service.
   RateLimitService(Store& store, Clock& clock, Metrics& metrics);
 
@@ -128,25 +140,50 @@ class RateLimitService {
   // Rules mode, all or nothing over the whole request: every limit of every descriptor must
   // admit it. Errors: InvalidArgument for a malformed request (naming the field), the store's
   // error when it cannot decide.
-  absl::StatusOr<CheckResult> Check(const CheckRequest& request);
+  void CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done);
 
   // Envoy's semantics (POST /json, gRPC): each descriptor decided on its own, with its own
-  // cost. InvalidArgument for an empty domain or no descriptors; FailedPrecondition when no
-  // rules are loaded.
-  absl::StatusOr<std::vector<DescriptorResult>> ShouldRateLimit(const CheckRequest& request);
+  // cost. InvalidArgument for an empty domain or no descriptors; Unavailable when no rules
+  // are loaded.
+  void ShouldRateLimitAsync(CheckRequest request,
+                            Done<absl::StatusOr<std::vector<DescriptorResult>>> done);
 
   // A limit given by the caller.
-  absl::StatusOr<CheckResult> CheckAdHoc(const AdHocRequest& request);
+  void CheckAdHocAsync(AdHocRequest request, Done<absl::StatusOr<CheckResult>> done);
+
+  // The same three, waiting for the answer: for tests and tools, never for a thread that
+  // serves requests.
+  absl::StatusOr<CheckResult> Check(CheckRequest request);
+  absl::StatusOr<std::vector<DescriptorResult>> ShouldRateLimit(CheckRequest request);
+  absl::StatusOr<CheckResult> CheckAdHoc(AdHocRequest request);
+
+  // Blocks until every decision started by an *Async call has called its `done`. A server
+  // calls it once it takes no more requests, before it tears down what those callbacks use.
+  // Bounded by the store's own timeouts.
+  void WaitIdle() const;
 
  private:
   struct Planned;
+  using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
+  using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
+
+  CheckTask DecideCheck(CheckRequest request);
+  DescriptorsTask DecideDescriptors(CheckRequest request);
+  CheckTask DecideAdHoc(AdHocRequest request);
+  // Runs `task` for an *Async call: counted in in_flight_ until `done` has returned.
+  template <typename T>
+  void Run(internal::Task<T> task, Done<T> done);
+
   absl::Status Validate(const CheckRequest& request) const;
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
   // grouped, `replaces` applied.
   // InvalidArgument when an override would pass kMaxCallerLimits.
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request);
   absl::Status AdmitCallerLimit(const Limit& limit);
-  absl::StatusOr<CheckResult> Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now);
+  // Decides `planned` (each limit with its key) for `cost`: up to three store calls, one after
+  // the other (the enforced limits; when elastic ones denied, again with their pools; the
+  // shadow limits). `planned` must stay alive until the task ends.
+  CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now);
 
   Store& store_;
   Clock& clock_;
@@ -160,6 +197,7 @@ class RateLimitService {
   std::atomic<uint64_t> rules_version_{1};
   RuleCounters* adhoc_counters_;
   CallerLimits caller_limits_;
+  std::atomic<int64_t> in_flight_{0};  // *Async decisions whose `done` has not returned.
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

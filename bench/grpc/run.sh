@@ -3,19 +3,22 @@
 # high enough that every call is admitted) on a free port, asked by sluice_grpc_load with
 # 64 calls in flight over 2 connections for 10 s. Prints calls/s and latency percentiles.
 #
-#   bench/grpc/run.sh [--duration 10] [--concurrency 64] [--redis]
+#   bench/grpc/run.sh [--duration 10] [--concurrency 64] [--redis] [--sluiced PATH]
 #
 # --redis: the same on the Redis store, a redis-server of its own on a free port.
+# --sluiced: another build of sluiced (to compare two versions in one sitting).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 duration=10
 concurrency=64
 redis=
+sluiced="$root/build/bin/sluiced"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --redis) redis=1; shift ;;
+    --sluiced) sluiced=$2; shift 2 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +45,7 @@ if [[ -n "$redis" ]]; then
   for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
   store=(--store "redis://127.0.0.1:$redis_port")
 fi
-"$root/build/bin/sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
+"$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
   --threads 2 "${store[@]}" 2> "$work/log" &
 pid=$!
 port=

@@ -7,7 +7,9 @@
 # and prints requests/s, p50 and p99 for each, and sluiced's ratio to nginx's.
 #
 #   bench/http/run.sh [--sluiced PATH] [--nginx PATH] [--duration 10s] [--mode adhoc|rules]
-#                     [--connections 64] [--threads 2] [--warmup 2s] [--keep]
+#                     [--connections 64] [--threads 2] [--warmup 2s] [--redis] [--keep]
+#
+# --redis: sluiced on the Redis store, a redis-server of its own on a free port.
 #
 # Needs wrk (Debian: apt-get install -y wrk), nginx and python3 (free ports). Every server
 # listens on 127.0.0.1 on a port free at start; all of them are stopped on exit. wrk and the
@@ -24,6 +26,8 @@ mode=adhoc
 connections=64
 wrk_threads=2
 keep=0
+redis=0
+redis_port=
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -35,7 +39,8 @@ while [[ $# -gt 0 ]]; do
     --connections) connections=$2; shift 2 ;;
     --threads) wrk_threads=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --redis) redis=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +69,9 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   pids=()
+  if [[ -n $redis_port ]]; then
+    redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+  fi
   if [[ $keep == 1 ]]; then
     echo "kept $work" >&2
   else
@@ -134,6 +142,14 @@ EOF
 }
 
 start_sluiced() {  # -> sets port
+  local store=(--store memory)
+  if [[ $redis == 1 ]]; then
+    redis_port=$(free_port)
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+      --logfile "$work/redis.log" --daemonize yes
+    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    store=(--store "redis://127.0.0.1:$redis_port")
+  fi
   cat >"$work/rules.yaml" <<'EOF'
 domain: bench
 descriptors:
@@ -143,7 +159,7 @@ EOF
   # --http 127.0.0.1:0: the kernel's free port, read back from the log. (sluiced binds with
   # SO_REUSEPORT, so a port chosen beforehand could end up shared with another sluiced.)
   "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 2 --log-level info \
-    --watch-interval 0 >"$work/sluiced.log" 2>&1 &
+    --watch-interval 0 "${store[@]}" >"$work/sluiced.log" 2>&1 &
   pids+=($!)
   port=""
   for _ in $(seq 200); do
@@ -185,7 +201,7 @@ bench nginx2 "http://127.0.0.1:$port/"
 stop_last
 
 start_sluiced
-echo "sluiced --threads 2, POST /v1/check ($mode): port $port" >&2
+echo "sluiced --threads 2 --store ${redis_port:+redis://127.0.0.1:}${redis_port:-memory}, POST /v1/check ($mode): port $port" >&2
 SLUICE_BENCH_MODE=$mode bench sluiced "http://127.0.0.1:$port" -s "$here/check.lua"
 stop_last
 

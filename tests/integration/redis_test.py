@@ -12,10 +12,12 @@ Redis flags are refused at start. Python 3 standard library only.
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -31,6 +33,15 @@ descriptors:
 
 
 free_port = sluiced.free_port
+
+
+def metric(server, name):
+    """The value of an unlabelled metric in `server`'s GET /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=2).read()
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
 
 
 class Redis:
@@ -141,6 +152,65 @@ class RedisStoreTest(unittest.TestCase):
             time.sleep(0.01)
         self.assertLess(time.monotonic() - back, 1.0)
         self.assertEqual((status, answer["remaining"]), (200, 4))
+
+    def test_a_loop_waiting_for_redis_keeps_serving(self):
+        # One event loop: were it to wait for Redis, nothing else would be answered meanwhile.
+        server = self.start("--redis-timeout", "10s")
+        self.assertEqual(server.check("warm", domain="fleet")[0], 200)
+        calls_before = metric(server, "sluice_redis_calls_total")
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            answers = {}
+            users = [f"u{i}" for i in range(8)]
+            threads = [threading.Thread(
+                target=lambda u=u: answers.__setitem__(u, server.check(u, domain="fleet")))
+                for u in users]
+            for t in threads:
+                t.start()
+            # All eight reach the store while Redis is stopped: none waits for another.
+            deadline = time.monotonic() + 5
+            while (metric(server, "sluice_redis_calls_total") < calls_before + len(users)
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            self.assertEqual(metric(server, "sluice_redis_calls_total"), calls_before + len(users))
+            health = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=2)
+            self.assertEqual(health.status, 200)
+            self.assertEqual(answers, {}, "answered while Redis was stopped")
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        for t in threads:
+            t.join(timeout=10)
+        self.assertEqual({u: (status, answer["remaining"]) for u, (status, answer) in answers.items()},
+                         {u: (200, 4) for u in users})
+
+    def test_stopping_while_redis_owes_an_answer_exits_cleanly(self):
+        # The drain ends before Redis's timeout: the answer owed comes to a stopped loop.
+        server = self.start("--redis-timeout", "500ms", "--drain", "0s")
+        self.assertEqual(server.check("warm", domain="fleet")[0], 200)
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            outcome = []
+
+            def ask():
+                try:
+                    outcome.append(server.check("late", domain="fleet"))
+                except OSError as e:  # The connection closed with its loop.
+                    outcome.append(e)
+
+            waiting = threading.Thread(target=ask)
+            waiting.start()
+            deadline = time.monotonic() + 5
+            while metric(server, "sluice_redis_calls_total") < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            started = time.monotonic()
+            self.assertEqual(server.stop(), 0)
+            # It waited for the store's answer (the timeout), not for ever.
+            self.assertLess(time.monotonic() - started, 5)
+            waiting.join(timeout=10)
+            self.assertEqual(len(outcome), 1)
+            self.assertIsInstance(outcome[0], OSError, "answered after the drain")
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
 
     def test_bad_redis_flags_are_refused_at_start(self):
         cases = [

@@ -1,5 +1,6 @@
 #include "server/http_api.h"
 
+#include <optional>
 #include <string>
 
 #include "fmt/format.h"
@@ -59,7 +60,11 @@ class HttpApiTest : public ::testing::Test {
     }
     request.body() = std::move(body);
     request.prepare_payload();
-    return api_.Handle(request, "192.0.2.9");
+    std::optional<HttpResponse> response;
+    api_.Handle(request, "192.0.2.9", [&](HttpApi::Build build) { response = std::move(build)(); });
+    // The memory store answers at once, so the answer comes before Handle returns.
+    EXPECT_TRUE(response.has_value());
+    return response ? *std::move(response) : HttpResponse{};
   }
 
   HttpResponse Post(std::string target, std::string body) {
