@@ -212,8 +212,9 @@ struct Pending {
   SteadyTime deadline;
 };
 
-// A call that keeps being redirected is given up; TRYAGAIN (keys split by a migration) is
-// retried after a pause; the slot map is asked for at most this often.
+// A call that keeps being redirected is given up; TRYAGAIN (keys split by a migration) and a
+// call's second and later redirections are followed after a pause; the slot map is asked for
+// at most this often.
 constexpr int kMaxRedirects = 5;
 constexpr auto kTryAgainPause = std::chrono::milliseconds(10);
 constexpr auto kSlotsInterval = std::chrono::milliseconds(100);
@@ -793,7 +794,9 @@ class RedisStore::Impl {
   void Redirect(Pending batch, std::string_view error) {
     redirects_.fetch_add(1, std::memory_order_relaxed);
     bool given_up = false;
+    bool again = false;  // A call already redirected before.
     for (CallPtr& c : batch.calls) {
+      again = c->redirects > 0 || again;
       given_up = ++c->redirects > kMaxRedirects || given_up;
     }
     if (given_up) {
@@ -810,8 +813,12 @@ class RedisStore::Impl {
       asks_.fetch_add(1, std::memory_order_relaxed);
       NodeAt(to->second).asked.push_back(std::move(batch));
       return;
-    } else {
-      // TRYAGAIN: the keys are split between two nodes for a moment; ask again shortly.
+    }
+    if (again || !error.starts_with("MOVED") || !to) {
+      // TRYAGAIN: the keys are split between two nodes for a moment. A second redirection:
+      // the nodes disagree for a moment while a slot's new owner is announced to each in turn
+      // (a MOVED from the old owner to a new one that still sends it back). Either way, ask
+      // again shortly rather than spend every try within a millisecond.
       auto timer = std::make_shared<asio::steady_timer>(io_, kTryAgainPause);
       auto calls = std::make_shared<std::vector<CallPtr>>(std::move(batch.calls));
       timer->async_wait([this, timer, calls](boost::system::error_code) {
