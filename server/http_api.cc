@@ -465,9 +465,12 @@ std::string_view AllowedMethods(std::string_view path) {
   return {};
 }
 
-// A response already built.
-HttpApi::Build Ready(HttpResponse response) {
-  return [response = std::move(response)]() mutable { return std::move(response); };
+// A decision's answer: 200, or 429 (/v1/check) or 403 (/v1/auth, for nginx) when denied.
+HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request) {
+  return CheckResponse(result, request, http::status::too_many_requests);
+}
+HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request) {
+  return CheckResponse(result, request, http::status::forbidden);
 }
 
 // The answer to a request refused with `status`: its HTTP status and its message.
@@ -643,6 +646,55 @@ HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
       clock_(clock),
       store_metrics_(std::move(store_metrics)) {}
 
+// A decision under way: what building its answer needs, in one allocation that follows it
+// through the service and back to the caller. The callbacks hold only the pointer, which fits
+// inside an AnyInvocable, so they allocate nothing more.
+template <typename Result>
+struct HttpApi::Decided {
+  HttpApi& api;
+  const HttpRequest& request;
+  HttpResponse (*format)(const Result&, const HttpRequest&);
+  Reply reply;
+  absl::StatusOr<Result> result = absl::UnknownError("not decided yet");
+};
+
+template <typename Result>
+RateLimitService::Done<absl::StatusOr<Result>> HttpApi::Deliver(
+    const HttpRequest& request, Reply reply,
+    HttpResponse (*format)(const Result&, const HttpRequest&)) {
+  auto decided = std::make_unique<Decided<Result>>(Decided<Result>{
+      .api = *this, .request = request, .format = format, .reply = std::move(reply)});
+  return [decided = std::move(decided)](absl::StatusOr<Result> result) mutable {
+    decided->result = std::move(result);
+    Respond respond = std::move(decided->reply.respond);
+    std::move(respond)([decided = std::move(decided)]() {
+      const absl::StatusOr<Result>& r = decided->result;
+      return decided->api.Finish(
+          r.ok() ? decided->format(*r, decided->request) : Failure(r.status(), decided->request),
+          decided->reply);
+    });
+  };
+}
+
+HttpResponse HttpApi::Finish(HttpResponse response, const Reply& reply) {
+  if (response.result() == http::status::bad_request) {
+    metrics_.CountBadRequest();
+  }
+  if (reply.head) {
+    response.body().clear();  // HEAD: the headers alone (Content-Length stays as for GET).
+  }
+  if (reply.decision) {
+    metrics_.RecordLatency(clock_.Now() - reply.start);
+  }
+  return response;
+}
+
+void HttpApi::Send(Reply reply, HttpResponse response) {
+  Respond respond = std::move(reply.respond);
+  std::move(respond)(
+      [response = Finish(std::move(response), reply)]() mutable { return std::move(response); });
+}
+
 void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond respond) {
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
@@ -651,33 +703,19 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   auto only = [&](http::verb allowed) {
     return method == allowed || (allowed == http::verb::get && method == http::verb::head);
   };
-  const bool decision = (path == "/v1/check" && only(http::verb::post)) ||
-                        (path == "/json" && only(http::verb::post)) ||
-                        (path == "/v1/auth" && only(http::verb::get));
-  // Every answer passes through here, built on the caller's thread.
-  Respond finish = [this, start = clock_.Now(), decision, head = method == http::verb::head,
-                    respond = std::move(respond)](Build build) mutable {
-    std::move(respond)([this, start, decision, head, build = std::move(build)]() mutable {
-      HttpResponse response = std::move(build)();
-      if (response.result() == http::status::bad_request) {
-        metrics_.CountBadRequest();
-      }
-      if (head) {
-        response.body().clear();  // HEAD: the headers alone (Content-Length stays as for GET).
-      }
-      if (decision) {
-        metrics_.RecordLatency(clock_.Now() - start);
-      }
-      return response;
-    });
-  };
-  if (decision) {
+  Reply reply{.start = clock_.Now(),
+              .head = method == http::verb::head,
+              .decision = (path == "/v1/check" && only(http::verb::post)) ||
+                          (path == "/json" && only(http::verb::post)) ||
+                          (path == "/v1/auth" && only(http::verb::get)),
+              .respond = std::move(respond)};
+  if (reply.decision) {
     if (path == "/v1/check") {
-      Check(request, std::move(finish));
+      Check(request, std::move(reply));
     } else if (path == "/json") {
-      EnvoyJson(request, std::move(finish));
+      EnvoyJson(request, std::move(reply));
     } else {
-      Auth(request, peer, std::move(finish));
+      Auth(request, peer, std::move(reply));
     }
     return;
   }
@@ -705,23 +743,16 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
     response = ErrorResponse(http::status::not_found, fmt::format("no endpoint {}", path),
                              request.version(), request.keep_alive());
   }
-  std::move(finish)(Ready(std::move(response)));
+  Send(std::move(reply), std::move(response));
 }
 
-void HttpApi::Check(const HttpRequest& request, Respond respond) {
+void HttpApi::Check(const HttpRequest& request, Reply reply) {
   absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> parsed = ParseCheck(request);
   if (!parsed.ok()) {
-    std::move(respond)(Ready(Failure(parsed.status(), request)));
+    Send(std::move(reply), Failure(parsed.status(), request));
     return;
   }
-  // Built where the caller writes it (the decision may end on the store's thread).
-  auto answer = [&request,
-                 respond = std::move(respond)](absl::StatusOr<CheckResult> result) mutable {
-    std::move(respond)([&request, result = std::move(result)]() {
-      return result.ok() ? CheckResponse(*result, request, http::status::too_many_requests)
-                         : Failure(result.status(), request);
-    });
-  };
+  auto answer = Deliver<CheckResult>(request, std::move(reply), &CheckAnswer);
   if (AdHocRequest* adhoc = std::get_if<AdHocRequest>(&*parsed)) {
     service_.CheckAdHocAsync(std::move(*adhoc), std::move(answer));
   } else {
@@ -729,26 +760,19 @@ void HttpApi::Check(const HttpRequest& request, Respond respond) {
   }
 }
 
-void HttpApi::EnvoyJson(const HttpRequest& request, Respond respond) {
+void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
   absl::StatusOr<CheckRequest> check = ParseEnvoyJson(request);
   if (!check.ok()) {
-    std::move(respond)(Ready(Failure(check.status(), request)));
+    Send(std::move(reply), Failure(check.status(), request));
     return;
   }
-  service_.ShouldRateLimitAsync(*std::move(check),
-                                [&request, respond = std::move(respond)](
-                                    absl::StatusOr<std::vector<DescriptorResult>> results) mutable {
-                                  std::move(respond)([&request, results = std::move(results)]() {
-                                    return results.ok() ? EnvoyJsonResponse(*results, request)
-                                                        : Failure(results.status(), request);
-                                  });
-                                });
+  service_.ShouldRateLimitAsync(
+      *std::move(check),
+      Deliver<std::vector<DescriptorResult>>(request, std::move(reply), &EnvoyJsonResponse));
 }
 
-void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Respond respond) {
-  auto fail = [&](const absl::Status& status) {
-    std::move(respond)(Ready(Failure(status, request)));
-  };
+void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply reply) {
+  auto fail = [&](const absl::Status& status) { Send(std::move(reply), Failure(status, request)); };
   const std::string_view target = request.target();
   std::string_view domain_name;
   if (const size_t query = target.find('?'); query != std::string_view::npos) {
@@ -798,16 +822,11 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Respond re
     }
   }
   if (check.descriptors.empty()) {
-    std::move(respond)(Ready(JsonResponse(http::status::ok, ResultText(CheckResult{}), request)));
+    Send(std::move(reply), JsonResponse(http::status::ok, ResultText(CheckResult{}), request));
     return;
   }
-  service_.CheckAsync(std::move(check), [&request, respond = std::move(respond)](
-                                            absl::StatusOr<CheckResult> result) mutable {
-    std::move(respond)([&request, result = std::move(result)]() {
-      return result.ok() ? CheckResponse(*result, request, http::status::forbidden)
-                         : Failure(result.status(), request);
-    });
-  });
+  service_.CheckAsync(std::move(check),
+                      Deliver<CheckResult>(request, std::move(reply), &AuthAnswer));
 }
 
 HttpResponse HttpApi::Rules(const HttpRequest& request) {

@@ -58,9 +58,30 @@ class HttpApi {
   void CountMalformed() { metrics_.CountBadRequest(); }
 
  private:
-  void Check(const HttpRequest& request, Respond respond);
-  void EnvoyJson(const HttpRequest& request, Respond respond);
-  void Auth(const HttpRequest& request, std::string_view peer, Respond respond);
+  // A request being answered: when it came, what it is, where its answer goes.
+  struct Reply {
+    Timestamp start;
+    bool head = false;      // HEAD: the answer's headers alone.
+    bool decision = false;  // Asks the service (its latency is recorded).
+    Respond respond;
+  };
+  template <typename Result>
+  struct Decided;
+
+  // The steps every answer takes before it leaves: a 400 counted, a HEAD's body dropped, a
+  // decision's latency recorded.
+  HttpResponse Finish(HttpResponse response, const Reply& reply);
+  // Answers with `response`, built already.
+  void Send(Reply reply, HttpResponse response);
+  // The callback that takes the service's decision back to `reply`, formatted by `format`.
+  template <typename Result>
+  RateLimitService::Done<absl::StatusOr<Result>> Deliver(
+      const HttpRequest& request, Reply reply,
+      HttpResponse (*format)(const Result&, const HttpRequest&));
+
+  void Check(const HttpRequest& request, Reply reply);
+  void EnvoyJson(const HttpRequest& request, Reply reply);
+  void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
 
   RateLimitService& service_;

@@ -657,12 +657,11 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request) 
 }
 
 template <typename T>
-void RateLimitService::Run(internal::Task<T> task, Done<T> done) {
+internal::Detached RateLimitService::Run(internal::Task<T> task, Done<T> done) {
   in_flight_.fetch_add(1, std::memory_order_relaxed);
-  internal::Start(std::move(task), [this, done = std::move(done)](T result) mutable {
-    std::move(done)(std::move(result));
-    in_flight_.fetch_sub(1, std::memory_order_release);
-  });
+  T result = co_await std::move(task);
+  std::move(done)(std::move(result));
+  in_flight_.fetch_sub(1, std::memory_order_release);
 }
 
 void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done) {

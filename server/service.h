@@ -172,7 +172,7 @@ class RateLimitService {
   CheckTask DecideAdHoc(AdHocRequest request);
   // Runs `task` for an *Async call: counted in in_flight_ until `done` has returned.
   template <typename T>
-  void Run(internal::Task<T> task, Done<T> done);
+  internal::Detached Run(internal::Task<T> task, Done<T> done);
 
   absl::Status Validate(const CheckRequest& request) const;
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
