@@ -1,8 +1,11 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
@@ -39,6 +42,13 @@ class Session : public std::enable_shared_from_this<Session> {
         stopping_(stopping) {}
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
+
+  // Closes the connection at once. Only from the session's loop, or once no thread runs it.
+  void Shut() {
+    if (!closed_) {
+      Close();
+    }
+  }
 
   void Start() {
     beast::error_code ec;
@@ -184,6 +194,8 @@ class Session : public std::enable_shared_from_this<Session> {
       Send(ErrorResponse(http::status::bad_request, message, 11, /*keep_alive=*/false));
       return;
     }
+    // Read whole: the time left for the answer starts now (a decision may wait for Redis).
+    Arm(options_.read_timeout);
     try {
       api_.Handle(parser_->get(), peer_, [self = shared_from_this()](HttpApi::Build build) {
         // The answer may come from the store's thread: build and write it on this loop.
@@ -267,6 +279,18 @@ struct HttpServer::Loop {
   Tcp::acceptor acceptor{context};
   asio::steady_timer accept_retry{context};  // First loop only: a pause after a failed accept.
   std::thread thread;
+  // The loop's connections, for Stop to close; touched only by the loop's thread (and by Stop
+  // once that thread has ended). Expired entries are dropped as the list doubles.
+  std::vector<std::weak_ptr<Session>> sessions;
+  size_t prune_at = 64;
+
+  void Adopt(const std::shared_ptr<Session>& session) {
+    if (sessions.size() >= prune_at) {
+      std::erase_if(sessions, [](const std::weak_ptr<Session>& s) { return s.expired(); });
+      prune_at = std::max<size_t>(64, 2 * sessions.size());
+    }
+    sessions.push_back(session);
+  }
 };
 
 HttpServer::HttpServer(HttpApi& api, HttpServerOptions options)
@@ -321,7 +345,7 @@ absl::Status HttpServer::Start() {
 void HttpServer::Accept() {
   Loop& next = *loops_[next_loop_++ % loops_.size()];
   loops_.front()->acceptor.async_accept(
-      next.context, [this](beast::error_code ec, Tcp::socket socket) {
+      next.context, [this, &next](beast::error_code ec, Tcp::socket socket) {
         if (ec == asio::error::operation_aborted || !loops_.front()->acceptor.is_open()) {
           return;
         }
@@ -340,7 +364,10 @@ void HttpServer::Accept() {
         // The socket belongs to its loop's context: start its session there.
         auto session =
             std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_);
-        asio::post(session->executor(), [session] { session->Start(); });
+        asio::post(session->executor(), [session, &next] {
+          next.Adopt(session);
+          session->Start();
+        });
         Accept();
       });
 }
@@ -368,9 +395,19 @@ void HttpServer::Stop(Micros drain) {
       loop->thread.join();
     }
   }
-  // The loops' contexts stay until the server is destroyed: an answer that a store still owes
-  // (past the drain) is then handed to a stopped loop, which drops it, rather than to a freed
-  // one.
+  // No thread runs the loops now: close the listening socket and every connection here. The
+  // loops' contexts stay until the server is destroyed, so that an answer a store still owes
+  // (past the drain) is handed to a stopped loop, which drops it, rather than to a freed one.
+  for (auto& loop : loops_) {
+    beast::error_code ignored;
+    loop->acceptor.close(ignored);
+    for (const std::weak_ptr<Session>& weak : loop->sessions) {
+      if (std::shared_ptr<Session> session = weak.lock()) {
+        session->Shut();
+      }
+    }
+    loop->sessions.clear();
+  }
   stopped_ = true;
 }
 

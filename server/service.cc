@@ -12,6 +12,7 @@
 
 #include "absl/hash/hash.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 
 #include "server/ip.h"
 
@@ -88,7 +89,9 @@ class StoreDecision {
       : store_(store), keys_(keys), cost_(cost), now_(now), each_(each) {}
 
   bool await_ready() const noexcept { return false; }
-  bool await_suspend(std::coroutine_handle<> waiting) {
+  // Not inlined: clang before 17 may write to the coroutine's frame after an inlined
+  // await_suspend has handed the coroutine to another thread (LLVM issues 56301, 65054).
+  [[gnu::noinline]] bool await_suspend(std::coroutine_handle<> waiting) {
     waiting_ = waiting;
     store_.DecideAllAsync(keys_, cost_, now_, each_, [this](absl::StatusOr<Decision> result) {
       result_.emplace(std::move(result));
@@ -659,8 +662,24 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request) 
 template <typename T>
 internal::Detached RateLimitService::Run(internal::Task<T> task, Done<T> done) {
   in_flight_.fetch_add(1, std::memory_order_relaxed);
-  T result = co_await std::move(task);
-  std::move(done)(std::move(result));
+  {
+    // Locals, so that the task's frames and the callback are gone before the count drops
+    // (WaitIdle's caller then tears down what they refer to).
+    internal::Task<T> running = std::move(task);
+    Done<T> answer = std::move(done);
+    // A decision that throws (a bug, or memory exhausted) fails alone: the server goes on.
+    std::optional<T> result;
+    try {
+      result.emplace(co_await std::move(running));
+    } catch (const std::exception& e) {
+      result.emplace(absl::InternalError(fmt::format("the decision failed: {}", e.what())));
+    }
+    try {
+      std::move(answer)(*std::move(result));
+    } catch (const std::exception& e) {
+      spdlog::error("answering a decision failed: {}", e.what());
+    }
+  }
   in_flight_.fetch_sub(1, std::memory_order_release);
 }
 

@@ -10,6 +10,7 @@ Redis flags are refused at start. Python 3 standard library only.
 """
 
 import argparse
+import http.client
 import os
 import shutil
 import signal
@@ -184,9 +185,12 @@ class RedisStoreTest(unittest.TestCase):
                          {u: (200, 4) for u in users})
 
     def test_stopping_while_redis_owes_an_answer_exits_cleanly(self):
-        # The drain ends before Redis's timeout: the answer owed comes to a stopped loop.
-        server = self.start("--redis-timeout", "500ms", "--drain", "0s")
-        self.assertEqual(server.check("warm", domain="fleet")[0], 200)
+        # The drain ends before Redis's timeout: the answer owed comes to a stopped loop, and
+        # the process waits for it before it exits. Meanwhile nothing else is served.
+        server = self.start("--redis-timeout", "3s", "--drain", "0s")
+        idle = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        idle.request("GET", "/healthz")
+        self.assertEqual(idle.getresponse().read(), b'{"status":"ok"}')
         self.redis.proc.send_signal(signal.SIGSTOP)
         try:
             outcome = []
@@ -200,12 +204,20 @@ class RedisStoreTest(unittest.TestCase):
             waiting = threading.Thread(target=ask)
             waiting.start()
             deadline = time.monotonic() + 5
-            while metric(server, "sluice_redis_calls_total") < 2 and time.monotonic() < deadline:
+            while metric(server, "sluice_redis_calls_total") < 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
             started = time.monotonic()
-            self.assertEqual(server.stop(), 0)
+            server.proc.send_signal(signal.SIGTERM)
+            # At once, while the process still waits for Redis: the idle keep-alive
+            # connection is closed and new ones are refused.
+            idle.sock.settimeout(2)
+            self.assertEqual(idle.sock.recv(1), b"")
+            with self.assertRaises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+            self.assertIsNone(server.proc.poll(), "exited before Redis's answer was due")
+            self.assertEqual(server.proc.wait(timeout=10), 0)
             # It waited for the store's answer (the timeout), not for ever.
-            self.assertLess(time.monotonic() - started, 5)
+            self.assertLess(time.monotonic() - started, 8)
             waiting.join(timeout=10)
             self.assertEqual(len(outcome), 1)
             self.assertIsInstance(outcome[0], OSError, "answered after the drain")
