@@ -685,6 +685,15 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
                                                 std::span<Decision> each)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks a runtime set of shard mutexes, in address order.
   assert(each.size() == requests.size());
+  if (requests.size() == 1) {
+    // One limit is all or nothing by itself: decided in one pass, as Decide does, rather than
+    // a dry run and then the change (the server's usual request has one limit).
+    absl::StatusOr<Decision> decision = Decide(*requests[0].limit, requests[0].key, cost, now);
+    if (decision.ok()) {
+      each[0] = *decision;
+    }
+    return decision;
+  }
   if (absl::Status s = ValidateRequest(requests.size(), cost); !s.ok()) {
     return s;
   }
