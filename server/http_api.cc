@@ -6,8 +6,10 @@
 #include <utility>
 #include <variant>
 
+#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "simdjson.h"
 
 #include "sluice/duration.h"
 #include "src/status.h"
@@ -55,92 +57,141 @@ http::status StatusFor(const absl::Status& status) {
   }
 }
 
-// The body of a POST as a JSON object; InvalidArgument when it is not one.
-absl::StatusOr<Json> ParseObject(const HttpRequest& request) {
-  Json body = Json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    return absl::InvalidArgumentError("malformed JSON");
+using JsonObject = simdjson::dom::object;
+using JsonValue = simdjson::dom::element;
+
+// The body of a POST as a JSON object; InvalidArgument when it is not one. Read with
+// simdjson, through a parser per thread that keeps its buffers: a request allocates nothing
+// to be parsed (a JSON document of nlohmann's was a quarter of all the work of a check). The
+// object lives in that parser: read it whole before the thread parses again.
+absl::StatusOr<JsonObject> ParseObject(const HttpRequest& request) {
+  thread_local simdjson::dom::parser parser;
+  JsonValue body;
+  switch (parser.parse(request.body()).get(body)) {
+    case simdjson::SUCCESS:
+      break;
+    case simdjson::NUMBER_ERROR:
+      return absl::InvalidArgumentError("malformed JSON: a number out of range");
+    case simdjson::UTF8_ERROR:
+      return absl::InvalidArgumentError("malformed JSON: not UTF-8");
+    default:
+      return absl::InvalidArgumentError("malformed JSON");
   }
-  if (!body.is_object()) {
+  JsonObject object;
+  if (body.get_object().get(object) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError("the body must be a JSON object");
   }
-  return body;
+  return object;
 }
 
 // Whole seconds, rounded up.
 int64_t CeilSeconds(Micros d) { return (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond; }
 
+// Where an object sits in a request body, for the errors that name a field by its path:
+// "descriptors[1].entries[0].key". Spelled out only when an error is reported.
+struct Where {
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t descriptor = kNone;
+  size_t entry = kNone;
+  bool limit = false;  // The descriptor's "limit".
+
+  std::string Path() const {
+    if (descriptor == kNone) {
+      return "";
+    }
+    std::string path = fmt::format("descriptors[{}]", descriptor);
+    if (entry != kNone) {
+      fmt::format_to(std::back_inserter(path), ".entries[{}]", entry);
+    }
+    if (limit) {
+      path += ".limit";
+    }
+    return path;
+  }
+  std::string Name(std::string_view field) const {
+    return descriptor == kNone ? std::string(field) : fmt::format("{}.{}", Path(), field);
+  }
+};
+
 // Reads the fields of one JSON object, with errors that name the field by its path.
 class Fields {
  public:
-  Fields(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+  Fields(JsonObject object, Where where) : object_(object), where_(where) {}
 
+  // Every field is one of `known`, and none appears twice (which of two would count is
+  // nobody's guess).
   absl::Status OnlyKnown(std::initializer_list<std::string_view> known) const {
-    for (const auto& [name, value] : object_.items()) {
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
-        return absl::InvalidArgumentError(fmt::format("unknown field '{}'", Name(name)));
+    uint32_t seen = 0;  // Bit i: known[i] has appeared.
+    for (const auto field : object_) {
+      const auto it = std::find(known.begin(), known.end(), field.key);
+      if (it == known.end()) {
+        return absl::InvalidArgumentError(fmt::format("unknown field '{}'", Name(field.key)));
       }
+      const uint32_t bit = uint32_t{1} << (it - known.begin());
+      if ((seen & bit) != 0) {
+        return absl::InvalidArgumentError(fmt::format("field '{}' appears twice", Name(field.key)));
+      }
+      seen |= bit;
     }
     return absl::OkStatus();
   }
 
   // The first of `names` present (a protobuf JSON field may be spelled either way).
-  const Json* Find(std::initializer_list<const char*> names) const {
+  std::optional<JsonValue> Find(std::initializer_list<const char*> names) const {
     for (const char* name : names) {
-      if (const auto it = object_.find(name); it != object_.end()) {
-        return &*it;
+      JsonValue value;
+      if (object_.at_key(name).get(value) == simdjson::SUCCESS) {
+        return value;
       }
     }
-    return nullptr;
+    return std::nullopt;
   }
 
   absl::StatusOr<std::optional<std::string>> String(const char* name) const {
-    const Json* value = Find({name});
-    if (value == nullptr) {
+    const std::optional<JsonValue> value = Find({name});
+    if (!value) {
       return std::nullopt;
     }
-    if (!value->is_string()) {
+    std::string_view text;
+    if (value->get_string().get(text) != simdjson::SUCCESS) {
       return absl::InvalidArgumentError(fmt::format("{} must be a string", Name(name)));
     }
-    return value->get<std::string>();
+    return std::string(text);
   }
 
   // An integer field; `quoted` also accepts the string form protobuf JSON uses for 64 bits.
   absl::StatusOr<std::optional<int64_t>> Integer(std::initializer_list<const char*> names,
                                                  bool quoted = false) const {
-    const Json* value = Find(names);
-    if (value == nullptr) {
+    const std::optional<JsonValue> value = Find(names);
+    if (!value) {
       return std::nullopt;
     }
-    const std::string name = Name(*names.begin());
-    if (value->is_number_unsigned()) {
-      const auto n = value->get<uint64_t>();
-      if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return absl::InvalidArgumentError(fmt::format("{} is too large", name));
-      }
-      return static_cast<int64_t>(n);
+    switch (value->type()) {
+      case simdjson::dom::element_type::INT64:
+        return value->get_int64().value_unsafe();
+      case simdjson::dom::element_type::UINT64:  // Only what int64 cannot hold.
+        return absl::InvalidArgumentError(fmt::format("{} is too large", Name(*names.begin())));
+      case simdjson::dom::element_type::STRING:
+        if (quoted) {
+          const std::string_view text = value->get_string().value_unsafe();
+          int64_t n = 0;
+          const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+          if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
+            return n;
+          }
+        }
+        break;
+      default:
+        break;
     }
-    if (value->is_number_integer()) {
-      return value->get<int64_t>();
-    }
-    if (quoted && value->is_string()) {
-      const auto& text = value->get_ref<const std::string&>();
-      int64_t n = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-      if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
-        return n;
-      }
-    }
-    return absl::InvalidArgumentError(fmt::format("{} must be an integer", name));
+    return absl::InvalidArgumentError(fmt::format("{} must be an integer", Name(*names.begin())));
   }
 
-  std::string Name(std::string_view name) const {
-    return path_.empty() ? std::string(name) : fmt::format("{}.{}", path_, name);
-  }
+  std::string Name(std::string_view name) const { return where_.Name(name); }
 
  private:
-  const Json& object_;
-  std::string path_;
+  JsonObject object_;
+  Where where_;
 };
 
 // Checks an optional integer field: when present it must be at least `min`.
@@ -155,50 +206,52 @@ absl::StatusOr<std::optional<int64_t>> AtLeast(absl::StatusOr<std::optional<int6
 }
 
 // The descriptors of a rules-mode or Envoy request: [{"entries": [{"key", "value"}], ...}].
-absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body, bool envoy) {
-  const auto it = body.find("descriptors");
-  if (it == body.end()) {
+absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(JsonObject body, bool envoy) {
+  JsonValue list;
+  if (body.at_key("descriptors").get(list) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError("descriptors is missing");
   }
-  if (!it->is_array()) {
+  simdjson::dom::array items;
+  if (list.get_array().get(items) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError("descriptors must be an array");
   }
-  if (it->size() > kMaxDescriptors) {
+  if (items.size() > kMaxDescriptors) {
     return absl::InvalidArgumentError(
-        fmt::format("too many descriptors: {} (at most {})", it->size(), kMaxDescriptors));
+        fmt::format("too many descriptors: {} (at most {})", items.size(), kMaxDescriptors));
   }
   std::vector<RequestDescriptor> descriptors;
-  descriptors.reserve(it->size());
-  for (size_t d = 0; d < it->size(); ++d) {
-    const Json& item = (*it)[d];
-    const std::string path = fmt::format("descriptors[{}]", d);
-    if (!item.is_object()) {
-      return absl::InvalidArgumentError(fmt::format("{} must be an object", path));
+  descriptors.reserve(items.size());
+  for (const JsonValue item : items) {
+    const Where where{.descriptor = descriptors.size()};
+    JsonObject object;
+    if (item.get_object().get(object) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be an object", where.Path()));
     }
-    const Fields fields(item, path);
+    const Fields fields(object, where);
     if (absl::Status s = envoy ? fields.OnlyKnown({"entries", "limit", "hitsAddend", "hits_addend"})
                                : fields.OnlyKnown({"entries"});
         !s.ok()) {
       return s;
     }
     RequestDescriptor& descriptor = descriptors.emplace_back();
-    const Json* entries = fields.Find({"entries"});
-    if (entries == nullptr || !entries->is_array()) {
-      return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", path));
+    simdjson::dom::array entries;
+    if (const std::optional<JsonValue> found = fields.Find({"entries"});
+        !found || found->get_array().get(entries) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", where.Path()));
     }
-    if (entries->size() > kMaxEntries) {
+    if (entries.size() > kMaxEntries) {
       return absl::InvalidArgumentError(
-          fmt::format("{}.entries has too many entries: {} (at "
-                      "most {})",
-                      path, entries->size(), kMaxEntries));
+          fmt::format("{}.entries has too many entries: {} (at most {})", where.Path(),
+                      entries.size(), kMaxEntries));
     }
-    for (size_t e = 0; e < entries->size(); ++e) {
-      const Json& entry = (*entries)[e];
-      const std::string entry_path = fmt::format("{}.entries[{}]", path, e);
-      if (!entry.is_object()) {
-        return absl::InvalidArgumentError(fmt::format("{} must be an object", entry_path));
+    descriptor.entries.reserve(entries.size());
+    for (const JsonValue entry : entries) {
+      const Where entry_where{.descriptor = where.descriptor, .entry = descriptor.entries.size()};
+      JsonObject entry_object;
+      if (entry.get_object().get(entry_object) != simdjson::SUCCESS) {
+        return absl::InvalidArgumentError(fmt::format("{} must be an object", entry_where.Path()));
       }
-      const Fields entry_fields(entry, entry_path);
+      const Fields entry_fields(entry_object, entry_where);
       if (absl::Status s = entry_fields.OnlyKnown({"key", "value"}); !s.ok()) {
         return s;
       }
@@ -211,7 +264,7 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
         return value.status();
       }
       if (!*key) {
-        return absl::InvalidArgumentError(fmt::format("{}.key is missing", entry_path));
+        return absl::InvalidArgumentError(fmt::format("{}.key is missing", entry_where.Path()));
       }
       descriptor.entries.push_back({.key = **std::move(key), .value = value->value_or("")});
     }
@@ -224,11 +277,13 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
       return hits.status();
     }
     descriptor.cost = *hits;
-    if (const Json* limit = fields.Find({"limit"})) {
-      if (!limit->is_object()) {
-        return absl::InvalidArgumentError(fmt::format("{}.limit must be an object", path));
+    if (const std::optional<JsonValue> limit = fields.Find({"limit"})) {
+      const Where limit_where{.descriptor = where.descriptor, .limit = true};
+      JsonObject limit_object;
+      if (limit->get_object().get(limit_object) != simdjson::SUCCESS) {
+        return absl::InvalidArgumentError(fmt::format("{} must be an object", limit_where.Path()));
       }
-      const Fields limit_fields(*limit, path + ".limit");
+      const Fields limit_fields(limit_object, limit_where);
       if (absl::Status s = limit_fields.OnlyKnown({"requestsPerUnit", "requests_per_unit", "unit"});
           !s.ok()) {
         return s;
@@ -241,16 +296,19 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(const Json& body
       }
       LimitOverride& override = descriptor.limit.emplace();
       override.requests_per_unit = count->value_or(0);
-      if (const Json* unit = limit_fields.Find({"unit"})) {
-        if (unit->is_string()) {
-          override.unit = ParseUnit(unit->get<std::string>()).value_or(Unit::kUnknown);
-        } else if (unit->is_number_unsigned() && unit->get<uint64_t>() <= 7) {
-          override.unit = static_cast<Unit>(unit->get<uint64_t>());
+      if (const std::optional<JsonValue> unit = limit_fields.Find({"unit"})) {
+        std::string_view name;
+        int64_t number = 0;
+        if (unit->get_string().get(name) == simdjson::SUCCESS) {
+          override.unit = ParseUnit(name).value_or(Unit::kUnknown);
+        } else if (unit->get_int64().get(number) == simdjson::SUCCESS && number >= 0 &&
+                   number <= 7) {
+          override.unit = static_cast<Unit>(number);
         }
       }
       if (override.unit == Unit::kUnknown) {
         return absl::InvalidArgumentError(fmt::format(
-            "{}.limit.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", path));
+            "{}.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", limit_where.Path()));
       }
     }
   }
@@ -321,16 +379,17 @@ void AppendJsonString(std::string& out, std::string_view text) {
 }
 
 // "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
+// (Compiled format strings: the answer to every check is written here, and fmt's parsing of a
+// format string at run time was most of its cost.)
 void AppendFigures(std::string& out, const Decision& d, bool limited) {
-  fmt::format_to(std::back_inserter(out), R"("allowed":{},"remaining":)", d.allowed);
+  auto to = std::back_inserter(out);
   if (limited) {
-    fmt::format_to(std::back_inserter(out), "{}", d.remaining);
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":{})"), d.allowed, d.remaining);
   } else {
-    out += "null";  // Nothing limits this request.
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":null)"), d.allowed);
   }
-  fmt::format_to(std::back_inserter(out),
-                 R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})", d.reset_after.count(),
-                 d.retry_after.count(), d.delay.count());
+  fmt::format_to(to, FMT_COMPILE(R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})"),
+                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
 }
 
 // One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,
@@ -342,15 +401,17 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     out += R"(,"unlimited":true})";
     return;
   }
+  auto to = std::back_inserter(out);
   fmt::format_to(
-      std::back_inserter(out), R"(,"algorithm":"{}","limit":{})",
+      to, FMT_COMPILE(R"(,"algorithm":"{}","limit":{})"),
       AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
       outcome.nominal);
   if (outcome.limit) {
-    fmt::format_to(std::back_inserter(out), R"(,"period":"{}")",
-                   FormatDuration(outcome.limit->period()));
+    out += R"(,"period":")";
+    AppendDuration(out, outcome.limit->period());
+    out.push_back('"');
   }
-  fmt::format_to(std::back_inserter(out), R"(,"mode":"{}")", ModeName(outcome.mode));
+  fmt::format_to(to, FMT_COMPILE(R"(,"mode":"{}")"), ModeName(outcome.mode));
   if (decision != nullptr) {
     out.push_back(',');
     AppendFigures(out, *decision, /*limited=*/true);
@@ -358,7 +419,7 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
          {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
           std::pair{"pool", outcome.pool}}) {
       if (set) {
-        fmt::format_to(std::back_inserter(out), R"(,"{}":true)", flag);
+        fmt::format_to(to, FMT_COMPILE(R"(,"{}":true)"), flag);
       }
     }
   }
@@ -366,13 +427,15 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
 }
 
 std::string ResultText(const CheckResult& result) {
-  std::string out = "{";
+  std::string out;
+  out.reserve(192 + 256 * result.limits.size());  // One allocation for the usual answer.
+  out.push_back('{');
   AppendFigures(out, result.combined, result.limited);
   bool over_soft = false;
   for (const LimitOutcome& outcome : result.limits) {
     over_soft = over_soft || outcome.over_soft;
   }
-  fmt::format_to(std::back_inserter(out), R"(,"over_soft":{},"limits":[)", over_soft);
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);
   for (size_t i = 0; i < result.limits.size(); ++i) {
     if (i > 0) {
       out.push_back(',');
@@ -416,8 +479,9 @@ void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
   std::string policy;
   for (const LimitOutcome& outcome : result.limits) {
     if (outcome.limit && !outcome.unlimited && !outcome.pool) {
-      fmt::format_to(std::back_inserter(policy), "{}{};w={}", policy.empty() ? "" : ", ",
-                     outcome.nominal, CeilSeconds(outcome.limit->period()));
+      fmt::format_to(std::back_inserter(policy), FMT_COMPILE("{}{};w={}"),
+                     policy.empty() ? "" : ", ", outcome.nominal,
+                     CeilSeconds(outcome.limit->period()));
     }
   }
   if (!policy.empty()) {
@@ -481,18 +545,18 @@ HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
 
 // POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRequest& request) {
-  absl::StatusOr<Json> parsed = ParseObject(request);
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
   if (!parsed.ok()) {
     return parsed.status();
   }
-  const Json& body = *parsed;
-  const Fields fields(body, "");
+  const JsonObject body = *parsed;
+  const Fields fields(body, Where{});
   absl::StatusOr<std::optional<int64_t>> cost =
       AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   if (!cost.ok()) {
     return cost.status();
   }
-  if (body.contains("key")) {
+  if (fields.Find({"key"})) {
     // Ad hoc: the limit is in the request.
     if (absl::Status s =
             fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
@@ -563,12 +627,12 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRe
 
 // POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
 absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
-  absl::StatusOr<Json> parsed = ParseObject(request);
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
   if (!parsed.ok()) {
     return parsed.status();
   }
-  const Json& body = *parsed;
-  const Fields fields(body, "");
+  const JsonObject body = *parsed;
+  const Fields fields(body, Where{});
   if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
       !s.ok()) {
     return s;

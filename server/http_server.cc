@@ -15,6 +15,7 @@
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
+#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -232,17 +233,37 @@ class Session : public std::enable_shared_from_this<Session> {
     if (stopping_.load()) {
       response.keep_alive(false);
     }
-    auto owned = std::make_shared<HttpResponse>(std::move(response));
+    const bool keep_alive = response.keep_alive();
+    Serialize(response);
     Arm(options_.read_timeout);
-    http::async_write(socket_, *owned,
-                      [self = shared_from_this(), owned](beast::error_code ec, size_t) {
+    asio::async_write(socket_, asio::buffer(wire_),
+                      [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
                         self->EndRequest();
-                        if (ec || !owned->keep_alive()) {
+                        if (ec || !keep_alive) {
                           self->Close();
                           return;
                         }
                         self->AwaitRequest();
                       });
+  }
+
+  // The response as it goes on the wire, into wire_, whose capacity stays for the next: what
+  // Beast's serializer writes for a response with a complete body, at a fraction of its cost
+  // (which was an eighth of all the work per check).
+  void Serialize(const HttpResponse& response) {
+    wire_.clear();
+    wire_ += response.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+    fmt::format_to(std::back_inserter(wire_), FMT_COMPILE("{} "), response.result_int());
+    wire_ += response.reason();
+    wire_ += "\r\n";
+    for (const auto& field : response) {
+      wire_ += field.name_string();
+      wire_ += ": ";
+      wire_ += field.value();
+      wire_ += "\r\n";
+    }
+    wire_ += "\r\n";
+    wire_ += response.body();
   }
 
   void Close() {
@@ -262,6 +283,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
+  std::string wire_;  // The response being written.
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
   HttpApi& api_;

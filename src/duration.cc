@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "fmt/compile.h"
 #include "fmt/format.h"
 
 namespace sluice {
@@ -50,16 +51,23 @@ absl::StatusOr<Micros> ParseDuration(std::string_view text) {
 }
 
 std::string FormatDuration(Micros d) {
+  std::string out;
+  AppendDuration(out, d);
+  return out;
+}
+
+void AppendDuration(std::string& out, Micros d) {
   const int64_t us = d.count();
   if (us == 0) {
-    return "0s";
+    out += "0s";
+    return;
   }
   for (const auto& [name, micros] : kUnits) {
     if (us % micros == 0) {
-      return fmt::format("{}{}", us / micros, name);
+      fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}{}"), us / micros, name);
+      return;
     }
   }
-  return fmt::format("{}us", us);  // Unreachable: every count is a multiple of 1us.
 }
 
 }  // namespace sluice

@@ -19,5 +19,7 @@ absl::StatusOr<Micros> ParseDuration(std::string_view text);
 // The shortest exact spelling of `d` that ParseDuration reads back: 90000000us -> "90s",
 // 1500us -> "1500us".
 std::string FormatDuration(Micros d);
+// Appends FormatDuration(d) to `out`, without a string of its own.
+void AppendDuration(std::string& out, Micros d);
 
 }  // namespace sluice

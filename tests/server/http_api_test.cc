@@ -155,6 +155,24 @@ TEST_F(HttpApiTest, BadRequestsNameTheProblemAndChangeNothing) {
        "unknown field 'costs'"},
       {R"({"domain": "api", "descriptors": [{"entries": [{"value": "bob"}]}]})",
        "descriptors[0].entries[0].key is missing"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]}],
+           "cost": 1.5})",
+       "cost must be an integer"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]}],
+           "cost": 9223372036854775808})",
+       "cost is too large"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]}],
+           "cost": 100000000000000000000000})",
+       "malformed JSON: a number out of range"},
+      {"{\"domain\": \"api\xff\", \"descriptors\": []}", "malformed JSON: not UTF-8"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]}],
+           "cost": 0, "cost": 1})",
+       "field 'cost' appears twice"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]},
+           {"entries": [{"key": "user", "value": "bob", "key": "x"}]}]})",
+       "field 'descriptors[1].entries[0].key' appears twice"},
+      {R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": 3}]}]})",
+       "descriptors[0].entries[0].value must be a string"},
       {R"({"key": "k", "limit": 5, "period": "1s", "algorithm": "magic"})",
        "unknown algorithm 'magic'"},
       {R"({"key": "k", "limit": 5, "period": "soon"})", "period"},
@@ -198,6 +216,17 @@ TEST_F(HttpApiTest, EnvoyJsonEndpoint) {
   EXPECT_EQ(
       Post("/json", R"({"domain": "api", "descriptors": [{"entries": []}], "x": 1})").result(),
       http::status::bad_request);
+  const HttpResponse bad_unit =
+      Post("/json",
+           R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "eve"}]},
+          {"entries": [], "limit": {"requestsPerUnit": 3, "unit": "FORTNIGHT"}}]})");
+  EXPECT_EQ(bad_unit.result(), http::status::bad_request);
+  EXPECT_THAT(std::string(Body(bad_unit)["error"]),
+              HasSubstr("descriptors[1].limit.unit must be SECOND"));
+  const HttpResponse big_hits =
+      Post("/json", R"({"domain": "api", "descriptors": [{"entries": [], "hitsAddend": "-1"}]})");
+  EXPECT_THAT(std::string(Body(big_hits)["error"]),
+              HasSubstr("descriptors[0].hitsAddend must be zero or more"));
 }
 
 TEST_F(HttpApiTest, AuthTakesDescriptorsFromHeadersAndThePeer) {
