@@ -96,7 +96,9 @@ void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
       continue;
     }
     rls::RateLimitResponse::RateLimit& current = *status.mutable_current_limit();
-    current.set_name(result.closest->name);
+    if (result.closest->named) {  // As envoyproxy/ratelimit: rate_limit.name, when given.
+      current.set_name(result.closest->name);
+    }
     current.set_requests_per_unit(static_cast<uint32_t>(
         std::min<int64_t>(result.closest->nominal, std::numeric_limits<uint32_t>::max())));
     current.set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(result.unit));

@@ -675,7 +675,9 @@ HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
       if (result.unit != Unit::kUnknown) {
         current["unit"] = UnitName(result.unit);
       }
-      current["name"] = result.closest->name;
+      if (result.closest->named) {
+        current["name"] = result.closest->name;
+      }
       status["currentLimit"] = std::move(current);
     }
     if (result.limit_remaining != 0) {

@@ -175,7 +175,8 @@ class FileParser {
     CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
                      "period", "burst", "buckets"});
     RuleLimit rule_limit;
-    rule_limit.name = node["name"] ? String(node["name"], "'name'") : std::move(default_name);
+    rule_limit.named = static_cast<bool>(node["name"]);
+    rule_limit.name = rule_limit.named ? String(node["name"], "'name'") : std::move(default_name);
     if (const YAML::Node replaces = node["replaces"]) {
       for (const YAML::Node& item : Sequence(replaces, "replaces")) {
         CheckKeys(item, {"name"});
@@ -277,11 +278,11 @@ class FileParser {
       if (const YAML::Node children = node["descriptors"]) {
         ParseLevel(children, domain, path, descriptor->children);
       }
-      if (const YAML::Node detailed = node["detailed_metric"]) {
-        Bool(detailed, "detailed_metric");  // Accepted for compatibility: metrics are per rule.
-      }
-      if (const YAML::Node value_to_metric = node["value_to_metric"]) {
-        Bool(value_to_metric, "value_to_metric");  // Likewise.
+      for (const char* detailed : {"detailed_metric", "value_to_metric"}) {
+        if (const YAML::Node flag = node[detailed];
+            flag && Bool(flag, detailed) && descriptor->rule) {
+          descriptor->rule->detailed_metric = true;
+        }
       }
       Index(node, *descriptor, level);
       level.nodes.push_back(std::move(descriptor));
@@ -516,6 +517,7 @@ std::string_view ModeName(Mode mode) {
 struct CounterRegistry::State {
   mutable Mutex mutex;
   std::map<std::string, std::unique_ptr<RuleCounters>, std::less<>> counters ABSL_GUARDED_BY(mutex);
+  size_t detailed ABSL_GUARDED_BY(mutex) = 0;  // Created by GetDetailed.
 };
 
 CounterRegistry::CounterRegistry() : state_(std::make_unique<State>()) {}
@@ -528,6 +530,18 @@ RuleCounters* CounterRegistry::Get(const std::string& name) {
     counters = std::make_unique<RuleCounters>();
   }
   return counters.get();
+}
+
+RuleCounters* CounterRegistry::GetDetailed(const std::string& name) {
+  MutexLock lock(state_->mutex);
+  if (const auto it = state_->counters.find(name); it != state_->counters.end()) {
+    return it->second.get();
+  }
+  if (state_->detailed >= kMaxDetailed) {
+    return nullptr;
+  }
+  ++state_->detailed;
+  return state_->counters.emplace(name, std::make_unique<RuleCounters>()).first->second.get();
 }
 
 std::vector<std::pair<std::string, const RuleCounters*>> CounterRegistry::All() const {

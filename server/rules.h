@@ -66,7 +66,8 @@ struct RuleCounters {
 
 // One limit of a rule, ready for the store.
 struct RuleLimit {
-  std::string name;  // rate_limit.name, or the descriptor path ("api.user", "api.user_alice").
+  std::string name;    // rate_limit.name, or the descriptor path ("api.user", "api.user_alice").
+  bool named = false;  // rate_limit.name was given: Envoy's responses carry it (else no name).
   // What the rule says: N per P. The limit the store enforces is `limit`, which equals it
   // except in soft mode, where it is enlarged by soft_percent.
   int64_t nominal = 0;
@@ -95,6 +96,9 @@ struct Rule {
   Mode mode = Mode::kHard;
   int64_t soft_percent = 0;
   const Pool* pool = nullptr;  // Elastic mode only.
+  // envoyproxy/ratelimit's detailed_metric (or value_to_metric): counted under the values of
+  // the request ("api.user_alice") rather than the rule's path ("api.user").
+  bool detailed_metric = false;
 };
 
 // One entry of a request descriptor.
@@ -153,6 +157,10 @@ class CounterRegistry {
 
   // The counters named `name`, created on first use. Stable for the registry's lifetime.
   RuleCounters* Get(const std::string& name);
+  // As Get, but creates no more than kMaxDetailed counters this way (per value of a request,
+  // for detailed_metric, where the values are the callers'): nullptr once they are used up.
+  static constexpr size_t kMaxDetailed = 10'000;
+  RuleCounters* GetDetailed(const std::string& name);
   // Every counter ever created, in name order.
   std::vector<std::pair<std::string, const RuleCounters*>> All() const;
 

@@ -140,6 +140,7 @@ struct RateLimitService::Planned {
   const Domain* domain = nullptr;  // Owned by the RuleSet the request holds.
   std::string key;
   size_t descriptor = 0;
+  RuleCounters* counters = nullptr;  // Where it is counted for /metrics.
 };
 
 namespace {
@@ -268,6 +269,33 @@ absl::Status RateLimitService::AdmitCallerLimit(const Limit& limit) {
                   kMaxCallerLimits, limit.ToString()));
 }
 
+// envoyproxy/ratelimit's detailed_metric: the rule's limit counted under the request's own
+// values, "api.user_alice.path_/search" where the rule's path is "api.user.path_/search" (a
+// limit with a name of its own keeps it after a colon). Past CounterRegistry::kMaxDetailed
+// such names, the rule's own counters.
+RuleCounters* RateLimitService::DetailedCounters(const Domain& domain, const Rule& rule,
+                                                 const RuleLimit& rule_limit,
+                                                 const std::vector<Entry>& entries) {
+  std::string name = domain.name;
+  for (const Entry& entry : entries) {
+    fmt::format_to(std::back_inserter(name), ".{}_{}", entry.key, entry.value);
+  }
+  if (rule_limit.name != rule.path) {
+    fmt::format_to(std::back_inserter(name), ":{}", rule_limit.name);
+  }
+  RuleCounters* counters = metrics_.rules().GetDetailed(name);
+  if (counters == nullptr) {
+    if (!detailed_full_.exchange(true)) {
+      spdlog::warn(
+          "detailed_metric: {} names in use; '{}' and later ones are counted under their "
+          "rule",
+          CounterRegistry::kMaxDetailed, name);
+    }
+    return rule_limit.counters;
+  }
+  return counters;
+}
+
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const Domain& domain, const CheckRequest& request) {
   std::vector<Planned> planned;
@@ -300,6 +328,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       }
       owned->counters = metrics_.rules().Get(owned->name);
       Planned& p = planned.emplace_back();
+      p.counters = owned->counters;
       p.rule_limit = owned.get();
       p.owned = std::move(owned);
       p.domain = &domain;
@@ -313,6 +342,8 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     }
     for (const RuleLimit& rule_limit : rule->limits) {
       Planned& p = planned.emplace_back();
+      p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
+                                         : rule_limit.counters;
       p.rule_limit = &rule_limit;
       p.mode = rule->mode;
       p.pool = rule->pool;
@@ -354,6 +385,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
     const RuleLimit& rule_limit = *p.rule_limit;
     LimitOutcome& outcome = result.limits.emplace_back();
     outcome.name = rule_limit.name;
+    outcome.named = rule_limit.named;
     outcome.limit = rule_limit.limit;
     outcome.nominal = rule_limit.nominal;
     outcome.unit = rule_limit.unit;
@@ -452,6 +484,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
             LimitOutcome& outcome = result.limits.emplace_back();
             const RuleLimit& pool_limit = pools[j]->limit;
             outcome.name = pool_limit.name;
+            outcome.named = true;
             outcome.limit = pool_limit.limit;
             outcome.nominal = pool_limit.nominal;
             outcome.unit = pool_limit.unit;
@@ -505,7 +538,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   }
   result.combined.allowed = admitted;
   for (size_t i = 0; i < result.limits.size(); ++i) {
-    RuleCounters* counters = i < planned.size() ? planned[i].rule_limit->counters : nullptr;
+    RuleCounters* counters = i < planned.size() ? planned[i].counters : nullptr;
     LimitOutcome& outcome = result.limits[i];
     if (outcome.pool) {
       // A pool counts as a rule of its own.

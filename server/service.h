@@ -84,6 +84,7 @@ struct AdHocRequest {
 // What one limit said about a request.
 struct LimitOutcome {
   std::string name;
+  bool named = false;  // The name was written in the rules (Envoy's answers carry only such).
   std::optional<Limit> limit;  // Empty for unlimited rules and requests_per_unit: 0.
   int64_t nominal = 0;         // The limit clients are told (soft mode stores more).
   Unit unit = Unit::kUnknown;  // Envoy's unit, when the rule was written with one.
@@ -179,6 +180,8 @@ class RateLimitService {
   // grouped, `replaces` applied.
   // InvalidArgument when an override would pass kMaxCallerLimits.
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request);
+  RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,
+                                 const RuleLimit& rule_limit, const std::vector<Entry>& entries);
   absl::Status AdmitCallerLimit(const Limit& limit);
   // Decides `planned` (each limit with its key) for `cost`: up to three store calls, one after
   // the other (the enforced limits; when elastic ones denied, again with their pools; the
@@ -197,7 +200,8 @@ class RateLimitService {
   std::atomic<uint64_t> rules_version_{1};
   RuleCounters* adhoc_counters_;
   CallerLimits caller_limits_;
-  std::atomic<int64_t> in_flight_{0};  // *Async decisions whose `done` has not returned.
+  std::atomic<int64_t> in_flight_{0};       // *Async decisions whose `done` has not returned.
+  std::atomic<bool> detailed_full_{false};  // CounterRegistry::kMaxDetailed reached (logged).
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

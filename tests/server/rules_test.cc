@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -334,6 +335,21 @@ TEST(GroupAddressTest, Ipv4AsItIsIpv6ByPrefix) {
   EXPECT_EQ(GroupAddress("not an address", 64), "not an address");
   EXPECT_EQ(GroupAddress("", 64), "");
   EXPECT_EQ(GroupAddress(std::string(100, ':'), 64), std::string(100, ':'));
+}
+
+TEST(CounterRegistryTest, DetailedCountersAreBounded) {
+  CounterRegistry registry;
+  RuleCounters* rule = registry.Get("api.user");
+  EXPECT_EQ(registry.GetDetailed("api.user"), rule);  // An existing name is shared.
+  std::vector<RuleCounters*> detailed;
+  for (size_t i = 0; i < CounterRegistry::kMaxDetailed; ++i) {
+    detailed.push_back(registry.GetDetailed(fmt::format("api.user_{}", i)));
+    ASSERT_NE(detailed.back(), nullptr) << i;
+  }
+  EXPECT_EQ(registry.GetDetailed("api.user_one_too_many"), nullptr);
+  EXPECT_EQ(registry.GetDetailed("api.user_7"), detailed[7]);  // Those made stay.
+  EXPECT_NE(registry.Get("api.other"), nullptr);               // Rules' own are not bounded.
+  EXPECT_EQ(registry.All().size(), CounterRegistry::kMaxDetailed + 2);
 }
 
 }  // namespace
