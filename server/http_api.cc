@@ -120,11 +120,13 @@ class Fields {
 
   // Every field is one of `known`, and none appears twice (which of two would count is
   // nobody's guess).
-  absl::Status OnlyKnown(std::initializer_list<std::string_view> known) const {
-    uint32_t seen = 0;  // Bit i: known[i] has appeared.
+  // `also`, when not empty, is one more known field.
+  absl::Status OnlyKnown(std::initializer_list<std::string_view> known,
+                         std::string_view also = {}) const {
+    uint32_t seen = 0;  // Bit i: known[i] has appeared; bit known.size(): `also` has.
     for (const auto field : object_) {
       const auto it = std::find(known.begin(), known.end(), field.key);
-      if (it == known.end()) {
+      if (it == known.end() && (also.empty() || field.key != also)) {
         return absl::InvalidArgumentError(fmt::format("unknown field '{}'", Name(field.key)));
       }
       const uint32_t bit = uint32_t{1} << (it - known.begin());
@@ -426,7 +428,8 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
   out.push_back('}');
 }
 
-std::string ResultText(const CheckResult& result) {
+// `waited`: an acquire's wait, given as "waited_us".
+std::string ResultText(const CheckResult& result, std::optional<Micros> waited = std::nullopt) {
   std::string out;
   out.reserve(192 + 256 * result.limits.size());  // One allocation for the usual answer.
   out.push_back('{');
@@ -434,6 +437,9 @@ std::string ResultText(const CheckResult& result) {
   bool over_soft = false;
   for (const LimitOutcome& outcome : result.limits) {
     over_soft = over_soft || outcome.over_soft;
+  }
+  if (waited) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"waited_us":{})"), waited->count());
   }
   fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);
   for (size_t i = 0; i < result.limits.size(); ++i) {
@@ -494,9 +500,10 @@ void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
 }
 
 HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
-                           http::status denied_status) {
+                           http::status denied_status,
+                           std::optional<Micros> waited = std::nullopt) {
   HttpResponse response = JsonResponse(result.combined.allowed ? http::status::ok : denied_status,
-                                       ResultText(result), request);
+                                       ResultText(result, waited), request);
   SetRateLimitHeaders(result, response);
   return response;
 }
@@ -517,7 +524,7 @@ constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
 // The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
 std::string_view AllowedMethods(std::string_view path) {
-  if (path == "/v1/check" || path == "/json") {
+  if (path == "/v1/check" || path == "/v1/acquire" || path == "/json") {
     return "POST";
   }
   if (path == "/v1/auth") {
@@ -536,6 +543,9 @@ HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request) 
 HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request) {
   return CheckResponse(result, request, http::status::forbidden);
 }
+HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request) {
+  return CheckResponse(result.check, request, http::status::too_many_requests, result.waited);
+}
 
 // The answer to a request refused with `status`: its HTTP status and its message.
 HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
@@ -543,14 +553,31 @@ HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
                        request.keep_alive());
 }
 
-// POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one.
-absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRequest& request) {
+// POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one. With
+// `max_wait` (POST /v1/acquire), the body may also have "max_wait", a duration, read into it.
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
+    const HttpRequest& request, std::optional<Micros>* max_wait = nullptr) {
   absl::StatusOr<JsonObject> parsed = ParseObject(request);
   if (!parsed.ok()) {
     return parsed.status();
   }
   const JsonObject body = *parsed;
   const Fields fields(body, Where{});
+  const std::string_view also = max_wait != nullptr ? "max_wait" : "";
+  if (max_wait != nullptr) {
+    absl::StatusOr<std::optional<std::string>> text = fields.String("max_wait");
+    if (!text.ok()) {
+      return text.status();
+    }
+    if (*text) {
+      absl::StatusOr<Micros> wait = ParseDuration(**text);
+      if (!wait.ok()) {
+        return absl::InvalidArgumentError(
+            fmt::format("max_wait: {}", internal::Message(wait.status())));
+      }
+      *max_wait = *wait;
+    }
+  }
   absl::StatusOr<std::optional<int64_t>> cost =
       AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   if (!cost.ok()) {
@@ -558,8 +585,8 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRe
   }
   if (fields.Find({"key"})) {
     // Ad hoc: the limit is in the request.
-    if (absl::Status s =
-            fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost"});
+    if (absl::Status s = fields.OnlyKnown(
+            {"key", "algorithm", "limit", "period", "burst", "buckets", "cost"}, also);
         !s.ok()) {
       return s;
     }
@@ -602,7 +629,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRe
     adhoc.spec.buckets = *buckets;
     return adhoc;
   }
-  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}); !s.ok()) {
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}, also); !s.ok()) {
     return s;
   }
   CheckRequest check;
@@ -761,7 +788,8 @@ void HttpApi::Send(Reply reply, HttpResponse response) {
       [response = Finish(std::move(response), reply)]() mutable { return std::move(response); });
 }
 
-void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond respond) {
+void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond respond,
+                     CancelWait* cancel) {
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
@@ -771,10 +799,15 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   };
   Reply reply{.start = clock_.Now(),
               .head = method == http::verb::head,
+              // (An acquire's time is mostly its wait: it stays out of the latency figures.)
               .decision = (path == "/v1/check" && only(http::verb::post)) ||
                           (path == "/json" && only(http::verb::post)) ||
                           (path == "/v1/auth" && only(http::verb::get)),
               .respond = std::move(respond)};
+  if (path == "/v1/acquire" && only(http::verb::post)) {
+    Acquire(request, std::move(reply), cancel);
+    return;
+  }
   if (reply.decision) {
     if (path == "/v1/check") {
       Check(request, std::move(reply));
@@ -823,6 +856,21 @@ void HttpApi::Check(const HttpRequest& request, Reply reply) {
     service_.CheckAdHocAsync(std::move(*adhoc), std::move(answer));
   } else {
     service_.CheckAsync(std::get<CheckRequest>(*std::move(parsed)), std::move(answer));
+  }
+}
+
+void HttpApi::Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel) {
+  std::optional<Micros> max_wait;
+  absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> parsed = ParseCheck(request, &max_wait);
+  if (!parsed.ok()) {
+    Send(std::move(reply), Failure(parsed.status(), request));
+    return;
+  }
+  CancelWait wait = service_.AcquireAsync(
+      {.check = *std::move(parsed), .max_wait = max_wait.value_or(kDefaultMaxWait)},
+      Deliver<AcquireResult>(request, std::move(reply), &AcquireAnswer));
+  if (cancel != nullptr) {
+    *cancel = std::move(wait);
   }
 }
 

@@ -4,6 +4,7 @@
 // they can be tested without sockets. HttpServer (http_server.h) owns the sockets.
 //
 //   POST /v1/check   rules-mode or ad-hoc check, 200 or 429 with RateLimit-* headers
+//   POST /v1/acquire as check, but answered once the request may go ahead (up to max_wait)
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
 //   GET  /healthz, GET /metrics, GET /v1/rules
@@ -48,10 +49,18 @@ class HttpApi {
   // its own thread and keeps the store's thread free.
   using Respond = absl::AnyInvocable<void(Build) &&>;
 
+  // POST /v1/acquire's wait when the request names none.
+  static constexpr Micros kDefaultMaxWait = std::chrono::seconds(30);
+
+  // Gives up a request that waits (/v1/acquire) when its client has gone.
+  using CancelWait = RateLimitService::CancelWait;
+
   // Answers `request` through `respond`, never waiting for the store. `request` must stay
   // alive and unchanged until the response is built. `peer` is the client's address, used for
-  // the ":remote_addr" source of /v1/auth.
-  void Handle(const HttpRequest& request, std::string_view peer, Respond respond);
+  // the ":remote_addr" source of /v1/auth. For a request that may wait long (/v1/acquire),
+  // `cancel`, when given, receives the function that gives it up.
+  void Handle(const HttpRequest& request, std::string_view peer, Respond respond,
+              CancelWait* cancel = nullptr);
 
   // Counts a request the server answered 400 before it could be parsed (too large, too slow,
   // not HTTP), as Handle counts its own 400s.
@@ -80,6 +89,7 @@ class HttpApi {
       HttpResponse (*format)(const Result&, const HttpRequest&));
 
   void Check(const HttpRequest& request, Reply reply);
+  void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);

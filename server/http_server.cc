@@ -1,6 +1,9 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -197,20 +200,59 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     // Read whole: the time left for the answer starts now (a decision may wait for Redis).
     Arm(options_.read_timeout);
+    answered_ = false;
     try {
-      api_.Handle(parser_->get(), peer_, [self = shared_from_this()](HttpApi::Build build) {
-        // The answer may come from the store's thread: build and write it on this loop.
-        asio::dispatch(self->executor(), [self, build = std::move(build)]() mutable {
-          self->Answer(std::move(build));
-        });
-      });
+      api_.Handle(
+          parser_->get(), peer_,
+          [self = shared_from_this()](HttpApi::Build build) {
+            // The answer may come from the store's thread: build and write it on this loop.
+            asio::dispatch(self->executor(), [self, build = std::move(build)]() mutable {
+              self->Answer(std::move(build));
+            });
+          },
+          &cancel_wait_);
     } catch (const std::exception& e) {
       Send(InternalError(e));
+      return;
     }
+    if (answered_) {
+      cancel_wait_ = nullptr;  // Answered at once, inside Handle: nothing waits.
+    } else if (cancel_wait_) {
+      // An acquire, which may wait up to its max_wait: give it that long, and watch for the
+      // client leaving meanwhile, which gives its place in line back.
+      Arm(options_.read_timeout + kMaxAcquireWait);
+      WatchForDeparture();
+    }
+  }
+
+  // While a request waits (acquire), the connection is idle: readable only if the client
+  // closed it (a read would return 0) or sent its next request early. The first cancels the
+  // wait; the second ends the watch (the request is read after this answer).
+  void WatchForDeparture() {
+    socket_.async_wait(Tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->cancel_wait_) {
+        return;  // Answered (the watch was cancelled), or closing.
+      }
+      char byte = 0;
+      const ssize_t n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        self->WatchForDeparture();
+        return;
+      }
+      if (n <= 0) {
+        std::exchange(self->cancel_wait_, nullptr)();
+      }
+    });
   }
 
   // Builds the answer to the request just read and sends it.
   void Answer(HttpApi::Build build) {
+    answered_ = true;
+    if (cancel_wait_) {
+      cancel_wait_ = nullptr;
+      beast::error_code ignored;
+      socket_.cancel(ignored);  // Ends the departure watch; nothing else is pending now.
+    }
     HttpResponse response;
     try {
       response = std::move(build)();
@@ -267,6 +309,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Close() {
+    if (cancel_wait_) {
+      std::exchange(cancel_wait_, nullptr)();  // Nobody is left to tell: end the wait now.
+    }
     EndRequest();
     closed_ = true;
     beast::error_code ec;
@@ -283,7 +328,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
-  std::string wire_;  // The response being written.
+  std::string wire_;                 // The response being written.
+  HttpApi::CancelWait cancel_wait_;  // Set while a request waits (acquire).
+  bool answered_ = false;            // The request just read has its answer.
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
   HttpApi& api_;

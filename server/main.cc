@@ -110,7 +110,7 @@ class Daemon {
     if (absl::Status s = OpenStore(); !s.ok()) {
       return Refuse(internal::Message(s));
     }
-    service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_);
+    service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_, &timers_);
     if (!flags_.config.empty()) {
       absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
       if (!rules.ok()) {
@@ -166,6 +166,7 @@ class Daemon {
                                                   : fmt::format("[{}]:{}", grpc->host, grpc->port),
         *envoy_, grpc_port);
     if (!grpc_server.ok()) {
+      service_->StopWaiting();
       server_->Stop(Micros{0});
       service_->WaitIdle();
       return Refuse(internal::Message(grpc_server.status()));
@@ -184,6 +185,7 @@ class Daemon {
     control_.run();
 
     spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(*drain));
+    service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
     grpc_server_->Shutdown(std::chrono::system_clock::now() + *drain);
     server_->Stop(*drain);
     // A decision still waiting for Redis past the drain ends (within --redis-timeout) before
@@ -384,6 +386,7 @@ class Daemon {
   std::unique_ptr<Store> store_;
   MemoryStore* memory_ = nullptr;  // store_, when it is the memory store.
   RedisStore* redis_ = nullptr;    // store_, when it is Redis.
+  AsioTimers timers_;              // Acquire's waits; outlives the service.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<HttpServer> server_;

@@ -3,18 +3,21 @@
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
+#include <future>
 #include <limits>
 #include <optional>
 #include <set>
 #include <span>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "absl/hash/hash.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
 #include "server/ip.h"
+#include "sluice/duration.h"
 
 namespace sluice::server {
 namespace {
@@ -147,13 +150,14 @@ namespace {
 std::atomic<uint64_t> next_service_id{1};
 }  // namespace
 
-RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics)
+RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers)
     : store_(store),
       clock_(clock),
       metrics_(metrics),
       id_(next_service_id.fetch_add(1)),
       rules_(std::make_shared<const RuleSet>()),
-      adhoc_counters_(metrics.rules().Get("adhoc")) {}
+      adhoc_counters_(metrics.rules().Get("adhoc")),
+      lines_(timers != nullptr ? std::make_unique<WaitLines>(*timers) : nullptr) {}
 
 std::shared_ptr<const RuleSet> RateLimitService::rules() const {
   struct Copy {
@@ -296,6 +300,21 @@ RuleCounters* RateLimitService::DetailedCounters(const Domain& domain, const Rul
   return counters;
 }
 
+namespace {
+
+// `entries` as they are counted: IP addresses grouped (IPv6 by the domain's prefix).
+std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entries) {
+  for (Entry& entry : entries) {
+    if (std::find(domain.ip_keys.begin(), domain.ip_keys.end(), entry.key) !=
+        domain.ip_keys.end()) {
+      entry.value = GroupAddress(entry.value, domain.ipv6_prefix);
+    }
+  }
+  return entries;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const Domain& domain, const CheckRequest& request) {
   std::vector<Planned> planned;
@@ -303,13 +322,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const RequestDescriptor& descriptor = request.descriptors[d];
     // Rules match the values as sent (a rule may name one exact address); the count is kept
     // per grouped address.
-    std::vector<Entry> entries = descriptor.entries;
-    for (Entry& entry : entries) {
-      if (std::find(domain.ip_keys.begin(), domain.ip_keys.end(), entry.key) !=
-          domain.ip_keys.end()) {
-        entry.value = GroupAddress(entry.value, domain.ipv6_prefix);
-      }
-    }
+    const std::vector<Entry> entries = CountedEntries(domain, descriptor.entries);
     std::string key = RuleKey(domain.name, entries);
     if (descriptor.limit) {
       // Envoy's override: a fixed window of its own, never in shadow mode, never replaced.
@@ -716,6 +729,157 @@ internal::Detached RateLimitService::Run(internal::Task<T> task, Done<T> done) {
   in_flight_.fetch_sub(1, std::memory_order_release);
 }
 
+namespace {
+
+// The line an acquire waits in: waiters that would ask the store about the same keys (the
+// descriptors' keys as Plan builds them, addresses grouped, in any order).
+std::string LineKey(const RuleSet& rules, const AcquireRequest& request) {
+  if (const auto* adhoc = std::get_if<AdHocRequest>(&request.check)) {
+    return adhoc->key;  // Ad hoc keys have no control bytes; rule keys start with one.
+  }
+  const auto& check = std::get<CheckRequest>(request.check);
+  const Domain* domain = rules.FindDomain(check.domain);
+  std::vector<std::string> keys;
+  for (const RequestDescriptor& descriptor : check.descriptors) {
+    keys.push_back(RuleKey(check.domain, domain != nullptr
+                                             ? CountedEntries(*domain, descriptor.entries)
+                                             : descriptor.entries));
+  }
+  std::sort(keys.begin(), keys.end());
+  std::string key;
+  for (const std::string& part : keys) {
+    key += part;
+  }
+  return key;
+}
+
+}  // namespace
+
+RateLimitService::CheckTask RateLimitService::Attempt(const AcquireRequest& request, int64_t cost) {
+  if (const auto* adhoc = std::get_if<AdHocRequest>(&request.check)) {
+    AdHocRequest attempt = *adhoc;
+    attempt.cost = cost;
+    co_return co_await DecideAdHoc(std::move(attempt));
+  }
+  CheckRequest attempt = std::get<CheckRequest>(request.check);
+  attempt.cost = cost;
+  co_return co_await DecideCheck(std::move(attempt));
+}
+
+internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
+    AcquireRequest request, std::shared_ptr<Waiter> waiter) {
+  if (request.max_wait < Micros{0} || request.max_wait > kMaxAcquireWait) {
+    co_return absl::InvalidArgumentError(
+        fmt::format("max_wait must be 0 to {}", FormatDuration(kMaxAcquireWait)));
+  }
+  const int64_t cost = std::visit([](const auto& check) { return check.cost; }, request.check);
+  const Timestamp start = clock_.Now();
+  const Timestamp deadline = start + request.max_wait;
+  // Out of the line however this ends, an exception included: a waiter left at the head
+  // would hold its line for good.
+  struct LeaveLine {
+    WaitLines& lines;
+    const std::shared_ptr<Waiter>& waiter;
+    ~LeaveLine() { lines.Leave(waiter); }
+  } leave{*lines_, waiter};
+  co_await lines_->Join(waiter, deadline);
+  absl::StatusOr<CheckResult> result;
+  bool shaped = true;  // Some limit is a leaky_bucket; known after the first try.
+  while (true) {
+    if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
+      result = std::move(why);
+      break;
+    }
+    if (!lines_->Head(*waiter)) {
+      // max_wait ended with others still ahead of it. How long they will take is not known
+      // here: it is told to come back after as long as it waited (at least 1 ms).
+      result = co_await Attempt(request, 0);
+      if (result.ok()) {
+        result->combined.allowed = false;
+        result->combined.retry_after = std::max(request.max_wait, Micros{1000});
+        result->combined.delay = Micros{0};
+      }
+      break;
+    }
+    const Timestamp now = clock_.Now();
+    if (shaped) {
+      // A leaky_bucket's admission is a reservation that cannot be taken back: ask first
+      // (cost 0 records nothing) how long its queue would delay this request, and wait that
+      // out before asking to be admitted, so that a waiter who gives up holds nothing.
+      absl::StatusOr<CheckResult> probe = co_await Attempt(request, 0);
+      if (!probe.ok()) {
+        result = std::move(probe);
+        break;
+      }
+      shaped = std::any_of(probe->limits.begin(), probe->limits.end(), [](const auto& outcome) {
+        return outcome.limit && outcome.limit->algorithm() == Algorithm::kLeakyBucket;
+      });
+      if (const Micros delay = probe->combined.delay; delay > Micros{0}) {
+        if (now + delay > deadline) {
+          result = std::move(probe);
+          result->combined.allowed = false;
+          result->combined.retry_after = delay - (deadline - now);
+          result->combined.delay = Micros{0};
+          break;
+        }
+        co_await lines_->Sleep(waiter, clock_.Now() + delay);
+        continue;
+      }
+    }
+    result = co_await Attempt(request, cost);
+    if (!result.ok()) {
+      break;
+    }
+    // Waits count from the answer, not from before the store calls: never a wake-up early.
+    const Timestamp decided = clock_.Now();
+    const Decision& decision = result->combined;
+    if (decision.allowed) {
+      // Another server's waiter may have been admitted between the probe and this: this one
+      // then has a delay after all, and waits it out before the caller goes ahead.
+      if (decision.delay > Micros{0}) {
+        co_await lines_->Sleep(waiter, decided + decision.delay);
+        if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
+          result = std::move(why);  // Charged, but not to be told "go ahead" early.
+          break;
+        }
+        result->combined.delay = Micros{0};  // Waited out: the caller may go ahead now.
+      }
+      break;
+    }
+    if (decision.never_allowed() || decided + decision.retry_after > deadline) {
+      break;
+    }
+    co_await lines_->Sleep(waiter, decided + decision.retry_after);
+  }
+  if (!result.ok()) {
+    co_return result.status();
+  }
+  co_return AcquireResult{.check = *std::move(result), .waited = clock_.Now() - start};
+}
+
+RateLimitService::CancelWait RateLimitService::AcquireAsync(
+    AcquireRequest request, Done<absl::StatusOr<AcquireResult>> done) {
+  if (lines_ == nullptr) {
+    std::move(done)(absl::FailedPreconditionError("acquire needs timers (none given)"));
+    return [] {};
+  }
+  auto waiter = std::make_shared<Waiter>(LineKey(*rules(), request));
+  Run(DecideAcquire(std::move(request), waiter), std::move(done));
+  return [lines = lines_.get(), weak = std::weak_ptr<Waiter>(waiter)] {
+    if (const std::shared_ptr<Waiter> waiting = weak.lock()) {
+      lines->Cancel(waiting, absl::CancelledError("the client went away"));
+    }
+  };
+}
+
+void RateLimitService::StopWaiting() {
+  if (lines_ != nullptr) {
+    lines_->CancelAll(absl::UnavailableError("the server is stopping"));
+  }
+}
+
+size_t RateLimitService::waiting() const { return lines_ == nullptr ? 0 : lines_->waiting(); }
+
 void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done) {
   Run(DecideCheck(std::move(request)), std::move(done));
 }
@@ -741,6 +905,16 @@ absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
 
 absl::StatusOr<CheckResult> RateLimitService::CheckAdHoc(AdHocRequest request) {
   return internal::Wait(DecideAdHoc(std::move(request)));
+}
+
+absl::StatusOr<AcquireResult> RateLimitService::Acquire(AcquireRequest request) {
+  // Shared: `done` may still be inside set_value when this thread wakes and returns.
+  auto answer = std::make_shared<std::promise<absl::StatusOr<AcquireResult>>>();
+  std::future<absl::StatusOr<AcquireResult>> future = answer->get_future();
+  AcquireAsync(std::move(request), [answer](absl::StatusOr<AcquireResult> result) {
+    answer->set_value(std::move(result));
+  });
+  return future.get();
 }
 
 void RateLimitService::WaitIdle() const {

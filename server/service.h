@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -23,6 +24,7 @@
 
 #include "server/metrics.h"
 #include "server/rules.h"
+#include "server/waiting.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
@@ -107,6 +109,20 @@ struct CheckResult {
   std::vector<LimitOutcome> limits;
 };
 
+// POST /v1/acquire: a check that may wait, up to max_wait, until it can go ahead.
+struct AcquireRequest {
+  std::variant<AdHocRequest, CheckRequest> check;
+  Micros max_wait{0};
+};
+
+// The longest an acquire may wait.
+inline constexpr Micros kMaxAcquireWait = std::chrono::hours(1);
+
+struct AcquireResult {
+  CheckResult check;  // The admitting decision, or the denial that was too far off.
+  Micros waited{0};   // From arrival to the answer.
+};
+
 // One result per request descriptor, decided each on its own, as envoyproxy/ratelimit does.
 struct DescriptorResult {
   bool matched = false;                 // A rule (or an override) applied.
@@ -131,8 +147,9 @@ class RateLimitService {
   template <typename T>
   using Done = absl::AnyInvocable<void(T) &&>;
 
-  // `store`, `clock` and `metrics` must outlive the service.
-  RateLimitService(Store& store, Clock& clock, Metrics& metrics);
+  // `store`, `clock`, `metrics` and `timers` must outlive the service. Without timers,
+  // acquire is refused (FailedPrecondition).
+  RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers = nullptr);
 
   // The rules in force; never null. A request keeps the rules it started with.
   std::shared_ptr<const RuleSet> rules() const;
@@ -152,11 +169,27 @@ class RateLimitService {
   // A limit given by the caller.
   void CheckAdHocAsync(AdHocRequest request, Done<absl::StatusOr<CheckResult>> done);
 
+  // Waits until `request` may go ahead, then charges it: through a leaky_bucket's delay, or a
+  // denial's retry_after, each wait a timer rather than a thread. Waiters on the same
+  // descriptors (or ad hoc key) are served first come, first served: only the first asks the
+  // store. Answers a denial at once when going ahead is further off than max_wait
+  // (retry_after says how far), or never possible. A waiter holds no reservation: a
+  // leaky_bucket's delay is waited out before it is charged. Returns a function that gives
+  // the wait up (the client went away): the waiter leaves its line at once and `done`
+  // receives Cancelled.
+  using CancelWait = absl::AnyInvocable<void()>;
+  CancelWait AcquireAsync(AcquireRequest request, Done<absl::StatusOr<AcquireResult>> done);
+  // Ends every wait now, and any that starts later, with Unavailable (the server stops).
+  void StopWaiting();
+  // Requests waiting in AcquireAsync now.
+  size_t waiting() const;
+
   // The same three, waiting for the answer: for tests and tools, never for a thread that
   // serves requests.
   absl::StatusOr<CheckResult> Check(CheckRequest request);
   absl::StatusOr<std::vector<DescriptorResult>> ShouldRateLimit(CheckRequest request);
   absl::StatusOr<CheckResult> CheckAdHoc(AdHocRequest request);
+  absl::StatusOr<AcquireResult> Acquire(AcquireRequest request);
 
   // Blocks until every decision started by an *Async call has called its `done`. A server
   // calls it once it takes no more requests, before it tears down what those callbacks use.
@@ -171,6 +204,10 @@ class RateLimitService {
   CheckTask DecideCheck(CheckRequest request);
   DescriptorsTask DecideDescriptors(CheckRequest request);
   CheckTask DecideAdHoc(AdHocRequest request);
+  internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,
+                                                              std::shared_ptr<Waiter> waiter);
+  // One try of an acquire: its check at `cost`.
+  CheckTask Attempt(const AcquireRequest& request, int64_t cost);
   // Runs `task` for an *Async call: counted in in_flight_ until `done` has returned.
   template <typename T>
   internal::Detached Run(internal::Task<T> task, Done<T> done);
@@ -202,6 +239,7 @@ class RateLimitService {
   CallerLimits caller_limits_;
   std::atomic<int64_t> in_flight_{0};       // *Async decisions whose `done` has not returned.
   std::atomic<bool> detailed_full_{false};  // CounterRegistry::kMaxDetailed reached (logged).
+  std::unique_ptr<WaitLines> lines_;        // Acquire's waiters; null without timers.
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

@@ -97,6 +97,9 @@ absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
     body["descriptors"] = std::move(descriptors);
   }
   body["cost"] = flags.cost;
+  if (!flags.max_wait.empty()) {
+    body["max_wait"] = flags.max_wait;
+  }
   return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

@@ -2,6 +2,9 @@
 
 // `sluice check`: asks a running sluiced (POST /v1/check) about one request, prints its JSON
 // answer, and exits 0 when allowed, 1 when denied, 2 on an error (a bad flag, no server).
+// `sluice acquire`: the same through POST /v1/acquire, which answers once the request may go
+// ahead; exits 0 then, 75 (EX_TEMPFAIL) with the retry time on stderr when it cannot within
+// --max-wait, 1 when no wait can help, 2 on an error.
 
 #include <cstdint>
 #include <optional>
@@ -26,6 +29,7 @@ struct CheckFlags {
   std::optional<int64_t> buckets;
   int64_t cost = 1;
   std::string timeout = "5s";
+  std::string max_wait;  // acquire only: how long the server may hold the request.
 };
 
 // The JSON body of POST /v1/check for `flags`; InvalidArgument naming the flag otherwise.

@@ -1,7 +1,9 @@
 // The sluice command line. `sluice simulate` replays a trace through the algorithms
 // (docs/simulate.md); exit status 0 on success, 2 for bad flags or a bad trace.
 // `sluice check` asks a running sluiced (docs/server.md); exit status 0 when allowed, 1 when
-// denied, 2 on an error.
+// denied, 2 on an error. `sluice acquire` waits until allowed: exit status 0 then, 75
+// (EX_TEMPFAIL, "try again later") when not within --max-wait, 1 when no wait can help, 2 on
+// an error.
 
 #include <fstream>
 #include <iostream>
@@ -11,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
+#include "nlohmann/json.hpp"
 
 #include "sluice/duration.h"
 #include "sluice/limit.h"
@@ -22,6 +25,7 @@ namespace sluice::tools {
 namespace {
 
 constexpr int kUsageError = 2;
+constexpr int kTryLater = 75;  // sysexits.h's EX_TEMPFAIL: what a shell script retries on.
 
 struct SimulateFlags {
   std::string algorithm;
@@ -95,18 +99,22 @@ int RunSimulate(const SimulateFlags& flags) {
   return 0;
 }
 
+// `path` on the server at `server` ("http://host:port", a trailing slash or not).
+std::string Endpoint(std::string_view server, std::string_view path) {
+  while (server.ends_with('/')) {
+    server.remove_suffix(1);
+  }
+  return fmt::format("{}{}", server, path);
+}
+
 int RunCheck(const CheckFlags& flags) {
   absl::StatusOr<std::string> body = CheckBody(flags);
   if (!body.ok()) {
     std::cerr << "sluice check: " << body.status().message() << "\n";
     return kUsageError;
   }
-  std::string_view server = flags.server;
-  while (server.ends_with('/')) {
-    server.remove_suffix(1);
-  }
   absl::StatusOr<HttpAnswer> answer =
-      PostJson(fmt::format("{}/v1/check", server), *body, flags.timeout);
+      PostJson(Endpoint(flags.server, "/v1/check"), *body, flags.timeout);
   if (!answer.ok()) {
     std::cerr << "sluice check: " << answer.status().message() << "\n";
     return kUsageError;
@@ -120,6 +128,67 @@ int RunCheck(const CheckFlags& flags) {
   }
   std::cerr << "sluice check: the server answered " << answer->status << "\n";
   return kUsageError;
+}
+
+int RunAcquire(const CheckFlags& flags) {
+  absl::StatusOr<Micros> max_wait = ParseDuration(flags.max_wait);
+  absl::StatusOr<Micros> timeout = ParseDuration(flags.timeout);
+  if (!max_wait.ok()) {
+    std::cerr << "sluice acquire: --max-wait: " << max_wait.status().message() << "\n";
+    return kUsageError;
+  }
+  if (!timeout.ok()) {
+    std::cerr << "sluice acquire: --timeout: " << timeout.status().message() << "\n";
+    return kUsageError;
+  }
+  absl::StatusOr<std::string> body = CheckBody(flags);
+  if (!body.ok()) {
+    std::cerr << "sluice acquire: " << body.status().message() << "\n";
+    return kUsageError;
+  }
+  // The server holds the request up to max_wait; --timeout is for the rest.
+  absl::StatusOr<HttpAnswer> answer =
+      PostJson(Endpoint(flags.server, "/v1/acquire"), *body, FormatDuration(*max_wait + *timeout));
+  if (!answer.ok()) {
+    std::cerr << "sluice acquire: " << answer.status().message() << "\n";
+    return kUsageError;
+  }
+  if (answer->status == 200) {
+    return 0;
+  }
+  if (answer->status == 429) {
+    const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+    const auto retry = json.is_object() ? json.value("retry_after_us", int64_t{-1}) : -1;
+    if (retry < 0) {
+      std::cerr << "sluice acquire: denied, and no wait would help\n";
+      return 1;  // Not temporary: retrying cannot succeed.
+    }
+    std::cerr << fmt::format("sluice acquire: not within --max-wait {}; retry after {:.3f}s\n",
+                             flags.max_wait, static_cast<double>(retry) / 1e6);
+    return kTryLater;
+  }
+  std::cerr << "sluice acquire: the server answered " << answer->status << ": " << answer->body
+            << "\n";
+  return kUsageError;
+}
+
+// The flags of `check` and `acquire`: the server and the request.
+void AddRequestFlags(CLI::App& command, CheckFlags& flags) {
+  command.add_option("--server", flags.server, "sluiced's HTTP address")->capture_default_str();
+  command.add_option("--domain", flags.domain, "rules mode: the domain");
+  command.add_option("--descriptor", flags.descriptors,
+                     "rules mode: k=v, or k=v,k2=v2 for a nested descriptor; repeatable");
+  command.add_option("--key", flags.key, "ad hoc: the key to limit");
+  command.add_option("--algorithm", flags.algorithm, "ad hoc: the algorithm");
+  command.add_option("--limit", flags.limit, "ad hoc: N per period");
+  command.add_option("--period", flags.period, "ad hoc: P (1s, 1m, ...)");
+  command.add_option("--burst", flags.burst, "ad hoc: B");
+  command.add_option("--buckets", flags.buckets, "ad hoc: K for sliding_buckets");
+  command.add_option("--cost", flags.cost, "units this request costs")->capture_default_str();
+  command
+      .add_option("--timeout", flags.timeout,
+                  "how long to wait for the server (acquire: beyond --max-wait)")
+      ->capture_default_str();
 }
 
 int Main(int argc, char** argv) {
@@ -147,19 +216,15 @@ int Main(int argc, char** argv) {
   CheckFlags check_flags;
   CLI::App* check = app.add_subcommand(
       "check", "Ask a running sluiced about one request; exit 0 if allowed, 1 if denied");
-  check->add_option("--server", check_flags.server, "sluiced's HTTP address")
-      ->capture_default_str();
-  check->add_option("--domain", check_flags.domain, "rules mode: the domain");
-  check->add_option("--descriptor", check_flags.descriptors,
-                    "rules mode: k=v, or k=v,k2=v2 for a nested descriptor; repeatable");
-  check->add_option("--key", check_flags.key, "ad hoc: the key to limit");
-  check->add_option("--algorithm", check_flags.algorithm, "ad hoc: the algorithm");
-  check->add_option("--limit", check_flags.limit, "ad hoc: N per period");
-  check->add_option("--period", check_flags.period, "ad hoc: P (1s, 1m, ...)");
-  check->add_option("--burst", check_flags.burst, "ad hoc: B");
-  check->add_option("--buckets", check_flags.buckets, "ad hoc: K for sliding_buckets");
-  check->add_option("--cost", check_flags.cost, "units this request costs")->capture_default_str();
-  check->add_option("--timeout", check_flags.timeout, "how long to wait for the server")
+  AddRequestFlags(*check, check_flags);
+
+  CheckFlags acquire_flags;
+  acquire_flags.max_wait = "30s";
+  CLI::App* acquire = app.add_subcommand(
+      "acquire",
+      "Wait until a running sluiced allows one request; exit 0 then, 75 if not within --max-wait");
+  AddRequestFlags(*acquire, acquire_flags);
+  acquire->add_option("--max-wait", acquire_flags.max_wait, "the longest to wait (at most 1h)")
       ->capture_default_str();
 
   try {
@@ -176,6 +241,9 @@ int Main(int argc, char** argv) {
   }
   if (check->parsed()) {
     return RunCheck(check_flags);
+  }
+  if (acquire->parsed()) {
+    return RunAcquire(acquire_flags);
   }
   return kUsageError;
 }

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -642,6 +643,93 @@ class CheckAdHocTest(SluicedTest):
         # Another key has a burst of its own.
         other = dict(request, key="itest-adhoc-gcra-2")
         self.assertAllowed(SERVER.request("POST", "/v1/check", other), remaining=4)
+
+
+# ----------------------------------------------------------------------------------------------
+# POST /v1/acquire
+
+
+class AcquireTest(SluicedTest):
+
+    def acquire(self, body, timeout=10):
+        return SERVER.request("POST", "/v1/acquire", body, timeout=timeout)
+
+    def test_leaky_bucket_waiters_go_one_drain_apart_in_order(self):
+        body = {"key": "t-acq-leaky", "algorithm": "leaky_bucket", "limit": 5, "period": "1s",
+                "burst": 1, "max_wait": "5s"}
+        answers = {}
+
+        def ask(i):
+            start = time.monotonic()
+            resp = self.acquire(body)
+            answers[i] = (resp, time.monotonic() - start)
+
+        threads = []
+        for i in range(5):
+            threads.append(threading.Thread(target=ask, args=(i,)))
+            threads[-1].start()
+            time.sleep(0.02)  # Arrival order: 0, 1, 2, ...
+        for t in threads:
+            t.join()
+        waits = []
+        for i in range(5):
+            resp, elapsed = answers[i]
+            body_i = self.assertAllowed(resp)
+            self.assertEqual(body_i["delay_us"], 0, resp)  # Waited out already.
+            waits.append(body_i["waited_us"] / 1e6)
+            self.assertGreaterEqual(elapsed + 0.05, waits[-1], resp)
+        # 200 ms apart, in arrival order (each arrived 20 ms after the one before).
+        for i in range(1, 5):
+            self.assertAlmostEqual(waits[i] + 0.02 * i - waits[i - 1] - 0.02 * (i - 1), 0.2,
+                                   delta=0.06, msg=waits)
+
+    def test_too_far_off_is_429_at_once(self):
+        body = {"key": "t-acq-far", "algorithm": "gcra", "limit": 1, "period": "10s",
+                "max_wait": "1s"}
+        self.assertAllowed(self.acquire(body))
+        start = time.monotonic()
+        resp = self.acquire(body)
+        self.assertLess(time.monotonic() - start, 0.5)
+        denied = self.assertDenied(resp)
+        self.assertGreater(denied["retry_after_us"], 9_000_000, resp)
+        self.assertRetryAfter(resp)
+
+    def test_a_client_that_leaves_gives_up_its_place(self):
+        body = {"key": "t-acq-leave", "algorithm": "gcra", "limit": 1, "period": "1s",
+                "max_wait": "5s"}
+        self.assertAllowed(self.acquire(body))
+        # A second waits (raw socket), then leaves before its turn.
+        raw = socket.create_connection(("127.0.0.1", SERVER.port), timeout=5)
+        data = json.dumps(body).encode()
+        raw.sendall(b"POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                    b"\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+        time.sleep(0.1)
+        raw.close()
+        time.sleep(0.1)
+        # A third takes its place and the slot it waited for: answered within the second,
+        # not a second later.
+        start = time.monotonic()
+        resp = self.acquire(body)
+        elapsed = time.monotonic() - start
+        self.assertAllowed(resp)
+        self.assertLess(elapsed, 0.95, resp)
+
+    def test_bad_max_wait_is_400(self):
+        base = {"key": "t-acq-bad", "algorithm": "gcra", "limit": 1, "period": "1s"}
+        self.assertBadRequest(self.acquire(dict(base, max_wait="soon")), "max_wait")
+        self.assertBadRequest(self.acquire(dict(base, max_wait=5)), "max_wait", "string")
+        self.assertBadRequest(self.acquire(dict(base, max_wait="2h")), "max_wait", "1h")
+        self.assertBadRequest(SERVER.request("POST", "/v1/check", dict(base, max_wait="1s")),
+                              "unknown field", "max_wait")
+        resp = SERVER.request("GET", "/v1/acquire")
+        self.assertEqual(resp.status, 405, resp)
+        self.assertEqual(resp.header("Allow"), "POST", resp)
+
+    def test_rules_mode_acquire(self):
+        resp = self.acquire({"domain": DOMAIN, "max_wait": "0s",
+                             "descriptors": [{"entries": [{"key": "user", "value": "t-acq-r"}]}]})
+        body = self.assertAllowed(resp)
+        self.assertIn("waited_us", body)
 
 
 # ----------------------------------------------------------------------------------------------

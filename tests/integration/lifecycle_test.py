@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sluiced's connection handling and life cycle, at the socket level: Expect: 100-continue,
 a request still arriving when SIGTERM comes, one server per port, flags refused, and
-`sluice check` against it. Python 3 standard library only.
+`sluice check` and `sluice acquire` against it. Python 3 standard library only.
 
     python3 tests/integration/lifecycle_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
 """
@@ -102,6 +102,53 @@ class LifecycleTest(unittest.TestCase):
         gone = subprocess.run(args, capture_output=True, text=True, timeout=10)
         self.assertEqual(gone.returncode, 2)
         self.assertIn("cannot connect", gone.stderr)
+
+    def test_sluice_acquire_waits_then_exits_0_or_75(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        url = f"http://127.0.0.1:{self.server.port}"
+        args = [SLUICE, "acquire", "--server", url, "--key", "cli-acquire", "--algorithm",
+                "gcra", "--limit", "1", "--period", "1s"]
+        first = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertEqual(first.stdout, "")  # Quiet: `sluice acquire ... && curl ...`.
+        start = time.monotonic()
+        second = subprocess.run(args + ["--max-wait", "3s"], capture_output=True, text=True,
+                                timeout=10)
+        waited = time.monotonic() - start
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertGreater(waited, 0.7)  # It waited for the next second's slot ...
+        self.assertLess(waited, 2.0)     # ... and no longer.
+        third = subprocess.run(args + ["--max-wait", "100ms"], capture_output=True, text=True,
+                               timeout=10)
+        self.assertEqual(third.returncode, 75, third.stderr)
+        self.assertRegex(third.stderr, r"retry after 0\.\d{3}s")
+        never = subprocess.run(args + ["--cost", "2"], capture_output=True, text=True,
+                               timeout=10)
+        self.assertEqual(never.returncode, 1, never.stderr)
+        self.assertIn("no wait would help", never.stderr)
+        bad = subprocess.run(args + ["--max-wait", "soon"], capture_output=True, text=True,
+                             timeout=10)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--max-wait", bad.stderr)
+
+    def test_sigterm_ends_waiting_acquires_with_503(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        body = b'{"key": "k-stop", "algorithm": "gcra", "limit": 1, "period": "20s", "max_wait": "30s"}'
+        head = (b"POST /v1/acquire HTTP/1.1\r\nHost: sluiced\r\nContent-Type: application/json"
+                b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+        first = self.connect()
+        first.sendall(head + body)
+        self.assertTrue(first.recv(4096).startswith(b"HTTP/1.1 200 OK"))
+        waiting = self.connect()
+        waiting.sendall(head + body)
+        time.sleep(0.2)
+        start = time.monotonic()
+        self.server.proc.send_signal(signal.SIGTERM)
+        answer = waiting.recv(4096)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 503"), answer)
+        self.assertIn(b"stopping", answer)
+        self.assertEqual(self.server.proc.wait(timeout=10), 0)
+        self.assertLess(time.monotonic() - start, 3.0)
 
 
 if __name__ == "__main__":

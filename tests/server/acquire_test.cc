@@ -1,0 +1,240 @@
+// RateLimitService::AcquireAsync on a manual clock and manual timers: waits play out in
+// order on the test's thread, so every answer's time is exact.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "server/service.h"
+#include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
+#include "tests/testing/timers.h"
+#include "tests/testing/util.h"
+
+namespace sluice::server {
+namespace {
+
+using ::sluice::testing::At;
+using ::sluice::testing::kEpoch;
+using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
+
+constexpr char kRules[] = R"(
+domain: jobs
+descriptors:
+  - key: api
+    rate_limit: {algorithm: leaky_bucket, requests_per_unit: 5, period: 1s, burst: 1}
+)";
+
+class AcquireTest : public ::testing::Test {
+ protected:
+  AcquireTest() : clock_(At(kEpoch)), service_(store_, clock_, metrics_, &timers_) {
+    service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
+  }
+  // As a server stops: every wait ends, and every timer runs, so no coroutine is left.
+  ~AcquireTest() override {
+    service_.StopWaiting();
+    timers_.RunUntil(clock_, clock_.Now() + kMaxAcquireWait + 1s);
+    EXPECT_EQ(service_.waiting(), 0U);
+    EXPECT_EQ(timers_.pending(), 0U);
+  }
+
+  // One acquire in flight: its answer, once there is one, and when it came.
+  struct Pending {
+    std::optional<absl::StatusOr<AcquireResult>> answer;
+    Micros answered_at{-1};  // Since kEpoch.
+    RateLimitService::CancelWait cancel;
+  };
+
+  static AdHocRequest AdHoc(const std::string& key, Algorithm algorithm, int64_t limit,
+                            Micros period) {
+    return {.key = key, .spec = {.algorithm = algorithm, .limit = limit, .period = period}};
+  }
+
+  // Starts an acquire; the returned Pending fills in when it is answered.
+  std::shared_ptr<Pending> Start(std::variant<AdHocRequest, CheckRequest> check, Micros max_wait) {
+    auto pending = std::make_shared<Pending>();
+    pending->cancel = service_.AcquireAsync({.check = std::move(check), .max_wait = max_wait},
+                                            [this, pending](absl::StatusOr<AcquireResult> result) {
+                                              pending->answer = std::move(result);
+                                              pending->answered_at = clock_.Now() - At(kEpoch);
+                                            });
+    return pending;
+  }
+
+  void RunUntil(Micros since_epoch) { timers_.RunUntil(clock_, At(kEpoch) + since_epoch); }
+
+  MemoryStore store_;
+  ManualClock clock_;
+  Metrics metrics_;
+  testing::ManualTimers timers_;
+  RateLimitService service_;
+};
+
+TEST_F(AcquireTest, LeakyBucketWaitersGoInOrderOneDrainApart) {
+  const CheckRequest api{.domain = "jobs", .descriptors = {{.entries = {{"api", "mail"}}}}};
+  std::vector<std::shared_ptr<Pending>> waiters;
+  for (int i = 0; i < 6; ++i) {
+    waiters.push_back(Start(api, 900ms));
+  }
+  RunUntil(2s);
+  // 5 per second, one at a time: 0, 200, 400, 600 and 800 ms. The sixth would go at 1 s,
+  // past its max_wait: it is told so when its turn comes, at 800 ms, with how much longer
+  // a wait it would need (100 ms).
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(waiters[i]->answer.has_value()) << i;
+    ASSERT_TRUE(waiters[i]->answer->ok()) << waiters[i]->answer->status();
+    EXPECT_TRUE((*waiters[i]->answer)->check.combined.allowed) << i;
+    EXPECT_EQ((*waiters[i]->answer)->check.combined.delay, 0us) << i;
+    EXPECT_EQ(waiters[i]->answered_at, i * 200ms) << i;
+    EXPECT_EQ((*waiters[i]->answer)->waited, i * 200ms) << i;
+  }
+  ASSERT_TRUE(waiters[5]->answer.has_value());
+  ASSERT_TRUE(waiters[5]->answer->ok());
+  EXPECT_FALSE((*waiters[5]->answer)->check.combined.allowed);
+  EXPECT_EQ((*waiters[5]->answer)->check.combined.retry_after, 100ms);
+  EXPECT_EQ(waiters[5]->answered_at, 800ms);
+  EXPECT_EQ(service_.waiting(), 0U);
+  // Nothing is left reserved: at 2 s the queue is empty.
+  const CheckResult next = *service_.Check(api);
+  EXPECT_TRUE(next.combined.allowed);
+  EXPECT_EQ(next.combined.delay, 0us);
+}
+
+TEST_F(AcquireTest, ALeakyBucketWaiterWhoLeavesHoldsNoPlaceInTheQueue) {
+  AdHocRequest queue = AdHoc("q", Algorithm::kLeakyBucket, 5, 1s);
+  queue.spec.burst = 5;  // Room to queue: a reservation, had the waiter made one, would fit.
+  const std::shared_ptr<Pending> first = Start(queue, 1s);
+  const std::shared_ptr<Pending> second = Start(queue, 1s);  // Waits out the drain to 200 ms.
+  RunUntil(100ms);
+  EXPECT_FALSE(second->answer.has_value());
+  second->cancel();
+  RunUntil(100ms);
+  ASSERT_TRUE(second->answer.has_value());
+  // Only the first is in the queue: a request now waits out its last 100 ms, not 300.
+  const CheckResult now = *service_.CheckAdHoc(queue);
+  EXPECT_TRUE(now.combined.allowed);
+  EXPECT_EQ(now.combined.delay, 100ms);
+}
+
+TEST_F(AcquireTest, TokenWaitersAreServedFirstComeFirstServed) {
+  const AdHocRequest one_per_second = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  std::vector<std::shared_ptr<Pending>> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.push_back(Start(one_per_second, 10s));
+  }
+  RunUntil(999'999us);
+  ASSERT_TRUE(waiters[0]->answer.has_value());
+  EXPECT_EQ(waiters[0]->answered_at, 0us);
+  EXPECT_FALSE(waiters[1]->answer.has_value());
+  // A late-comer arriving just as the slot frees, before the waiter at the head has woken
+  // for it, goes to the back of the line rather than taking the slot.
+  clock_.Set(At(kEpoch) + 1s);
+  waiters.push_back(Start(one_per_second, 10s));
+  EXPECT_FALSE(waiters.back()->answer.has_value());
+  RunUntil(5s);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(waiters[i]->answer.has_value()) << i;
+    EXPECT_TRUE((*waiters[i]->answer)->check.combined.allowed) << i;
+    EXPECT_EQ(waiters[i]->answered_at, i * 1s) << i;
+  }
+}
+
+TEST_F(AcquireTest, TooFarOffIsDeniedAtOnceWithTheWait) {
+  const AdHocRequest one_per_second = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  EXPECT_TRUE(service_.Acquire({.check = one_per_second, .max_wait = 0s})->check.combined.allowed);
+  clock_.Advance(250ms);
+  const std::shared_ptr<Pending> late = Start(one_per_second, 500ms);
+  ASSERT_TRUE(late->answer.has_value()) << "answered without waiting";
+  EXPECT_FALSE((*late->answer)->check.combined.allowed);
+  EXPECT_EQ((*late->answer)->check.combined.retry_after, 750ms);
+  // A request that no wait can admit (cost over the burst) is refused at once too.
+  AdHocRequest too_big = one_per_second;
+  too_big.cost = 2;
+  const std::shared_ptr<Pending> never = Start(too_big, 1h);
+  ASSERT_TRUE(never->answer.has_value());
+  EXPECT_TRUE((*never->answer)->check.combined.never_allowed());
+  EXPECT_EQ(timers_.pending(), 0U);
+}
+
+TEST_F(AcquireTest, MaxWaitEndsInLineWhenThoseAheadTakeTooLong) {
+  const AdHocRequest one_per_second = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  const std::shared_ptr<Pending> first = Start(one_per_second, 10s);
+  const std::shared_ptr<Pending> second = Start(one_per_second, 10s);
+  const std::shared_ptr<Pending> impatient = Start(one_per_second, 300ms);
+  RunUntil(300ms);
+  ASSERT_TRUE(impatient->answer.has_value());
+  EXPECT_EQ(impatient->answered_at, 300ms);
+  EXPECT_FALSE((*impatient->answer)->check.combined.allowed);
+  EXPECT_EQ((*impatient->answer)->check.combined.retry_after, 300ms);
+  RunUntil(1s);
+  ASSERT_TRUE(second->answer.has_value());
+  EXPECT_TRUE((*second->answer)->check.combined.allowed);
+  EXPECT_EQ(second->answered_at, 1s);
+}
+
+TEST_F(AcquireTest, AWaiterWhoLeavesGivesUpItsPlace) {
+  const AdHocRequest one_per_second = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  const std::shared_ptr<Pending> first = Start(one_per_second, 10s);
+  const std::shared_ptr<Pending> gone = Start(one_per_second, 10s);  // Head, sleeping to 1 s.
+  const std::shared_ptr<Pending> behind = Start(one_per_second, 10s);
+  RunUntil(100ms);
+  EXPECT_EQ(service_.waiting(), 2U);
+  gone->cancel();
+  RunUntil(100ms);
+  ASSERT_TRUE(gone->answer.has_value());
+  EXPECT_EQ(gone->answer->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(gone->answered_at, 100ms);  // At once, not when its sleep would have ended.
+  EXPECT_EQ(service_.waiting(), 1U);
+  // The one behind takes its place, and the slot the leaver waited for.
+  RunUntil(1s);
+  ASSERT_TRUE(behind->answer.has_value());
+  EXPECT_TRUE((*behind->answer)->check.combined.allowed);
+  EXPECT_EQ(behind->answered_at, 1s);
+  gone->cancel();  // Once answered, a cancel does nothing.
+  EXPECT_EQ(timers_.RunUntil(clock_, At(kEpoch) + 2s), 0);
+}
+
+TEST_F(AcquireTest, ALineIsPerKeyOthersGoOnTheirOwn) {
+  const std::shared_ptr<Pending> a1 = Start(AdHoc("a", Algorithm::kGcra, 1, 1s), 10s);
+  const std::shared_ptr<Pending> a2 = Start(AdHoc("a", Algorithm::kGcra, 1, 1s), 10s);
+  const std::shared_ptr<Pending> b1 = Start(AdHoc("b", Algorithm::kGcra, 1, 1s), 10s);
+  RunUntil(0s);
+  EXPECT_TRUE(a1->answer.has_value());
+  EXPECT_FALSE(a2->answer.has_value());
+  ASSERT_TRUE(b1->answer.has_value());
+  EXPECT_EQ(b1->answered_at, 0us);
+}
+
+TEST_F(AcquireTest, StoppingEndsEveryWaitAsUnavailable) {
+  const AdHocRequest one_per_second = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  const std::shared_ptr<Pending> first = Start(one_per_second, 10s);
+  const std::shared_ptr<Pending> head = Start(one_per_second, 10s);
+  const std::shared_ptr<Pending> behind = Start(one_per_second, 10s);
+  service_.StopWaiting();
+  RunUntil(0s);
+  // One arriving after the stop (a keep-alive connection during the drain) goes no further.
+  const std::shared_ptr<Pending> late = Start(one_per_second, 10s);
+  RunUntil(0s);
+  for (const auto& waiter : {head, behind, late}) {
+    ASSERT_TRUE(waiter->answer.has_value());
+    EXPECT_EQ(waiter->answer->status().code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_EQ(service_.waiting(), 0U);
+}
+
+TEST_F(AcquireTest, BadRequestsAreRefused) {
+  const AdHocRequest ok = AdHoc("k", Algorithm::kGcra, 1, 1s);
+  EXPECT_EQ(service_.Acquire({.check = ok, .max_wait = -1us}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_.Acquire({.check = ok, .max_wait = kMaxAcquireWait + 1us}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_.waiting(), 0U);
+  RateLimitService no_timers(store_, clock_, metrics_);
+  EXPECT_EQ(no_timers.Acquire({.check = ok, .max_wait = 1s}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace sluice::server

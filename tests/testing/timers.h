@@ -1,0 +1,61 @@
+#pragma once
+
+// ManualTimers: the Timers of deterministic tests. Nothing runs until the test says so:
+// RunUntil moves a ManualClock from one due timer to the next and runs each on the test's
+// own thread, so waits (POST /v1/acquire) play out in order, without threads or sleeps.
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "server/waiting.h"
+#include "sluice/clock.h"
+
+namespace sluice::testing {
+
+class ManualTimers final : public server::Timers {
+ public:
+  void At(Timestamp when, absl::AnyInvocable<void() &&> fn) override {
+    std::lock_guard lock(mu_);
+    pending_.emplace(when, std::move(fn));
+  }
+
+  // Runs, in time order, every timer due by `until` (those they set too), setting `clock`
+  // to each one's time (a time already past runs at the clock's time), then sets the clock
+  // to `until`. Returns how many ran.
+  int RunUntil(ManualClock& clock, Timestamp until) {
+    int ran = 0;
+    while (true) {
+      absl::AnyInvocable<void() &&> fn;
+      {
+        std::lock_guard lock(mu_);
+        if (pending_.empty() || pending_.begin()->first > until) {
+          break;
+        }
+        auto first = pending_.begin();
+        if (first->first > clock.Now()) {
+          clock.Set(first->first);
+        }
+        fn = std::move(first->second);
+        pending_.erase(first);
+      }
+      std::move(fn)();
+      ++ran;
+    }
+    if (until > clock.Now()) {
+      clock.Set(until);
+    }
+    return ran;
+  }
+
+  size_t pending() const {
+    std::lock_guard lock(mu_);
+    return pending_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::multimap<Timestamp, absl::AnyInvocable<void() &&>> pending_;  // Equal times: in order set.
+};
+
+}  // namespace sluice::testing
