@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate test test-release test-asan test-tsan bench bench-http bench-grpc bench-redis format tidy clean
+.PHONY: all deps build run simulate workers test test-release test-asan test-tsan bench bench-http bench-grpc bench-redis format tidy clean
 
 all: build
 
@@ -28,6 +28,11 @@ run: build
 	@echo "More in docs/server.md. Ctrl-C stops the server."
 	@echo
 	@exec build/bin/sluiced --config examples/sluice.yaml --http $(HTTP)
+
+# examples/workers: 4 workers share 5 per second and 100 per day through sluiced on Redis,
+# each pacing itself with `sluice acquire` (about 20 s); draws out/workers.svg.
+workers: build
+	@python3 examples/workers/run.py --svg out/workers.svg
 
 # Replays examples/burst.csv (10 per second, with a burst across a window edge) through every
 # algorithm and draws the comparison.
