@@ -39,7 +39,9 @@ class Sluiced:
         self.port = self._await_port()
 
     def _await_port(self):
-        deadline = time.monotonic() + 10
+        # 30 s: sluiced starts in tens of milliseconds, but a 2-core CI machine running other
+        # tests beside this one has been seen to take over 10 s to let it.
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             self.log.seek(0)
             found = re.findall(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())

@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 
 #include "server/grpc_service.h"
 #include "server/http_api.h"
 #include "server/service.h"
 #include "sluice/memory_store.h"
+#include "tests/testing/grpc.h"
 #include "tests/testing/rules.h"
 #include "tests/testing/util.h"
 
@@ -412,12 +411,9 @@ TEST_F(AsyncServiceTest, GrpcCallsWaitForTheStoreTogether) {
 #endif
 #endif
   EnvoyGrpcService envoy(service_, {});
-  int port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      StartGrpcServer("127.0.0.1:0", envoy, port);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = rls::RateLimitService::NewStub(
-      grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<testing::LocalGrpc> grpc = testing::StartLocalGrpc(envoy);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  auto& stub = grpc->stub;
   constexpr int kCalls = 64;
   std::vector<std::thread> clients;
   std::atomic<int> ok{0};
@@ -444,7 +440,7 @@ TEST_F(AsyncServiceTest, GrpcCallsWaitForTheStoreTogether) {
     }
   }
   EXPECT_EQ(ok.load(), kCalls);
-  (*server)->Shutdown();
+  grpc->server->Shutdown();
 }
 
 // POST /v1/acquire's waits on real timers (a thread of their own), with requests and

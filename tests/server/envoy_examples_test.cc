@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 
 #include "server/grpc_service.h"
 #include "server/rules.h"
 #include "server/service.h"
 #include "sluice/memory_store.h"
+#include "tests/testing/grpc.h"
 #include "tests/testing/util.h"
 
 #ifndef SLUICE_ENVOY_EXAMPLES_DIR
@@ -534,19 +533,9 @@ class EnvoyExamplesGrpcTest : public EnvoyExamplesTest {
  protected:
   void SetUp() override {
     envoy_ = std::make_unique<EnvoyGrpcService>(service_, EnvoyOptions{});
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartGrpcServer("127.0.0.1:0", *envoy_, port);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    stub_ = rls::RateLimitService::NewStub(
-        grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
-  }
-
-  void TearDown() override {
-    if (server_) {
-      server_->Shutdown();
-    }
+    absl::StatusOr<testing::LocalGrpc> grpc = testing::StartLocalGrpc(*envoy_);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    grpc_ = *std::move(grpc);
   }
 
   rls::RateLimitResponse MustAsk(const std::string& domain,
@@ -563,15 +552,14 @@ class EnvoyExamplesGrpcTest : public EnvoyExamplesTest {
     }
     rls::RateLimitResponse response;
     grpc::ClientContext context;
-    const grpc::Status status = stub_->ShouldRateLimit(&context, request, &response);
+    const grpc::Status status = grpc_.stub->ShouldRateLimit(&context, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.statuses_size(), static_cast<int>(descriptors.size()));
     return response;
   }
 
   std::unique_ptr<EnvoyGrpcService> envoy_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<rls::RateLimitService::Stub> stub_;
+  testing::LocalGrpc grpc_;
 };
 
 TEST_F(EnvoyExamplesGrpcTest, Example2OverallCodeIsTheOrOfTheDescriptors) {

@@ -4,11 +4,10 @@
 #include <string>
 
 #include "fmt/format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 
 #include "sluice/memory_store.h"
+#include "tests/testing/grpc.h"
 #include "tests/testing/rules.h"
 #include "tests/testing/util.h"
 
@@ -47,19 +46,9 @@ class GrpcServiceTest : public ::testing::Test {
       service_->SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
     }
     envoy_ = std::make_unique<EnvoyGrpcService>(*service_, options);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartGrpcServer("127.0.0.1:0", *envoy_, port);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    stub_ = rls::RateLimitService::NewStub(
-        grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
-  }
-
-  void TearDown() override {
-    if (server_) {
-      server_->Shutdown();
-    }
+    absl::StatusOr<testing::LocalGrpc> grpc = testing::StartLocalGrpc(*envoy_);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    grpc_ = *std::move(grpc);
   }
 
   // A request with one descriptor per (key, value).
@@ -77,7 +66,7 @@ class GrpcServiceTest : public ::testing::Test {
 
   grpc::Status Ask(const rls::RateLimitRequest& request, rls::RateLimitResponse& response) {
     grpc::ClientContext context;
-    return stub_->ShouldRateLimit(&context, request, &response);
+    return grpc_.stub->ShouldRateLimit(&context, request, &response);
   }
 
   rls::RateLimitResponse MustAsk(const rls::RateLimitRequest& request) {
@@ -92,8 +81,7 @@ class GrpcServiceTest : public ::testing::Test {
   Metrics metrics_;
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<EnvoyGrpcService> envoy_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<rls::RateLimitService::Stub> stub_;
+  testing::LocalGrpc grpc_;
 };
 
 TEST_F(GrpcServiceTest, FixedWindowAsEnvoyproxyRatelimit) {
@@ -189,7 +177,7 @@ TEST_F(GrpcServiceTest, NoRulesIsUnavailable) {
   StartWith({}, /*with_rules=*/false);
   rls::RateLimitResponse response;
   EXPECT_EQ(Ask(Request({{"user", "x"}}), response).error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_NE(server_->GetHealthCheckService(), nullptr);
+  EXPECT_NE(grpc_.server->GetHealthCheckService(), nullptr);
 }
 
 }  // namespace
