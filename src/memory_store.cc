@@ -17,6 +17,7 @@
 #include "sluice/algorithms.h"
 #include "src/compact_map.h"
 #include "src/inline_key.h"
+#include "src/leases.h"
 #include "src/mutex.h"
 #include "src/snapshot.h"
 #include "src/status.h"
@@ -586,6 +587,7 @@ class MemoryStore::Tables {
   explicit Tables(size_t max_keys) : budget_(max_keys) {}
 
   const Budget& budget() const { return budget_; }
+  internal::LeaseTable& leases() { return leases_; }
 
   absl::StatusOr<Table*> Find(const Limit& limit) {
     const size_t start = SlotOf(limit);
@@ -656,6 +658,7 @@ class MemoryStore::Tables {
   }
 
   Budget budget_;
+  internal::LeaseTable leases_;
   std::array<std::atomic<Table*>, kMaxLimits> slots_{};
   Mutex insert_mu_;
   std::vector<std::unique_ptr<Table>> owned_ ABSL_GUARDED_BY(insert_mu_);
@@ -767,6 +770,21 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   }
   return Combine(each);
 }
+
+absl::StatusOr<Decision> MemoryStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                               std::string_view id, Micros ttl, Timestamp now,
+                                               std::span<Decision> each) {
+  assert(each.size() == keys.size());
+  if (absl::Status s = ValidateLeases(op, keys, id, ttl); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTime(now); !s.ok()) {
+    return s;
+  }
+  return tables_->leases().LeaseAll(op, keys, id, ttl, now, each);
+}
+
+size_t MemoryStore::LeasedKeyCount() const { return tables_->leases().KeyCount(); }
 
 absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMemoryLimit(limit); }
 

@@ -16,6 +16,9 @@
 --   time ('' for Redis's TIME), cost, limit count, then per limit:
 --   algorithm code (the order of sluice::Algorithm), N, P, B, K, N', P' (the rate in lowest
 --   terms, Limit::rate_units() and rate_period_us()).
+--   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
+--   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
+--   ttl, the lease id, and three unused numbers.
 -- Returns, per request: 1 followed by five numbers per limit (allowed 0/1, remaining,
 -- reset_after, retry_after, delay, in microseconds), or 0 followed by an error message.
 --
@@ -26,6 +29,8 @@
 --   gcra, leaky      string "ref ahead": TAT = ref*N' + ahead
 --   sliding_log,     list of "index count" entries, oldest first, then a header "last total"
 --   sliding_buckets  (index: the timestamp, or the bucket floor(t / (P/K)))
+--   leases           sorted set of lease ids, scored by expiry (held while now < expiry), with
+--                    a TTL of its last expiry plus margin_ms
 
 local EXACT = 9007199254740992 -- 2^53
 
@@ -386,6 +391,68 @@ local function decide_request(keys, limits, now, cost, out)
   end
 end
 
+-- The leases of one key, as DecideLease in src/leases.cc: expired leases are dropped, then,
+-- when `apply`, `l.id` is taken or given back. Returns the five figures.
+local QUERY, TAKE, RELEASE = 0, 1, 2
+local function lease(key, l, now, op, apply)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
+  local mine = l.id ~= '' and redis.call('ZSCORE', key, l.id) ~= false
+  local held = redis.call('ZCARD', key)
+  local allowed, remaining, changed = false, 0, false
+  if op == RELEASE then
+    allowed = mine
+    if allowed and apply then
+      redis.call('ZREM', key, l.id)
+      held, changed = held - 1, true
+    end
+  else
+    allowed = mine or held < l.n
+    if allowed and apply and op == TAKE then
+      redis.call('ZADD', key, int(now + l.p), l.id)
+      if not mine then
+        held = held + 1
+      end
+      changed = true
+    end
+    remaining = math.max(0, l.n - held)
+  end
+  local reset_after, retry_after = 0, 0
+  if held > 0 then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset_after = tonumber(last[2]) - now
+    if not allowed and op ~= RELEASE then
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      retry_after = tonumber(first[2]) - now
+    end
+    if changed then
+      redis.call('PEXPIRE', key, ttl_ms(reset_after, now, now))
+    end
+  end
+  return allowed, remaining, reset_after, retry_after, 0
+end
+
+-- A request of leases: a take all or nothing (a dry run of every key first), a release on
+-- every key that holds the id.
+local function lease_request(keys, limits, now, op, out)
+  local first = #out
+  local all_allowed = true
+  local results = {}
+  for i = 1, #limits do
+    results[i] = { lease(keys[i], limits[i], now, op, false) }
+    all_allowed = all_allowed and results[i][1]
+  end
+  for i = 1, #limits do
+    local r = results[i]
+    if (op == RELEASE and r[1]) or (op == TAKE and all_allowed) then
+      r = { lease(keys[i], limits[i], now, op, true) }
+    end
+    out[first + 5 * (i - 1) + 1] = r[1] and 1 or 0
+    for j = 2, 5 do
+      out[first + 5 * (i - 1) + j] = r[j]
+    end
+  end
+end
+
 local clock
 local out = {}
 local arg, key = 3, 1
@@ -413,6 +480,7 @@ for _ = 1, tonumber(ARGV[2]) do
       k = tonumber(ARGV[arg + 4]),
       rn = tonumber(ARGV[arg + 5]),
       rp = tonumber(ARGV[arg + 6]),
+      id = ARGV[arg + 3], -- Leases: the lease id in place of B.
     }
     arg = arg + 7
   end
@@ -420,7 +488,12 @@ for _ = 1, tonumber(ARGV[2]) do
   out[mark] = 1
   -- A request that fails (a key of another type, a time out of range) fails alone; the batch
   -- goes on.
-  local ok, err = pcall(decide_request, keys, limits, now, cost, out)
+  local ok, err
+  if count > 0 and limits[1].algorithm == 7 then
+    ok, err = pcall(lease_request, keys, limits, now, cost, out)
+  else
+    ok, err = pcall(decide_request, keys, limits, now, cost, out)
+  end
   if not ok then
     for i = #out, mark + 1, -1 do
       out[i] = nil

@@ -185,8 +185,13 @@ bool IsTransportFailure(const absl::Status& s) {
 
 // One decision request on its way to Redis.
 struct Call {
-  std::vector<Limit> limits;      // For the local fallback and the reply's size.
-  std::vector<std::string> keys;  // The caller's keys, for the local fallback.
+  std::vector<Limit> limits;      // For the local fallback (empty for leases).
+  std::vector<std::string> keys;  // The caller's keys: the local fallback, the reply's size.
+  // A request of leases (Store::LeaseAll) instead of limits.
+  std::optional<LeaseOp> lease_op;
+  std::vector<int64_t> capacities;
+  std::string lease_id;
+  Micros lease_ttl{0};
   std::string keys_resp;          // The Redis keys, framed.
   std::string args_resp;          // This request's part of ARGV, framed.
   int64_t cost = 0;
@@ -198,7 +203,8 @@ struct Call {
   int redirects = 0;  // MOVED, ASK and TRYAGAIN followed so far.
 };
 using CallPtr = std::unique_ptr<Call>;
-constexpr int kArgsPerLimit = 7;
+constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
+constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis_decide.lua.
 constexpr int kArgsPerCall = 3;
 
 // Script calls in flight on a connection, and the handshake before them.
@@ -399,9 +405,14 @@ class RedisStore::Impl {
     if (limit.algorithm() == Algorithm::kSlidingBuckets) {
       out += fmt::format("k{}", limit.buckets());
     }
-    // Three forms, each starting with its own character, so that no two caller keys share a
-    // Redis key ("alice" and "{alice}" are different keys).
     out += ':';
+    AppendTaggedKey(out, key);
+    return out;
+  }
+
+  // `key` with a Redis Cluster hash tag, in one of three forms, each starting with its own
+  // character, so that no two caller keys share a Redis key ("alice" and "{alice}" differ).
+  static void AppendTaggedKey(std::string& out, std::string_view key) {
     if (HashTag(key)) {
       out += '=';  // The caller chose the slot with a tag of its own.
       out += key;
@@ -414,7 +425,6 @@ class RedisStore::Impl {
       out += fmt::format("#{{{:016x}}}", StableHash(key));
       out += key;
     }
-    return out;
   }
 
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
@@ -437,16 +447,8 @@ class RedisStore::Impl {
     for (const LimitedKey& r : requests) {
       const Limit& l = *r.limit;
       const std::string redis_key = RedisKey(l, r.key);
-      if (options_.cluster) {
-        const int slot = HashSlot(redis_key);
-        if (call->slot >= 0 && slot != call->slot) {
-          std::move(call->done)(absl::InvalidArgumentError(fmt::format(
-              "keys '{}' and '{}' are in different Redis Cluster slots, and one request is "
-              "decided in one slot: give them the same {{tag}}, as in '{{user}}:ip'",
-              call->keys.front(), r.key)));
-          return;
-        }
-        call->slot = slot;
+      if (!SameSlot(*call, redis_key, r.key)) {
+        return;
       }
       AppendBulk(call->keys_resp, redis_key);
       AppendBulk(call->args_resp, static_cast<int64_t>(l.algorithm()));
@@ -459,6 +461,53 @@ class RedisStore::Impl {
       call->limits.push_back(l);
       call->keys.emplace_back(r.key);
     }
+    Enqueue(std::move(call));
+  }
+
+  void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
+                    Timestamp now, std::span<Decision> each, DecideDone done) {
+    auto call = std::make_unique<Call>();
+    call->lease_op = op;
+    call->lease_id = id;
+    call->lease_ttl = ttl;
+    call->now = now;
+    call->each = each;
+    call->done = std::move(done);
+    call->deadline = SteadyClock::now() + options_.timeout;
+    AppendBulk(call->args_resp,
+               options_.use_caller_time ? fmt::format_int(now.time_since_epoch().count()).str()
+                                        : std::string());
+    AppendBulk(call->args_resp, static_cast<int64_t>(op));
+    AppendBulk(call->args_resp, static_cast<int64_t>(keys.size()));
+    for (const LeasedKey& k : keys) {
+      const std::string redis_key = LeaseKey(k.key);
+      if (!SameSlot(*call, redis_key, k.key)) {
+        return;
+      }
+      AppendBulk(call->keys_resp, redis_key);
+      AppendBulk(call->args_resp, kLeaseCode);
+      AppendBulk(call->args_resp, k.capacity);
+      AppendBulk(call->args_resp, ttl.count());
+      AppendBulk(call->args_resp, id);
+      for (int unused = 0; unused < 3; ++unused) {
+        AppendBulk(call->args_resp, int64_t{0});
+      }
+      call->capacities.push_back(k.capacity);
+      call->keys.emplace_back(k.key);
+    }
+    Enqueue(std::move(call));
+  }
+
+  // The Redis key of `key`'s leases. Without the capacity: a rule whose concurrency changes
+  // keeps the leases that are out.
+  std::string LeaseKey(std::string_view key) const {
+    std::string out = options_.key_prefix;
+    out += "lease:";
+    AppendTaggedKey(out, key);
+    return out;
+  }
+
+  void Enqueue(CallPtr call) {
     calls_.fetch_add(1, std::memory_order_relaxed);
     {
       internal::MutexLock lock(incoming_mu_);
@@ -469,6 +518,24 @@ class RedisStore::Impl {
       take_scheduled_ = true;
     }
     asio::post(io_, [this] { TakeIncoming(); });
+  }
+
+  // In a cluster, whether `redis_key` is in the slot of the call's keys so far (and if so,
+  // the call's slot is its); when not, fails the call.
+  bool SameSlot(Call& call, const std::string& redis_key, std::string_view key) {
+    if (!options_.cluster) {
+      return true;
+    }
+    const int slot = HashSlot(redis_key);
+    if (call.slot >= 0 && slot != call.slot) {
+      std::move(call.done)(absl::InvalidArgumentError(
+          fmt::format("keys '{}' and '{}' are in different Redis Cluster slots, and one request "
+                      "is decided in one slot: give them the same {{tag}}, as in '{{user}}:ip'",
+                      call.keys.front(), key)));
+      return false;
+    }
+    call.slot = slot;
+    return true;
   }
 
   RedisStoreStats Stats() const {
@@ -527,6 +594,15 @@ class RedisStore::Impl {
           break;
         case FailurePolicy::kLocal: {
           fallbacks_.fetch_add(1, std::memory_order_relaxed);
+          if (call.lease_op) {
+            absl::InlinedVector<LeasedKey, 4> keys;
+            for (size_t i = 0; i < call.keys.size(); ++i) {
+              keys.push_back({call.keys[i], call.capacities[i]});
+            }
+            result = local_.LeaseAll(*call.lease_op, keys, call.lease_id, call.lease_ttl,
+                                     call.now, call.each);
+            break;
+          }
           absl::InlinedVector<LimitedKey, 4> requests;
           for (size_t i = 0; i < call.limits.size(); ++i) {
             requests.push_back({&call.limits[i], call.keys[i]});
@@ -673,8 +749,8 @@ class RedisStore::Impl {
     size_t args = 2;
     size_t bytes = 128;
     for (const CallPtr& c : calls) {
-      keys += c->limits.size();
-      args += kArgsPerCall + kArgsPerLimit * c->limits.size();
+      keys += c->keys.size();
+      args += kArgsPerCall + kArgsPerLimit * c->keys.size();
       bytes += c->keys_resp.size() + c->args_resp.size();
     }
     std::string out;
@@ -941,11 +1017,11 @@ class RedisStore::Impl {
         continue;
       }
       ++at;
-      if (at + 5 * c->limits.size() > reply.elements) {
+      if (at + 5 * c->keys.size() > reply.elements) {
         Complete(*c, absl::InternalError("redis: the script's reply is short"));
         continue;
       }
-      for (size_t i = 0; i < c->limits.size(); ++i, at += 5) {
+      for (size_t i = 0; i < c->keys.size(); ++i, at += 5) {
         c->each[i] = {.allowed = reply.element[at]->integer != 0,
                       .remaining = reply.element[at + 1]->integer,
                       .reset_after = Micros{reply.element[at + 2]->integer},
@@ -1405,6 +1481,29 @@ absl::StatusOr<Decision> RedisStore::Decide(const Limit& limit, std::string_view
   Decision each;
   return DecideAll({&request, 1}, cost, now, {&each, 1});
 }
+
+void RedisStore::LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                               Micros ttl, Timestamp now, std::span<Decision> each,
+                               DecideDone done) {
+  assert(each.size() == keys.size());
+  if (absl::Status s = ValidateLeases(op, keys, id, ttl); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  impl_->SubmitLeases(op, keys, id, ttl, now, each, std::move(done));
+}
+
+absl::StatusOr<Decision> RedisStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                              std::string_view id, Micros ttl, Timestamp now,
+                                              std::span<Decision> each) {
+  std::promise<absl::StatusOr<Decision>> promise;
+  std::future<absl::StatusOr<Decision>> result = promise.get_future();
+  LeaseAllAsync(op, keys, id, ttl, now, each,
+                [&promise](absl::StatusOr<Decision> r) { promise.set_value(std::move(r)); });
+  return result.get();
+}
+
+std::string RedisStore::LeaseKey(std::string_view key) const { return impl_->LeaseKey(key); }
 
 RedisStoreStats RedisStore::Stats() const { return impl_->Stats(); }
 

@@ -4,6 +4,39 @@
 
 namespace sluice {
 
+absl::Status ValidateLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                            Micros ttl) {
+  if (keys.empty()) {
+    return absl::InvalidArgumentError("a lease needs at least one key");
+  }
+  if (id.size() > kMaxLeaseIdBytes || (id.empty() && op != LeaseOp::kQuery)) {
+    return absl::InvalidArgumentError(
+        fmt::format("a lease id must be 1 to {} bytes, not {}", kMaxLeaseIdBytes, id.size()));
+  }
+  for (char c : id) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError("a lease id must be printable ASCII without spaces");
+    }
+  }
+  if (op == LeaseOp::kTake && (ttl <= Micros{0} || ttl > kMaxLeaseTtl)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "a lease's time to live must be 1 us to {} us, not {}", kMaxLeaseTtl.count(), ttl.count()));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (op != LeaseOp::kRelease && (keys[i].capacity < 1 || keys[i].capacity > kMaxConcurrency)) {
+      return absl::InvalidArgumentError(fmt::format("concurrency must be 1 to {}, not {}",
+                                                    kMaxConcurrency, keys[i].capacity));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (keys[j].key == keys[i].key) {
+        return absl::InvalidArgumentError(
+            fmt::format("the lease key '{}' appears twice", keys[i].key));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status internal::InvalidRequest(size_t limit_count, int64_t cost) {
   if (cost < 0) {
     return absl::InvalidArgumentError(fmt::format("cost must be >= 0, not {}", cost));

@@ -248,6 +248,86 @@ TEST_P(RedisDifferentialTest, DecidesAsTheMemoryStoreDoesFigureForFigure) {
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, RedisDifferentialTest,
                          ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
 
+// Leases: random takes, queries and releases of five ids on one or two of three keys, with
+// steps back in time, sent all at once as above; the same figures as the memory store's.
+TEST(RedisStoreTest, LeasesDecideAsTheMemoryStoreDoesFigureForFigure) {
+  RedisServer server;
+  RedisStoreOptions options = OptionsFor(server);
+  options.connections = 1;
+  options.pipeline = 2;
+  options.batch = 8;
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  testing::Random rnd(testing::Seed(20261123));
+  const std::vector<std::string> keys = {"jobs", "{mail}:eu", "user:alice"};
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "lease-e"};
+  struct LeaseStep {
+    LeaseOp op;
+    std::vector<LeasedKey> keys;
+    std::string_view id;
+    Micros ttl;
+    Timestamp at;
+  };
+  std::map<std::pair<LeaseOp, bool>, int> seen;  // (op, allowed) -> count
+  testing::Client client(server.port());
+  for (int round = 0; round < 20; ++round) {
+    client.Run({"FLUSHALL"});
+    MemoryStore memory;
+    const std::vector<int64_t> capacity = {rnd.Between(1, 3), rnd.Between(1, 3), rnd.Between(1, 3)};
+    std::vector<LeaseStep> trace;
+    int64_t t = kEpoch + rnd.Between(0, 1'000'000'000);
+    for (int i = 0; i < 100; ++i) {
+      t += rnd.OneIn(25) ? -rnd.Between(1, 3'000'000) : rnd.Between(0, 1'500'000);
+      LeaseStep& step = trace.emplace_back();
+      const int64_t op = rnd.Between(0, 3);
+      step.op = op == 0 ? LeaseOp::kQuery : op == 1 ? LeaseOp::kRelease : LeaseOp::kTake;
+      const size_t first = static_cast<size_t>(rnd.Between(0, 2));
+      step.keys.push_back({keys[first], capacity[first]});
+      if (rnd.OneIn(3)) {
+        const size_t second = (first + static_cast<size_t>(rnd.Between(1, 2))) % 3;
+        step.keys.push_back({keys[second], capacity[second]});
+      }
+      step.id = ids[static_cast<size_t>(rnd.Between(0, 4))];
+      step.ttl = Micros{rnd.Between(1, 5'000'000)};
+      step.at = At(t);
+    }
+    std::vector<std::vector<Decision>> from_redis(trace.size());
+    std::vector<std::promise<absl::StatusOr<Decision>>> done(trace.size());
+    for (size_t i = 0; i < trace.size(); ++i) {
+      from_redis[i].resize(trace[i].keys.size());
+      redis->LeaseAllAsync(trace[i].op, trace[i].keys, trace[i].id, trace[i].ttl, trace[i].at,
+                           from_redis[i],
+                           [&done, i](absl::StatusOr<Decision> d) { done[i].set_value(d); });
+    }
+    std::vector<absl::StatusOr<Decision>> got;
+    for (auto& d : done) {
+      got.push_back(d.get_future().get());
+    }
+    for (size_t i = 0; i < trace.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status();
+      std::vector<Decision> each(trace[i].keys.size());
+      absl::StatusOr<Decision> want = memory.LeaseAll(trace[i].op, trace[i].keys, trace[i].id,
+                                                      trace[i].ttl, trace[i].at, each);
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_EQ(*got[i], *want) << "round " << round << " step " << i;
+      ASSERT_EQ(from_redis[i], each) << "round " << round << " step " << i;
+      ++seen[{trace[i].op, want->allowed}];
+    }
+  }
+  for (LeaseOp op : {LeaseOp::kQuery, LeaseOp::kTake, LeaseOp::kRelease}) {
+    EXPECT_GT((seen[{op, true}]), 20) << static_cast<int>(op);  // Both answers, every op.
+    EXPECT_GT((seen[{op, false}]), 20) << static_cast<int>(op);
+  }
+  // A key of leases lives no longer than its last lease (plus the margin).
+  testing::Reply keys_reply = client.Run({"KEYS", "sluice:lease:*"});
+  ASSERT_TRUE(keys_reply && keys_reply->type == REDIS_REPLY_ARRAY);
+  for (size_t i = 0; i < keys_reply->elements; ++i) {
+    testing::Reply ttl = client.Run({"PTTL", keys_reply->element[i]->str});
+    ASSERT_TRUE(ttl);
+    EXPECT_GT(ttl->integer, 0) << keys_reply->element[i]->str;
+  }
+  EXPECT_EQ(redis->LeaseKey("jobs"), "sluice:lease:{jobs}");
+}
+
 // Large numbers: limits at the edge of what the store accepts, where a double that is not
 // kept exact would round a figure.
 TEST(RedisStoreTest, StaysExactAtTheEdgeOfTheAcceptedLimits) {

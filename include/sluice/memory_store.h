@@ -65,10 +65,18 @@ class MemoryStore final : public Store {
                                   Timestamp now) override;
   absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                      Timestamp now, std::span<Decision> each) override;
+  // Leases are kept apart from the limits' state: they are not bounded by max_keys (a key
+  // holds at most kMaxConcurrency of them, and only until they expire) and not saved in
+  // snapshots (they outlive no crash of their holders either).
+  absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                    std::string_view id, Micros ttl, Timestamp now,
+                                    std::span<Decision> each) override;
   absl::Status CheckLimit(const Limit& limit) const override;
 
   // The number of keys holding state, over all limits. Takes every shard lock in turn.
   size_t KeyCount() const;
+  // The number of keys holding leases (some perhaps expired, not yet swept).
+  size_t LeasedKeyCount() const;
 
   // Counters for monitoring; keys as KeyCount() but without taking locks.
   MemoryStoreStats Stats() const;

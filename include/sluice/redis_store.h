@@ -126,6 +126,13 @@ class RedisStore final : public Store {
                                      Timestamp now, std::span<Decision> each) override;
   void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                       std::span<Decision> each, DecideDone done) override;
+  // Leases: one sorted set per key ("<prefix>lease:<key>", tagged as above), its members the
+  // lease ids, scored by expiry, decided by the same script (so batched and routed alike).
+  absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                    std::string_view id, Micros ttl, Timestamp now,
+                                    std::span<Decision> each) override;
+  void LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
+                     Timestamp now, std::span<Decision> each, DecideDone done) override;
   // Refuses what the script cannot decide exactly in doubles: token_bucket, gcra and
   // leaky_bucket with B x P' above 2^52 (P' the period in the rate's lowest terms), and the
   // memory store's own bounds (sliding_log above 10,000; sliding_buckets above 10,000
@@ -136,6 +143,8 @@ class RedisStore final : public Store {
 
   // The Redis key holding `limit`'s state for `key` (tests look at it; operators find it).
   std::string RedisKey(const Limit& limit, std::string_view key) const;
+  // The Redis key holding `key`'s leases.
+  std::string LeaseKey(std::string_view key) const;
 
   // The Lua script, as sent to SCRIPT LOAD (benchmarks run it with redis-benchmark).
   static std::string_view Script();

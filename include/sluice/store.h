@@ -10,6 +10,7 @@
 //
 // Thread-safety: every Store implementation is safe to call from any number of threads.
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -30,6 +31,31 @@ struct LimitedKey {
   const Limit* limit;
   std::string_view key;
 };
+
+// A concurrency limit on one key: at most `capacity` leases held there at once, as Stripe's
+// concurrent-request limiter. A lease is named by an id its taker chooses, and is held until
+// it is released or its time to live passes, so a taker that crashed frees its slot by itself.
+struct LeasedKey {
+  std::string_view key;
+  int64_t capacity = 0;  // 1 to kMaxConcurrency; ignored by kRelease.
+};
+
+enum class LeaseOp : uint8_t {
+  kQuery,    // How the keys stand for `id` (which may be empty); changes nothing.
+  kTake,     // Takes lease `id` on every key until now + ttl, all or nothing. An id that already
+             // holds a lease on a key is renewed there, whatever the capacity.
+  kRelease,  // Gives lease `id` back on every key that holds it.
+};
+
+inline constexpr int64_t kMaxConcurrency = 10'000;
+inline constexpr size_t kMaxLeaseIdBytes = 64;
+inline constexpr Micros kMaxLeaseTtl = std::chrono::hours(24);
+
+// The checks every Store makes before LeaseAll: OK, or InvalidArgument naming the problem (no
+// keys, a key twice, a capacity or ttl out of range, an id empty, too long or with bytes
+// outside printable ASCII).
+absl::Status ValidateLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                            Micros ttl);
 
 namespace internal {
 absl::Status InvalidRequest(size_t limit_count, int64_t cost);  // ValidateRequest's slow path.
@@ -66,6 +92,28 @@ class Store {
   virtual void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                               std::span<Decision> each, DecideDone done) {
     std::move(done)(DecideAll(requests, cost, now, each));
+  }
+
+  // Applies `op` to lease `id` on `keys` at `now` (see LeaseOp), and writes each key's figures
+  // to `each`, returning their Combine:
+  //   allowed      kTake, kQuery: `id` holds a lease there, or one is free; kRelease: `id`
+  //                held one there (and has given it back).
+  //   remaining    leases free after the call (0 for kRelease).
+  //   reset_after  until the last lease held there expires; 0 when none is held.
+  //   retry_after  0 when allowed; else until the earliest lease held expires (at least 1 us).
+  //                A release may free a slot sooner.
+  //   delay        0.
+  // A lease is held while now < its expiry. REQUIRES: each.size() == keys.size().
+  // Errors: InvalidArgument from ValidateLeases; as DecideAll when the state cannot be reached.
+  virtual absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                            std::string_view id, Micros ttl, Timestamp now,
+                                            std::span<Decision> each) = 0;
+
+  // LeaseAll without waiting, with DecideAllAsync's contract.
+  virtual void LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                             Micros ttl, Timestamp now, std::span<Decision> each,
+                             DecideDone done) {
+    std::move(done)(LeaseAll(op, keys, id, ttl, now, each));
   }
 
   // Whether this store can keep state for `limit`: OK, or InvalidArgument saying why not (a

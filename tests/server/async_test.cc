@@ -97,6 +97,12 @@ class DeferredStore final : public Store {
     ++received_;
     changed_.notify_all();
   }
+  // Leases are not held back: answered at once by the memory store.
+  absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                    std::string_view id, Micros ttl, Timestamp now,
+                                    std::span<Decision> each) override {
+    return memory_.LeaseAll(op, keys, id, ttl, now, each);
+  }
   absl::Status CheckLimit(const Limit& limit) const override { return memory_.CheckLimit(limit); }
 
   // Calls held now, and received in all.
