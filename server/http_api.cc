@@ -404,10 +404,17 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     return;
   }
   auto to = std::back_inserter(out);
-  fmt::format_to(
+  if (outcome.concurrency > 0) {
+    fmt::format_to(to, FMT_COMPILE(R"(,"algorithm":"concurrency","limit":{},"lease_ttl":")"),
+                   outcome.concurrency);
+    AppendDuration(out, outcome.lease_ttl);
+    out.push_back('"');
+  } else {
+    fmt::format_to(
       to, FMT_COMPILE(R"(,"algorithm":"{}","limit":{})"),
       AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
       outcome.nominal);
+  }
   if (outcome.limit) {
     out += R"(,"period":")";
     AppendDuration(out, outcome.limit->period());
@@ -440,6 +447,10 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited =
   }
   if (waited) {
     fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"waited_us":{})"), waited->count());
+  }
+  if (!result.lease.empty()) {
+    out += R"(,"lease":)";
+    AppendJsonString(out, result.lease);
   }
   fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);
   for (size_t i = 0; i < result.limits.size(); ++i) {
@@ -524,7 +535,7 @@ constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
 // The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
 std::string_view AllowedMethods(std::string_view path) {
-  if (path == "/v1/check" || path == "/v1/acquire" || path == "/json") {
+  if (path == "/v1/check" || path == "/v1/acquire" || path == "/v1/release" || path == "/json") {
     return "POST";
   }
   if (path == "/v1/auth") {
@@ -545,6 +556,12 @@ HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request) {
 }
 HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request) {
   return CheckResponse(result.check, request, http::status::too_many_requests, result.waited);
+}
+// POST /v1/release: 200 either way; "released" says whether the lease was still held.
+HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
+  return JsonResponse(http::status::ok,
+                      std::string(released ? R"({"released":true})" : R"({"released":false})"),
+                      request);
 }
 
 // The answer to a request refused with `status`: its HTTP status and its message.
@@ -653,6 +670,26 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
 }
 
 // POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
+// POST /v1/release's body: {"lease": "<the token an acquire or check answered>"}.
+absl::StatusOr<std::string> ParseRelease(const HttpRequest& request) {
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  const Fields fields(*parsed, Where{});
+  if (absl::Status s = fields.OnlyKnown({"lease"}, ""); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::optional<std::string>> lease = fields.String("lease");
+  if (!lease.ok()) {
+    return lease.status();
+  }
+  if (!*lease) {
+    return absl::InvalidArgumentError("lease is missing");
+  }
+  return **lease;
+}
+
 absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
   absl::StatusOr<JsonObject> parsed = ParseObject(request);
   if (!parsed.ok()) {
@@ -808,6 +845,10 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
     Acquire(request, std::move(reply), cancel);
     return;
   }
+  if (path == "/v1/release" && only(http::verb::post)) {
+    Release(request, std::move(reply));
+    return;
+  }
   if (reply.decision) {
     if (path == "/v1/check") {
       Check(request, std::move(reply));
@@ -872,6 +913,16 @@ void HttpApi::Acquire(const HttpRequest& request, Reply reply, CancelWait* cance
   if (cancel != nullptr) {
     *cancel = std::move(wait);
   }
+}
+
+void HttpApi::Release(const HttpRequest& request, Reply reply) {
+  absl::StatusOr<std::string> lease = ParseRelease(request);
+  if (!lease.ok()) {
+    Send(std::move(reply), Failure(lease.status(), request));
+    return;
+  }
+  service_.ReleaseAsync(*std::move(lease),
+                        Deliver<bool>(request, std::move(reply), &ReleaseAnswer));
 }
 
 void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
@@ -981,6 +1032,10 @@ HttpResponse HttpApi::Rules(const HttpRequest& request) {
           }
           if (rule.pool != nullptr) {
             entry["pool"] = rule.pool->name;
+          }
+          if (rule.concurrency) {
+            entry["concurrency"] = rule.concurrency->capacity;
+            entry["lease_ttl"] = FormatDuration(rule.concurrency->lease_ttl);
           }
           list.push_back(std::move(entry));
         }

@@ -5,6 +5,7 @@
 //
 //   POST /v1/check   rules-mode or ad-hoc check, 200 or 429 with RateLimit-* headers
 //   POST /v1/acquire as check, but answered once the request may go ahead (up to max_wait)
+//   POST /v1/release gives back the lease of a concurrency limit
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
 //   GET  /healthz, GET /metrics, GET /v1/rules
@@ -90,6 +91,7 @@ class HttpApi {
 
   void Check(const HttpRequest& request, Reply reply);
   void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
+  void Release(const HttpRequest& request, Reply reply);
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);

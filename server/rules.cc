@@ -13,6 +13,7 @@
 #include "yaml-cpp/yaml.h"
 
 #include "sluice/duration.h"
+#include "sluice/store.h"
 #include "src/mutex.h"
 #include "src/status.h"
 
@@ -258,7 +259,8 @@ class FileParser {
                   DescriptorLevel& level) {
     for (const YAML::Node& node : Sequence(list, "descriptors")) {
       CheckKeys(node, {"key", "value", "rate_limit", "limits", "descriptors", "shadow_mode",
-                       "detailed_metric", "value_to_metric", "mode", "soft_percent", "pool"});
+                       "detailed_metric", "value_to_metric", "mode", "soft_percent", "pool",
+                       "concurrency", "lease_ttl"});
       auto descriptor = std::make_unique<DescriptorNode>();
       descriptor->key = RequiredString(node, "key");
       if (descriptor->key.empty()) {
@@ -317,6 +319,7 @@ class FileParser {
     const YAML::Node rate_limit = node["rate_limit"];
     const YAML::Node limits = node["limits"];
     const YAML::Node mode = node["mode"];
+    std::optional<ConcurrencyLimit> concurrency = ParseConcurrency(node, path);
     if (!rate_limit && !limits) {
       for (const char* key : {"shadow_mode", "mode", "soft_percent", "pool"}) {
         if (node[key]) {
@@ -324,7 +327,10 @@ class FileParser {
                fmt::format("'{}' needs a 'rate_limit' or 'limits' on this descriptor", key));
         }
       }
-      return std::nullopt;
+      if (!concurrency) {
+        return std::nullopt;
+      }
+      return Rule{.path = path, .concurrency = std::move(concurrency)};
     }
     if (rate_limit && limits) {
       Fail(limits, "give either 'rate_limit' or 'limits', not both");
@@ -403,7 +409,40 @@ class FileParser {
     if (rule.unlimited && rule.mode != Mode::kHard && rule.mode != Mode::kShadow) {
       Fail(mode, "an unlimited rule has no mode");
     }
+    if (rule.unlimited && concurrency) {
+      Fail(node["concurrency"], "an unlimited rule has no concurrency limit");
+    }
+    rule.concurrency = std::move(concurrency);
     return rule;
+  }
+
+  // `concurrency: N` and its `lease_ttl`, when given.
+  std::optional<ConcurrencyLimit> ParseConcurrency(const YAML::Node& node,
+                                                   const std::string& path) {
+    const YAML::Node capacity = node["concurrency"];
+    const YAML::Node ttl = node["lease_ttl"];
+    if (!capacity) {
+      if (ttl) {
+        Fail(ttl, "'lease_ttl' needs 'concurrency' on this descriptor");
+      }
+      return std::nullopt;
+    }
+    ConcurrencyLimit concurrency;
+    concurrency.name = path + ":concurrency";
+    concurrency.capacity = Integer(capacity, "concurrency", 1, kMaxConcurrency);
+    if (ttl) {
+      const absl::StatusOr<Micros> parsed = ParseDuration(String(ttl, "'lease_ttl'"));
+      if (!parsed.ok()) {
+        Fail(ttl, fmt::format("lease_ttl: {}", internal::Message(parsed.status())));
+      }
+      if (*parsed <= Micros{0} || *parsed > kMaxLeaseTtl) {
+        Fail(ttl, fmt::format("lease_ttl must be more than 0 and at most {}",
+                              FormatDuration(kMaxLeaseTtl)));
+      }
+      concurrency.lease_ttl = *parsed;
+    }
+    concurrency.counters = counters_.Get(concurrency.name);
+    return concurrency;
   }
 
   // Soft mode stores the limit enlarged by soft_percent (rounded down) and keeps the nominal

@@ -10,6 +10,7 @@
 // flight keep the one they started with. Thread-safe for concurrent readers.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -88,10 +89,23 @@ struct Pool {
   RuleLimit limit;
 };
 
+// A descriptor's `concurrency: N`: at most N leases held at once on its key (per value of
+// the request), each given back by POST /v1/release or expiring after lease_ttl.
+struct ConcurrencyLimit {
+  static constexpr Micros kDefaultLeaseTtl = std::chrono::minutes(1);
+  std::string name;  // The rule's path and ":concurrency" ("jobs.job_mailer:concurrency").
+  int64_t capacity = 0;
+  Micros lease_ttl = kDefaultLeaseTtl;
+  RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
+};
+
 // A descriptor node that carries limits.
 struct Rule {
   std::string path;               // "api.user_alice.path": domain, then key or key_value per level.
-  std::vector<RuleLimit> limits;  // Decided all or nothing; one (unlimited) when unlimited.
+  // Decided all or nothing; one (unlimited) when unlimited; none when the rule has only a
+  // concurrency limit.
+  std::vector<RuleLimit> limits;
+  std::optional<ConcurrencyLimit> concurrency;  // Always hard: modes apply to `limits`.
   bool unlimited = false;
   Mode mode = Mode::kHard;
   int64_t soft_percent = 0;

@@ -13,11 +13,15 @@
 #include <variant>
 
 #include "absl/hash/hash.h"
+#include "absl/random/random.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_split.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
 #include "server/ip.h"
 #include "sluice/duration.h"
+#include "src/status.h"
 
 namespace sluice::server {
 namespace {
@@ -82,21 +86,21 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
   }
 }
 
-// Awaits Store::DecideAllAsync. The store may answer before DecideAllAsync returns (the memory
-// store) or later on its own thread (Redis): whichever of the answer and the suspension comes
-// second resumes the coroutine, so an answer at once costs no suspension at all.
-class StoreDecision {
+// Awaits a store call that answers through a DecideDone (DecideAllAsync, LeaseAllAsync):
+// `start` makes the call. The store may answer before the call returns (the memory store) or
+// later on its own thread (Redis): whichever of the answer and the suspension comes second
+// resumes the coroutine, so an answer at once costs no suspension at all.
+template <typename Start>
+class StoreAnswer {
  public:
-  StoreDecision(Store& store, std::span<const LimitedKey> keys, int64_t cost, Timestamp now,
-                std::span<Decision> each)
-      : store_(store), keys_(keys), cost_(cost), now_(now), each_(each) {}
+  explicit StoreAnswer(Start start) : start_(std::move(start)) {}
 
   bool await_ready() const noexcept { return false; }
   // Not inlined: clang before 17 may write to the coroutine's frame after an inlined
   // await_suspend has handed the coroutine to another thread (LLVM issues 56301, 65054).
   [[gnu::noinline]] bool await_suspend(std::coroutine_handle<> waiting) {
     waiting_ = waiting;
-    store_.DecideAllAsync(keys_, cost_, now_, each_, [this](absl::StatusOr<Decision> result) {
+    start_([this](absl::StatusOr<Decision> result) {
       result_.emplace(std::move(result));
       const std::coroutine_handle<> waiting = waiting_;
       // After this exchange the awaiter may be gone (the coroutine resumed and went on).
@@ -110,17 +114,67 @@ class StoreDecision {
 
  private:
   enum State : int { kStarted, kSuspended, kAnswered };
-  Store& store_;
-  std::span<const LimitedKey> keys_;
-  int64_t cost_;
-  Timestamp now_;
-  std::span<Decision> each_;
+  Start start_;
   std::coroutine_handle<> waiting_;
   std::optional<absl::StatusOr<Decision>> result_;
   std::atomic<int> state_{kStarted};
 };
 
+// co_await StoreDecision(...): Store::DecideAllAsync's answer.
+auto StoreDecision(Store& store, std::span<const LimitedKey> keys, int64_t cost, Timestamp now,
+                   std::span<Decision> each) {
+  return StoreAnswer([&store, keys, cost, now, each](DecideDone done) {
+    store.DecideAllAsync(keys, cost, now, each, std::move(done));
+  });
+}
+
+// co_await StoreLeases(...): Store::LeaseAllAsync's answer.
+auto StoreLeases(Store& store, LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                 Micros ttl, Timestamp now, std::span<Decision> each) {
+  return StoreAnswer([&store, op, keys, id, ttl, now, each](DecideDone done) {
+    store.LeaseAllAsync(op, keys, id, ttl, now, each, std::move(done));
+  });
+}
+
+// A lease's token, as clients hold it: its id, then each key it holds, base64url, each after
+// a '.'. Release needs nothing else: not the rules (which may have been reloaded since), not
+// this server (another of the fleet may have granted it).
+std::string LeaseToken(std::string_view id, std::span<const LeasedKey> keys) {
+  std::string token(id);
+  for (const LeasedKey& k : keys) {
+    token += '.';
+    token += absl::WebSafeBase64Escape(absl::string_view(k.key.data(), k.key.size()));
+  }
+  return token;
+}
+
+// A random lease id: 128 bits in hex, which nobody guesses and no two leases share.
+std::string NewLeaseId() {
+  thread_local absl::BitGen random;
+  return fmt::format("{:016x}{:016x}", absl::Uniform<uint64_t>(random),
+                     absl::Uniform<uint64_t>(random));
+}
+
 }  // namespace
+
+absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token) {
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(absl::string_view(token.data(), token.size()), '.');
+  if (token.size() > kMaxLeaseTokenBytes || parts.size() < 2 ||
+      parts.size() > 1 + kMaxDescriptors) {
+    return absl::InvalidArgumentError("lease is not a lease token from sluiced");
+  }
+  ParsedLease lease{.id = std::string(parts[0])};
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::string key;
+    if (!absl::WebSafeBase64Unescape(parts[i], &key) || key.empty() ||
+        key.front() != kDomainMark) {
+      return absl::InvalidArgumentError("lease is not a lease token from sluiced");
+    }
+    lease.keys.push_back(std::move(key));
+  }
+  return lease;
+}
 
 std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) {
   std::string key(1, kDomainMark);
@@ -144,6 +198,13 @@ struct RateLimitService::Planned {
   std::string key;
   size_t descriptor = 0;
   RuleCounters* counters = nullptr;  // Where it is counted for /metrics.
+};
+
+// A concurrency limit that applies to a request, with the key its leases are held on.
+struct RateLimitService::PlannedLease {
+  const ConcurrencyLimit* limit = nullptr;  // Into the RuleSet the request holds.
+  std::string key;
+  size_t descriptor = 0;
 };
 
 namespace {
@@ -316,7 +377,7 @@ std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entri
 }  // namespace
 
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
-    const Domain& domain, const CheckRequest& request) {
+    const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases) {
   std::vector<Planned> planned;
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     const RequestDescriptor& descriptor = request.descriptors[d];
@@ -353,6 +414,11 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     if (rule == nullptr) {
       continue;
     }
+    if (leases != nullptr && rule->concurrency &&
+        std::none_of(leases->begin(), leases->end(),
+                     [&](const PlannedLease& l) { return l.key == key; })) {
+      leases->push_back({.limit = &*rule->concurrency, .key = key, .descriptor = d});
+    }
     for (const RuleLimit& rule_limit : rule->limits) {
       Planned& p = planned.emplace_back();
       p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
@@ -380,7 +446,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
 }
 
 RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
-                                                     Timestamp now) {
+                                                     Timestamp now, bool denied_elsewhere) {
   CheckResult result;
   result.limits.reserve(planned.size() + 1);
   std::vector<size_t> enforced;
@@ -447,7 +513,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
     return combined->allowed;
   };
 
-  bool admitted = !always_denied;
+  bool admitted = !always_denied && !denied_elsewhere;
   if (!enforced.empty()) {
     const absl::StatusOr<Decision> combined =
         co_await store_call(enforced, always_denied ? 0 : cost, {});
@@ -459,7 +525,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
       result.limits[enforced[j]].decision = each[j];
     }
     admitted = admitted && *allowed;
-    if (!admitted && !always_denied) {
+    if (!admitted && !always_denied && !denied_elsewhere) {
       // Elastic: when only elastic limits denied, and each can borrow, decide again with their
       // pools in their place.
       std::vector<size_t> kept;
@@ -578,15 +644,123 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request) 
     co_return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
   }
   const Timestamp now = clock_.Now();
-  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
+  std::vector<PlannedLease> leases;
+  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request, &leases);
   if (!plan.ok()) {
     co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
+  if (!leases.empty()) {
+    co_return co_await DecideLeased(planned, leases, request.cost, now);
+  }
   if (planned.empty()) {
     co_return CheckResult{};
   }
   co_return co_await Decide(planned, request.cost, now);
+}
+
+RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>& planned,
+                                                           std::vector<PlannedLease>& leases,
+                                                           int64_t cost, Timestamp now) {
+  std::vector<LeasedKey> keys;
+  // One lease over every key, living as long as the shortest lease_ttl of their rules: each
+  // rule's promise (a crashed holder's slot comes back within lease_ttl) holds.
+  Micros ttl = kMaxLeaseTtl;
+  for (const PlannedLease& lease : leases) {
+    keys.push_back({.key = lease.key, .capacity = lease.limit->capacity});
+    ttl = std::min(ttl, lease.limit->lease_ttl);
+  }
+  const LeaseOp op = cost > 0 ? LeaseOp::kTake : LeaseOp::kQuery;
+  const std::string id = op == LeaseOp::kTake ? NewLeaseId() : std::string();
+  std::vector<Decision> each(keys.size());
+  auto store_failed = [&](const absl::Status& status) {
+    if (status.code() != absl::StatusCode::kInvalidArgument) {
+      metrics_.CountStoreError();
+    }
+  };
+  const absl::StatusOr<Decision> taken = co_await StoreLeases(store_, op, keys, id, ttl, now, each);
+  if (!taken.ok()) {
+    store_failed(taken.status());
+    co_return taken.status();
+  }
+  const bool leased = op == LeaseOp::kTake && taken->allowed;
+  // The rate limits are charged only when the leases were taken; else they are asked (cost 0)
+  // for their figures, and counted as denied elsewhere.
+  absl::StatusOr<CheckResult> result = CheckResult{};
+  if (!planned.empty()) {
+    result = co_await Decide(planned, taken->allowed ? cost : 0, now, !taken->allowed);
+  }
+  const bool admitted = taken->allowed && result.ok() && result->combined.allowed;
+  if (leased && !admitted) {
+    // Denied (or failed) after all: the leases go back, and are reported as they now stand.
+    std::vector<Decision> released(keys.size());
+    absl::StatusOr<Decision> back =
+        co_await StoreLeases(store_, LeaseOp::kRelease, keys, id, ttl, now, released);
+    if (back.ok()) {
+      back = co_await StoreLeases(store_, LeaseOp::kQuery, keys, "", ttl, now, each);
+    }
+    if (!back.ok()) {
+      // Held until it expires: lease_ttl at most.
+      store_failed(back.status());
+      spdlog::warn("a lease the rate limits denied could not be given back: {}",
+                   internal::Message(back.status()));
+    }
+    if (lines_ != nullptr) {
+      lines_->Notify(keys);
+    }
+  }
+  if (!result.ok()) {
+    co_return result.status();
+  }
+  std::vector<Decision> views;
+  if (result->limited) {
+    views.push_back(result->combined);
+  }
+  for (size_t i = 0; i < leases.size(); ++i) {
+    const ConcurrencyLimit& limit = *leases[i].limit;
+    LimitOutcome& outcome = result->limits.emplace_back();
+    outcome.name = limit.name;
+    outcome.named = true;
+    outcome.nominal = limit.capacity;
+    outcome.concurrency = limit.capacity;
+    outcome.lease_ttl = ttl;
+    outcome.descriptor = leases[i].descriptor;
+    outcome.decision = each[i];
+    Count(outcome, *limit.counters, admitted);
+    result->lease_keys.push_back(leases[i].key);
+    views.push_back(outcome.decision);
+  }
+  result->limited = true;
+  result->combined = Combine(views);
+  result->combined.allowed = admitted;
+  if (admitted && leased) {
+    result->lease = LeaseToken(id, keys);
+  }
+  co_return std::move(result);
+}
+
+internal::Task<absl::StatusOr<bool>> RateLimitService::DecideRelease(std::string lease) {
+  absl::StatusOr<ParsedLease> parsed = ParseLeaseToken(lease);
+  if (!parsed.ok()) {
+    co_return parsed.status();
+  }
+  std::vector<LeasedKey> keys;
+  for (const std::string& key : parsed->keys) {
+    keys.push_back({.key = key});
+  }
+  std::vector<Decision> each(keys.size());
+  const absl::StatusOr<Decision> released = co_await StoreLeases(
+      store_, LeaseOp::kRelease, keys, parsed->id, Micros{0}, clock_.Now(), each);
+  if (!released.ok()) {
+    if (released.status().code() != absl::StatusCode::kInvalidArgument) {
+      metrics_.CountStoreError();
+    }
+    co_return released.status();
+  }
+  if (lines_ != nullptr) {
+    lines_->Notify(keys);
+  }
+  co_return released->allowed;
 }
 
 RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
@@ -826,6 +1000,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
         continue;
       }
     }
+    const uint64_t notices = lines_->Notices();
     result = co_await Attempt(request, cost);
     if (!result.ok()) {
       break;
@@ -846,10 +1021,37 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       }
       break;
     }
-    if (decision.never_allowed() || decided + decision.retry_after > deadline) {
+    // A concurrency slot may come back before the lease that retry_after counts on expires:
+    // a holder may give it back at any time. Only the rate limits' waits are known.
+    Micros rate_wait{0};
+    bool slot_wait = false;
+    for (const LimitOutcome& outcome : result->limits) {
+      if (outcome.decision.allowed || outcome.mode == Mode::kShadow || outcome.borrowed) {
+        continue;
+      }
+      if (outcome.concurrency > 0) {
+        slot_wait = true;
+      } else if (outcome.decision.never_allowed() || rate_wait == kNeverAllowed) {
+        rate_wait = kNeverAllowed;
+      } else {
+        rate_wait = std::max(rate_wait, outcome.decision.retry_after);
+      }
+    }
+    if (!slot_wait) {
+      rate_wait = decision.retry_after;  // As the request was answered (always-denied rules...).
+    }
+    if (rate_wait == kNeverAllowed || decided + rate_wait > deadline ||
+        (slot_wait && decided >= deadline)) {
       break;
     }
-    co_await lines_->Sleep(waiter, decided + decision.retry_after);
+    if (!slot_wait) {
+      co_await lines_->Sleep(waiter, decided + rate_wait);
+      continue;
+    }
+    const Timestamp wake =
+        std::min({decided + std::max(rate_wait, std::min(decision.retry_after, kLeasePoll)),
+                  deadline});
+    co_await lines_->SleepOnLeases(waiter, wake, result->lease_keys, notices);
   }
   if (!result.ok()) {
     co_return result.status();
@@ -876,6 +1078,14 @@ void RateLimitService::StopWaiting() {
   if (lines_ != nullptr) {
     lines_->CancelAll(absl::UnavailableError("the server is stopping"));
   }
+}
+
+void RateLimitService::ReleaseAsync(std::string lease, Done<absl::StatusOr<bool>> done) {
+  Run(DecideRelease(std::move(lease)), std::move(done));
+}
+
+absl::StatusOr<bool> RateLimitService::Release(std::string lease) {
+  return internal::Wait(DecideRelease(std::move(lease)));
 }
 
 size_t RateLimitService::waiting() const { return lines_ == nullptr ? 0 : lines_->waiting(); }

@@ -96,6 +96,10 @@ struct LimitOutcome {
   bool pool = false;       // An elastic pool charged for a borrowing limit.
   bool borrowed = false;   // Over its own limit, admitted by its pool.
   bool over_soft = false;  // Admitted past the nominal limit by soft mode.
+  // A concurrency limit: its capacity (also in `nominal`; `limit` is empty) and the time its
+  // leases live. 0 for rate limits.
+  int64_t concurrency = 0;
+  Micros lease_ttl{0};
   // The limit's own decision, as the client is told it: in soft mode against the nominal
   // limit; in shadow mode as decided (the request is admitted regardless).
   Decision decision;
@@ -107,7 +111,21 @@ struct CheckResult {
   Decision combined{.allowed = true};
   bool limited = false;  // Whether any finite limit applied.
   std::vector<LimitOutcome> limits;
+  // When a concurrency limit applied and the request was admitted with a cost above 0: the
+  // lease it holds (a token for Release). Empty otherwise.
+  std::string lease;
+  // The keys of the concurrency limits that applied: an acquire waits for releases there.
+  std::vector<std::string> lease_keys;
 };
+
+// A lease token taken apart: the id and the keys it is held on.
+struct ParsedLease {
+  std::string id;
+  std::vector<std::string> keys;
+};
+inline constexpr size_t kMaxLeaseTokenBytes = 16 * 1024;
+// InvalidArgument "lease is not a lease token from sluiced" for anything else.
+absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token);
 
 // POST /v1/acquire: a check that may wait, up to max_wait, until it can go ahead.
 struct AcquireRequest {
@@ -117,6 +135,11 @@ struct AcquireRequest {
 
 // The longest an acquire may wait.
 inline constexpr Micros kMaxAcquireWait = std::chrono::hours(1);
+
+// An acquire that waits for a concurrency slot is woken by releases made through this server
+// at once; releases through another server of a fleet are not seen here, so it also asks the
+// store again this often.
+inline constexpr Micros kLeasePoll = std::chrono::milliseconds(100);
 
 struct AcquireResult {
   CheckResult check;  // The admitting decision, or the denial that was too far off.
@@ -179,6 +202,11 @@ class RateLimitService {
   // receives Cancelled.
   using CancelWait = absl::AnyInvocable<void()>;
   CancelWait AcquireAsync(AcquireRequest request, Done<absl::StatusOr<AcquireResult>> done);
+  // Gives back the lease of a CheckResult (its `lease` token), on every key it holds, and
+  // wakes the acquires waiting for those keys. True when it was held on every key; false when
+  // it had been released already or had expired. InvalidArgument for a malformed token.
+  void ReleaseAsync(std::string lease, Done<absl::StatusOr<bool>> done);
+
   // Ends every wait now, and any that starts later, with Unavailable (the server stops).
   void StopWaiting();
   // Requests waiting in AcquireAsync now.
@@ -190,6 +218,7 @@ class RateLimitService {
   absl::StatusOr<std::vector<DescriptorResult>> ShouldRateLimit(CheckRequest request);
   absl::StatusOr<CheckResult> CheckAdHoc(AdHocRequest request);
   absl::StatusOr<AcquireResult> Acquire(AcquireRequest request);
+  absl::StatusOr<bool> Release(std::string lease);
 
   // Blocks until every decision started by an *Async call has called its `done`. A server
   // calls it once it takes no more requests, before it tears down what those callbacks use.
@@ -198,12 +227,14 @@ class RateLimitService {
 
  private:
   struct Planned;
+  struct PlannedLease;
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
 
   CheckTask DecideCheck(CheckRequest request);
   DescriptorsTask DecideDescriptors(CheckRequest request);
   CheckTask DecideAdHoc(AdHocRequest request);
+  internal::Task<absl::StatusOr<bool>> DecideRelease(std::string lease);
   internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,
                                                               std::shared_ptr<Waiter> waiter);
   // One try of an acquire: its check at `cost`.
@@ -214,16 +245,25 @@ class RateLimitService {
 
   absl::Status Validate(const CheckRequest& request) const;
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
-  // grouped, `replaces` applied.
+  // grouped, `replaces` applied; and, when `leases` is given, the concurrency limits there
+  // (else they are left out: Envoy's API cannot give a lease back).
   // InvalidArgument when an override would pass kMaxCallerLimits.
-  absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request);
+  absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request,
+                                            std::vector<PlannedLease>* leases = nullptr);
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,
                                  const RuleLimit& rule_limit, const std::vector<Entry>& entries);
   absl::Status AdmitCallerLimit(const Limit& limit);
   // Decides `planned` (each limit with its key) for `cost`: up to three store calls, one after
   // the other (the enforced limits; when elastic ones denied, again with their pools; the
-  // shadow limits). `planned` must stay alive until the task ends.
-  CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now);
+  // shadow limits). `denied_elsewhere`: the request is denied already (by a concurrency
+  // limit); it is counted so, and `cost` should be 0. `planned` must stay alive until the
+  // task ends.
+  CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now,
+                   bool denied_elsewhere = false);
+  // Decides `planned` and `leases` together: the leases are taken first (they can be given
+  // back), then the rate limits are charged; when those deny, the leases are given back.
+  CheckTask DecideLeased(std::vector<Planned>& planned, std::vector<PlannedLease>& leases,
+                         int64_t cost, Timestamp now);
 
   Store& store_;
   Clock& clock_;

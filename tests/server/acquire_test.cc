@@ -25,6 +25,13 @@ domain: jobs
 descriptors:
   - key: api
     rate_limit: {algorithm: leaky_bucket, requests_per_unit: 5, period: 1s, burst: 1}
+  - key: mailer
+    concurrency: 2
+    lease_ttl: 10s
+  - key: export
+    concurrency: 1
+    lease_ttl: 10s
+    rate_limit: {unit: second, requests_per_unit: 1}
 )";
 
 class AcquireTest : public ::testing::Test {
@@ -234,6 +241,148 @@ TEST_F(AcquireTest, BadRequestsAreRefused) {
   RateLimitService no_timers(store_, clock_, metrics_);
   EXPECT_EQ(no_timers.Acquire({.check = ok, .max_wait = 1s}).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency limits: leases
+
+const CheckRequest kMailer{.domain = "jobs", .descriptors = {{.entries = {{"mailer", "nightly"}}}}};
+
+TEST_F(AcquireTest, ConcurrencyLeasesAreHeldUntilReleased) {
+  const CheckResult first = *service_.Check(kMailer);
+  const CheckResult second = *service_.Check(kMailer);
+  EXPECT_TRUE(first.combined.allowed);
+  EXPECT_TRUE(second.combined.allowed);
+  EXPECT_FALSE(first.lease.empty());
+  EXPECT_NE(first.lease, second.lease);
+  ASSERT_EQ(second.limits.size(), 1U);
+  EXPECT_EQ(second.limits[0].name, "jobs.mailer:concurrency");
+  EXPECT_EQ(second.limits[0].concurrency, 2);
+  EXPECT_EQ(second.limits[0].lease_ttl, 10s);
+  EXPECT_EQ(second.combined.remaining, 0);
+  EXPECT_EQ(second.combined.reset_after, 10s);
+
+  clock_.Set(At(kEpoch) + 1s);
+  const CheckResult third = *service_.Check(kMailer);
+  EXPECT_FALSE(third.combined.allowed);
+  EXPECT_EQ(third.combined.retry_after, 9s);  // Until the first lease would expire.
+  EXPECT_TRUE(third.lease.empty());
+
+  EXPECT_EQ(service_.Release(first.lease).value_or(false), true);
+  EXPECT_EQ(service_.Release(first.lease).value_or(true), false);  // Once only.
+  const CheckResult fourth = *service_.Check(kMailer);
+  EXPECT_TRUE(fourth.combined.allowed);
+  EXPECT_FALSE(fourth.lease.empty());
+
+  // A cost-0 check asks and takes nothing.
+  CheckRequest query = kMailer;
+  query.cost = 0;
+  const CheckResult asked = *service_.Check(query);
+  EXPECT_FALSE(asked.combined.allowed);
+  EXPECT_TRUE(asked.lease.empty());
+  const RuleCounters& counters = *metrics_.rules().Get("jobs.mailer:concurrency");
+  EXPECT_EQ(counters.checks.load(), 5U);
+  EXPECT_EQ(counters.admitted.load(), 3U);
+  EXPECT_EQ(counters.denied.load(), 2U);
+}
+
+TEST_F(AcquireTest, AnAcquireWaitsForAReleaseNotForTheExpiry) {
+  const CheckResult first = *service_.Check(kMailer);
+  ASSERT_TRUE(service_.Check(kMailer)->combined.allowed);
+  const std::shared_ptr<Pending> waiter = Start(kMailer, 30s);
+  // Between two of its polls of the store (every kLeasePoll): only the release can wake it.
+  RunUntil(3050ms);
+  EXPECT_FALSE(waiter->answer.has_value());
+  ASSERT_EQ(service_.Release(first.lease).value_or(false), true);
+  RunUntil(3050ms);
+  ASSERT_TRUE(waiter->answer.has_value());
+  ASSERT_TRUE(waiter->answer->ok()) << waiter->answer->status();
+  EXPECT_TRUE((*waiter->answer)->check.combined.allowed);
+  EXPECT_FALSE((*waiter->answer)->check.lease.empty());
+  EXPECT_EQ(waiter->answered_at, 3050ms);
+  EXPECT_EQ((*waiter->answer)->waited, 3050ms);
+}
+
+TEST_F(AcquireTest, ALeaseNobodyGivesBackExpiresAndItsSlotReturns) {
+  ASSERT_TRUE(service_.Check(kMailer)->combined.allowed);
+  ASSERT_TRUE(service_.Check(kMailer)->combined.allowed);  // Both holders crash: no release.
+  const std::shared_ptr<Pending> waiter = Start(kMailer, 30s);
+  const std::shared_ptr<Pending> impatient = Start(kMailer, 4s);
+  RunUntil(20s);
+  ASSERT_TRUE(waiter->answer.has_value());
+  ASSERT_TRUE(waiter->answer->ok()) << waiter->answer->status();
+  EXPECT_TRUE((*waiter->answer)->check.combined.allowed);
+  EXPECT_EQ(waiter->answered_at, 10s);  // The leases' time to live, exactly.
+  // The second waiter's max_wait ended first, behind the first: 429, to come back later.
+  ASSERT_TRUE(impatient->answer.has_value());
+  ASSERT_TRUE(impatient->answer->ok());
+  EXPECT_FALSE((*impatient->answer)->check.combined.allowed);
+  EXPECT_EQ(impatient->answered_at, 4s);
+}
+
+TEST_F(AcquireTest, WaitersForASlotAreServedInOrderOfArrival) {
+  const CheckResult a = *service_.Check(kMailer);
+  const CheckResult b = *service_.Check(kMailer);
+  std::vector<std::shared_ptr<Pending>> waiters;
+  for (int i = 0; i < 3; ++i) {
+    waiters.push_back(Start(kMailer, 30s));
+    RunUntil((i + 1) * 10ms);
+  }
+  RunUntil(1055ms);  // Off the polls' beat: the releases wake the head.
+  ASSERT_EQ(service_.Release(a.lease).value_or(false), true);
+  RunUntil(1055ms);
+  EXPECT_TRUE(waiters[0]->answer.has_value());
+  EXPECT_EQ(waiters[0]->answered_at, 1055ms);
+  EXPECT_FALSE(waiters[1]->answer.has_value());
+  EXPECT_FALSE(waiters[2]->answer.has_value());
+  RunUntil(2055ms);
+  ASSERT_EQ(service_.Release(b.lease).value_or(false), true);
+  RunUntil(2055ms);
+  EXPECT_TRUE(waiters[1]->answer.has_value());
+  EXPECT_EQ(waiters[1]->answered_at, 2055ms);
+  EXPECT_FALSE(waiters[2]->answer.has_value());
+  RunUntil(3055ms);
+  ASSERT_EQ(service_.Release((*waiters[0]->answer)->check.lease).value_or(false), true);
+  RunUntil(3055ms);
+  ASSERT_TRUE(waiters[2]->answer.has_value());
+  EXPECT_EQ(waiters[2]->answered_at, 3055ms);
+  EXPECT_TRUE((*waiters[2]->answer)->check.combined.allowed);
+}
+
+TEST_F(AcquireTest, ARateLimitThatDeniesGivesTheLeaseBack) {
+  const CheckRequest exporter{.domain = "jobs",
+                              .descriptors = {{.entries = {{"export", "csv"}}}}};
+  const CheckResult first = *service_.Check(exporter);
+  ASSERT_TRUE(first.combined.allowed);
+  ASSERT_EQ(first.limits.size(), 2U);  // The rate limit, then the concurrency limit.
+  ASSERT_EQ(service_.Release(first.lease).value_or(false), true);
+  // The rate limit (1 per second) is used up: denied, and the lease taken meanwhile goes back.
+  const CheckResult second = *service_.Check(exporter);
+  EXPECT_FALSE(second.combined.allowed);
+  EXPECT_TRUE(second.lease.empty());
+  EXPECT_EQ(second.combined.retry_after, 1s);
+  EXPECT_EQ(second.limits[1].decision.remaining, 1);  // The slot is free again.
+  const LeasedKey key{.key = RuleKey("jobs", {{"export", "csv"}}), .capacity = 1};
+  Decision each;
+  EXPECT_EQ(store_.LeaseAll(LeaseOp::kQuery, {&key, 1}, "", 1s, clock_.Now(), {&each, 1})->remaining,
+            1);
+  // An acquire waits out the rate limit and then takes the slot.
+  const std::shared_ptr<Pending> waiter = Start(exporter, 5s);
+  RunUntil(2s);
+  ASSERT_TRUE(waiter->answer.has_value());
+  ASSERT_TRUE(waiter->answer->ok());
+  EXPECT_TRUE((*waiter->answer)->check.combined.allowed);
+  EXPECT_EQ(waiter->answered_at, 1s);
+}
+
+TEST_F(AcquireTest, AReleaseOfAMalformedLeaseIsRefused) {
+  for (const std::string& token : {std::string(""), std::string("abc"), std::string("abc.!!"),
+                                   std::string("abc.") + std::string(20000, 'A')}) {
+    const absl::StatusOr<bool> released = service_.Release(token);
+    EXPECT_EQ(released.status().code(), absl::StatusCode::kInvalidArgument) << token;
+  }
+  EXPECT_EQ(service_.Release("abc.YWJj").status().code(),
+            absl::StatusCode::kInvalidArgument);  // "abc": not a key sluiced makes.
 }
 
 }  // namespace
