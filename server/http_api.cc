@@ -411,9 +411,9 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     out.push_back('"');
   } else {
     fmt::format_to(
-      to, FMT_COMPILE(R"(,"algorithm":"{}","limit":{})"),
-      AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
-      outcome.nominal);
+        to, FMT_COMPILE(R"(,"algorithm":"{}","limit":{})"),
+        AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
+        outcome.nominal);
   }
   if (outcome.limit) {
     out += R"(,"period":")";

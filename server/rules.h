@@ -101,7 +101,7 @@ struct ConcurrencyLimit {
 
 // A descriptor node that carries limits.
 struct Rule {
-  std::string path;               // "api.user_alice.path": domain, then key or key_value per level.
+  std::string path;  // "api.user_alice.path": domain, then key or key_value per level.
   // Decided all or nothing; one (unlimited) when unlimited; none when the rule has only a
   // concurrency limit.
   std::vector<RuleLimit> limits;

@@ -167,8 +167,7 @@ absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token) {
   ParsedLease lease{.id = std::string(parts[0])};
   for (size_t i = 1; i < parts.size(); ++i) {
     std::string key;
-    if (!absl::WebSafeBase64Unescape(parts[i], &key) || key.empty() ||
-        key.front() != kDomainMark) {
+    if (!absl::WebSafeBase64Unescape(parts[i], &key) || key.empty() || key.front() != kDomainMark) {
       return absl::InvalidArgumentError("lease is not a lease token from sluiced");
     }
     lease.keys.push_back(std::move(key));
@@ -1048,9 +1047,8 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       co_await lines_->Sleep(waiter, decided + rate_wait);
       continue;
     }
-    const Timestamp wake =
-        std::min({decided + std::max(rate_wait, std::min(decision.retry_after, kLeasePoll)),
-                  deadline});
+    const Timestamp wake = std::min(
+        {decided + std::max(rate_wait, std::min(decision.retry_after, kLeasePoll)), deadline});
     co_await lines_->SleepOnLeases(waiter, wake, result->lease_keys, notices);
   }
   if (!result.ok()) {

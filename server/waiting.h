@@ -16,8 +16,8 @@
 #include <coroutine>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -63,8 +63,8 @@ struct Waiter {
   bool head = false;  // First in its line: may ask the store.
   bool in_line = false;
   absl::Status cancelled;  // Why it gave up (client gone, server stopping); OK while it waits.
-  std::coroutine_handle<> parked;  // Suspended, waiting to be woken.
-  uint64_t sleep = 0;              // Numbers sleeps, so that a stale timer wakes nobody.
+  std::coroutine_handle<> parked;    // Suspended, waiting to be woken.
+  uint64_t sleep = 0;                // Numbers sleeps, so that a stale timer wakes nobody.
   std::vector<std::string> wake_on;  // Lease keys whose Notify ends this sleep.
 };
 
@@ -115,8 +115,8 @@ class WaitLines {
   // co_await SleepOnLeases(w, until, keys, seen): as Sleep, but also resumes when Notify names
   // one of `keys`, or at once when any Notify came after Notices() returned `seen` (a
   // release between w's store call and this sleep is not missed).
-  Park SleepOnLeases(std::shared_ptr<Waiter> waiter, Timestamp until,
-                     std::vector<std::string> keys, uint64_t seen) {
+  Park SleepOnLeases(std::shared_ptr<Waiter> waiter, Timestamp until, std::vector<std::string> keys,
+                     uint64_t seen) {
     return {state_, std::move(waiter), until, /*join=*/false, std::move(keys), seen};
   }
   // Wakes the waiters sleeping on any of `keys` (leases were given back there).

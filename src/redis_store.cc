@@ -192,8 +192,8 @@ struct Call {
   std::vector<int64_t> capacities;
   std::string lease_id;
   Micros lease_ttl{0};
-  std::string keys_resp;          // The Redis keys, framed.
-  std::string args_resp;          // This request's part of ARGV, framed.
+  std::string keys_resp;  // The Redis keys, framed.
+  std::string args_resp;  // This request's part of ARGV, framed.
   int64_t cost = 0;
   Timestamp now;
   std::span<Decision> each;
@@ -474,9 +474,9 @@ class RedisStore::Impl {
     call->each = each;
     call->done = std::move(done);
     call->deadline = SteadyClock::now() + options_.timeout;
-    AppendBulk(call->args_resp,
-               options_.use_caller_time ? fmt::format_int(now.time_since_epoch().count()).str()
-                                        : std::string());
+    AppendBulk(call->args_resp, options_.use_caller_time
+                                    ? fmt::format_int(now.time_since_epoch().count()).str()
+                                    : std::string());
     AppendBulk(call->args_resp, static_cast<int64_t>(op));
     AppendBulk(call->args_resp, static_cast<int64_t>(keys.size()));
     for (const LeasedKey& k : keys) {
@@ -599,8 +599,8 @@ class RedisStore::Impl {
             for (size_t i = 0; i < call.keys.size(); ++i) {
               keys.push_back({call.keys[i], call.capacities[i]});
             }
-            result = local_.LeaseAll(*call.lease_op, keys, call.lease_id, call.lease_ttl,
-                                     call.now, call.each);
+            result = local_.LeaseAll(*call.lease_op, keys, call.lease_id, call.lease_ttl, call.now,
+                                     call.each);
             break;
           }
           absl::InlinedVector<LimitedKey, 4> requests;

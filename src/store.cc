@@ -24,8 +24,8 @@ absl::Status ValidateLeases(LeaseOp op, std::span<const LeasedKey> keys, std::st
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     if (op != LeaseOp::kRelease && (keys[i].capacity < 1 || keys[i].capacity > kMaxConcurrency)) {
-      return absl::InvalidArgumentError(fmt::format("concurrency must be 1 to {}, not {}",
-                                                    kMaxConcurrency, keys[i].capacity));
+      return absl::InvalidArgumentError(
+          fmt::format("concurrency must be 1 to {}, not {}", kMaxConcurrency, keys[i].capacity));
     }
     for (size_t j = 0; j < i; ++j) {
       if (keys[j].key == keys[i].key) {

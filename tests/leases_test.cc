@@ -20,11 +20,12 @@ using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
 class LeaseTest : public ::testing::Test {
  protected:
   // One key's decision for `op` on lease `id` at kEpoch + `at`.
-  Decision On(std::string_view key, int64_t capacity, LeaseOp op, std::string_view id,
-              Micros at, Micros ttl = 10s) {
+  Decision On(std::string_view key, int64_t capacity, LeaseOp op, std::string_view id, Micros at,
+              Micros ttl = 10s) {
     const LeasedKey leased{key, capacity};
     Decision each;
-    absl::StatusOr<Decision> d = store_.LeaseAll(op, {&leased, 1}, id, ttl, At(kEpoch) + at, {&each, 1});
+    absl::StatusOr<Decision> d =
+        store_.LeaseAll(op, {&leased, 1}, id, ttl, At(kEpoch) + at, {&each, 1});
     EXPECT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(d.value_or(Decision{}), each);
     return d.value_or(Decision{});
@@ -37,15 +38,13 @@ class LeaseTest : public ::testing::Test {
 };
 
 TEST_F(LeaseTest, HoldsUpToTheCapacityAndRefusesUntilTheEarliestLeaseExpires) {
-  EXPECT_EQ(Take("a", 0s),
-            (Decision{.allowed = true, .remaining = 1, .reset_after = Micros{10s}}));
-  EXPECT_EQ(Take("b", 1s),
-            (Decision{.allowed = true, .remaining = 0, .reset_after = Micros{10s}}));
+  EXPECT_EQ(Take("a", 0s), (Decision{.allowed = true, .remaining = 1, .reset_after = Micros{10s}}));
+  EXPECT_EQ(Take("b", 1s), (Decision{.allowed = true, .remaining = 0, .reset_after = Micros{10s}}));
   // Full: the next slot frees when a's lease ends, at 10 s.
-  EXPECT_EQ(Take("c", 2s), (Decision{.allowed = false,
-                                     .remaining = 0,
-                                     .reset_after = Micros{9s},
-                                     .retry_after = Micros{8s}}));
+  EXPECT_EQ(
+      Take("c", 2s),
+      (Decision{
+          .allowed = false, .remaining = 0, .reset_after = Micros{9s}, .retry_after = Micros{8s}}));
   EXPECT_EQ(Take("c", 10s - 1us).retry_after, 1us);
   // A lease is held while now < its expiry: at 10 s a's slot is free.
   EXPECT_EQ(Take("c", 10s),
@@ -88,7 +87,8 @@ TEST_F(LeaseTest, AQueryTakesNothing) {
 TEST_F(LeaseTest, SeveralKeysAreTakenAllOrNothingAndReleasedWhereHeld) {
   const std::vector<LeasedKey> both = {{"user:alice", 1}, {"global", 3}};
   std::vector<Decision> each(2);
-  ASSERT_TRUE(store_.LeaseAll(LeaseOp::kTake, both, "first", 10s, At(kEpoch), each).value().allowed);
+  ASSERT_TRUE(
+      store_.LeaseAll(LeaseOp::kTake, both, "first", 10s, At(kEpoch), each).value().allowed);
   // alice is full: the second lease takes nothing, global included.
   absl::StatusOr<Decision> second =
       store_.LeaseAll(LeaseOp::kTake, both, "second", 10s, At(kEpoch) + 1s, each);

@@ -305,8 +305,8 @@ TEST(RedisStoreTest, LeasesDecideAsTheMemoryStoreDoesFigureForFigure) {
     for (size_t i = 0; i < trace.size(); ++i) {
       ASSERT_TRUE(got[i].ok()) << got[i].status();
       std::vector<Decision> each(trace[i].keys.size());
-      absl::StatusOr<Decision> want = memory.LeaseAll(trace[i].op, trace[i].keys, trace[i].id,
-                                                      trace[i].ttl, trace[i].at, each);
+      absl::StatusOr<Decision> want =
+          memory.LeaseAll(trace[i].op, trace[i].keys, trace[i].id, trace[i].ttl, trace[i].at, each);
       ASSERT_TRUE(want.ok()) << want.status();
       ASSERT_EQ(*got[i], *want) << "round " << round << " step " << i;
       ASSERT_EQ(from_redis[i], each) << "round " << round << " step " << i;

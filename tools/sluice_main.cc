@@ -1,9 +1,10 @@
 // The sluice command line. `sluice simulate` replays a trace through the algorithms
 // (docs/simulate.md); exit status 0 on success, 2 for bad flags or a bad trace.
 // `sluice check` asks a running sluiced (docs/server.md); exit status 0 when allowed, 1 when
-// denied, 2 on an error. `sluice acquire` waits until allowed: exit status 0 then, 75
-// (EX_TEMPFAIL, "try again later") when not within --max-wait, 1 when no wait can help, 2 on
-// an error.
+// denied, 2 on an error. `sluice acquire` waits until allowed: exit status 0 then (printing
+// the lease, when a concurrency limit gave one), 75 (EX_TEMPFAIL, "try again later") when not
+// within --max-wait, 1 when no wait can help, 2 on an error. `sluice release` gives a lease
+// back: 0 when it was held, 1 when it had expired or been released already, 2 on an error.
 
 #include <fstream>
 #include <iostream>
@@ -153,11 +154,15 @@ int RunAcquire(const CheckFlags& flags) {
     std::cerr << "sluice acquire: " << answer.status().message() << "\n";
     return kUsageError;
   }
+  const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
   if (answer->status == 200) {
+    // A concurrency limit's lease, for `sluice release`: the only output on success.
+    if (json.is_object() && json.contains("lease") && json["lease"].is_string()) {
+      std::cout << json["lease"].get<std::string>() << "\n";
+    }
     return 0;
   }
   if (answer->status == 429) {
-    const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
     const auto retry = json.is_object() ? json.value("retry_after_us", int64_t{-1}) : -1;
     if (retry < 0) {
       std::cerr << "sluice acquire: denied, and no wait would help\n";
@@ -170,6 +175,26 @@ int RunAcquire(const CheckFlags& flags) {
   std::cerr << "sluice acquire: the server answered " << answer->status << ": " << answer->body
             << "\n";
   return kUsageError;
+}
+
+int RunRelease(const std::string& server, const std::string& lease, const std::string& timeout) {
+  absl::StatusOr<HttpAnswer> answer =
+      PostJson(Endpoint(server, "/v1/release"), nlohmann::json{{"lease", lease}}.dump(), timeout);
+  if (!answer.ok()) {
+    std::cerr << "sluice release: " << answer.status().message() << "\n";
+    return kUsageError;
+  }
+  const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  if (answer->status != 200 || !json.is_object() || !json.contains("released")) {
+    std::cerr << "sluice release: the server answered " << answer->status << ": " << answer->body
+              << "\n";
+    return kUsageError;
+  }
+  if (json["released"] != true) {
+    std::cerr << "sluice release: the lease was not held (it expired, or was released)\n";
+    return 1;
+  }
+  return 0;
 }
 
 // The flags of `check` and `acquire`: the server and the request.
@@ -227,6 +252,16 @@ int Main(int argc, char** argv) {
   acquire->add_option("--max-wait", acquire_flags.max_wait, "the longest to wait (at most 1h)")
       ->capture_default_str();
 
+  std::string release_server = CheckFlags{}.server;
+  std::string release_lease;
+  std::string release_timeout = CheckFlags{}.timeout;
+  CLI::App* release = app.add_subcommand(
+      "release", "Give back the lease `sluice acquire` printed; exit 0 if it was still held");
+  release->add_option("--server", release_server, "sluiced's HTTP address")->capture_default_str();
+  release->add_option("--timeout", release_timeout, "how long to wait for the server")
+      ->capture_default_str();
+  release->add_option("lease", release_lease, "the lease")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -244,6 +279,9 @@ int Main(int argc, char** argv) {
   }
   if (acquire->parsed()) {
     return RunAcquire(acquire_flags);
+  }
+  if (release->parsed()) {
+    return RunRelease(release_server, release_lease, release_timeout);
   }
   return kUsageError;
 }

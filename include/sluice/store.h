@@ -111,8 +111,7 @@ class Store {
 
   // LeaseAll without waiting, with DecideAllAsync's contract.
   virtual void LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
-                             Micros ttl, Timestamp now, std::span<Decision> each,
-                             DecideDone done) {
+                             Micros ttl, Timestamp now, std::span<Decision> each, DecideDone done) {
     std::move(done)(LeaseAll(op, keys, id, ttl, now, each));
   }
 

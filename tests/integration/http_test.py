@@ -732,6 +732,75 @@ class AcquireTest(SluicedTest):
         self.assertIn("waited_us", body)
 
 
+class LeaseTest(SluicedTest):
+    """Concurrency limits: `concurrency: 2` with leases of 2 s on descriptor `slot`."""
+
+    def take(self, value, max_wait="0s", timeout=10):
+        return SERVER.request("POST", "/v1/acquire",
+                              {"domain": DOMAIN, "max_wait": max_wait,
+                               "descriptors": [{"entries": [{"key": "slot", "value": value}]}]},
+                              timeout=timeout)
+
+    def release(self, lease):
+        return SERVER.request("POST", "/v1/release", {"lease": lease})
+
+    def test_leases_are_taken_up_to_the_limit_and_given_back(self):
+        first = self.assertAllowed(self.take("t-lease-1"))
+        second = self.assertAllowed(self.take("t-lease-1"))
+        self.assertNotEqual(first["lease"], second["lease"])
+        limit = second["limits"][0]
+        self.assertEqual((limit["algorithm"], limit["limit"], limit["lease_ttl"]),
+                         ("concurrency", 2, "2s"), second)
+        resp = self.take("t-lease-1")
+        denied = self.assertDenied(resp)
+        self.assertNotIn("lease", denied)
+        self.assertGreater(denied["retry_after_us"], 0)
+        self.assertLessEqual(denied["retry_after_us"], 2_000_000)
+        self.assertRetryAfter(resp)
+        resp = self.release(first["lease"])
+        self.assertEqual((resp.status, resp.json()), (200, {"released": True}), resp)
+        resp = self.release(first["lease"])
+        self.assertEqual((resp.status, resp.json()), (200, {"released": False}), resp)
+        self.assertAllowed(self.take("t-lease-1"))
+        # /v1/check takes a lease too; another value has slots of its own.
+        resp = SERVER.request("POST", "/v1/check", {
+            "domain": DOMAIN, "descriptors": [{"entries": [{"key": "slot", "value": "t-lease-2"}]}]})
+        self.assertIn("lease", self.assertAllowed(resp, remaining=1))
+
+    def test_a_waiting_acquire_is_answered_by_a_release(self):
+        held = [self.assertAllowed(self.take("t-lease-3"))["lease"] for _ in range(2)]
+        answers = []
+        waiter = threading.Thread(target=lambda: answers.append(self.take("t-lease-3", "5s")))
+        waiter.start()
+        time.sleep(0.3)
+        self.assertEqual(answers, [])
+        self.assertEqual(self.release(held[0]).json(), {"released": True})
+        waiter.join(timeout=5)
+        body = self.assertAllowed(answers[0])
+        # Woken by the release, long before the held lease would have expired (2 s).
+        self.assertLess(body["waited_us"], 1_000_000, body)
+        self.assertGreater(body["waited_us"], 250_000, body)
+
+    def test_a_lease_not_given_back_expires(self):
+        for _ in range(2):
+            self.assertAllowed(self.take("t-lease-4"))
+        start = time.monotonic()
+        body = self.assertAllowed(self.take("t-lease-4", "5s"))
+        self.assertGreater(time.monotonic() - start, 1.5)
+        self.assertLess(body["waited_us"], 2_500_000, body)
+
+    def test_bad_releases_are_400(self):
+        self.assertBadRequest(SERVER.request("POST", "/v1/release", {}), "lease is missing")
+        self.assertBadRequest(self.release(5), "lease", "string")
+        self.assertBadRequest(SERVER.request("POST", "/v1/release", {"lease": "x", "id": 1}),
+                              "unknown field", "id")
+        self.assertBadRequest(self.release("not.a.lease!"), "not a lease token")
+        self.assertBadRequest(SERVER.request("POST", "/v1/release", "{"), "malformed JSON")
+        resp = SERVER.request("GET", "/v1/release")
+        self.assertEqual((resp.status, resp.header("Allow")), (405, "POST"), resp)
+        self.assertServing()
+
+
 # ----------------------------------------------------------------------------------------------
 # POST /json (envoyproxy/ratelimit's JSON)
 

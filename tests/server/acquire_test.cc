@@ -350,8 +350,7 @@ TEST_F(AcquireTest, WaitersForASlotAreServedInOrderOfArrival) {
 }
 
 TEST_F(AcquireTest, ARateLimitThatDeniesGivesTheLeaseBack) {
-  const CheckRequest exporter{.domain = "jobs",
-                              .descriptors = {{.entries = {{"export", "csv"}}}}};
+  const CheckRequest exporter{.domain = "jobs", .descriptors = {{.entries = {{"export", "csv"}}}}};
   const CheckResult first = *service_.Check(exporter);
   ASSERT_TRUE(first.combined.allowed);
   ASSERT_EQ(first.limits.size(), 2U);  // The rate limit, then the concurrency limit.
@@ -364,8 +363,8 @@ TEST_F(AcquireTest, ARateLimitThatDeniesGivesTheLeaseBack) {
   EXPECT_EQ(second.limits[1].decision.remaining, 1);  // The slot is free again.
   const LeasedKey key{.key = RuleKey("jobs", {{"export", "csv"}}), .capacity = 1};
   Decision each;
-  EXPECT_EQ(store_.LeaseAll(LeaseOp::kQuery, {&key, 1}, "", 1s, clock_.Now(), {&each, 1})->remaining,
-            1);
+  EXPECT_EQ(
+      store_.LeaseAll(LeaseOp::kQuery, {&key, 1}, "", 1s, clock_.Now(), {&each, 1})->remaining, 1);
   // An acquire waits out the rate limit and then takes the slot.
   const std::shared_ptr<Pending> waiter = Start(exporter, 5s);
   RunUntil(2s);

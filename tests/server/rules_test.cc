@@ -174,6 +174,35 @@ descriptors:
   EXPECT_TRUE(rule("g")->unlimited);
 }
 
+TEST(RuleParseTest, ConcurrencyAloneOrBesideRateLimits) {
+  CounterRegistry counters;
+  const auto rules = ParseText(R"(
+domain: jobs
+descriptors:
+  - key: mailer
+    concurrency: 3
+  - key: export
+    concurrency: 1
+    lease_ttl: 5m
+    rate_limit: {unit: second, requests_per_unit: 2}
+)",
+                               counters);
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  const Domain& domain = *(*rules)->FindDomain("jobs");
+  const Rule* mailer = RuleSet::Match(domain, {{"mailer", "nightly"}});
+  ASSERT_NE(mailer, nullptr);
+  EXPECT_TRUE(mailer->limits.empty());
+  ASSERT_TRUE(mailer->concurrency);
+  EXPECT_EQ(mailer->concurrency->name, "jobs.mailer:concurrency");
+  EXPECT_EQ(mailer->concurrency->capacity, 3);
+  EXPECT_EQ(mailer->concurrency->lease_ttl, ConcurrencyLimit::kDefaultLeaseTtl);
+  EXPECT_EQ(mailer->concurrency->counters, counters.Get("jobs.mailer:concurrency"));
+  const Rule* exporter = RuleSet::Match(domain, {{"export", "csv"}});
+  ASSERT_NE(exporter, nullptr);
+  EXPECT_EQ(exporter->limits.size(), 1U);
+  EXPECT_EQ(exporter->concurrency->lease_ttl, std::chrono::minutes(5));
+}
+
 TEST(RuleParseTest, CountersSurviveAReloadByName) {
   CounterRegistry counters;
   auto first = MustParse(
@@ -299,7 +328,25 @@ INSTANTIATE_TEST_SUITE_P(
         Broken{"Ipv6PrefixOutOfRange", "domain: d\nipv6_prefix: 129\n", "rules.yaml:2:14",
                "between 1 and 128"},
         Broken{"DescriptorsNotAList", "domain: d\ndescriptors: {key: k}\n", "rules.yaml:2:14",
-               "must be a list"}),
+               "must be a list"},
+        Broken{"ConcurrencyZero", "domain: d\ndescriptors:\n  - {key: k, concurrency: 0}\n",
+               "rules.yaml:3:27", "concurrency must be between 1 and 10000, not 0"},
+        Broken{"ConcurrencyNotANumber",
+               "domain: d\ndescriptors:\n  - {key: k, concurrency: many}\n", "rules.yaml:3:27",
+               "concurrency must be an integer"},
+        Broken{"LeaseTtlWithoutConcurrency",
+               "domain: d\ndescriptors:\n  - {key: k, lease_ttl: 5s}\n", "rules.yaml:3:25",
+               "'lease_ttl' needs 'concurrency'"},
+        Broken{"LeaseTtlTooLong",
+               "domain: d\ndescriptors:\n  - {key: k, concurrency: 1, lease_ttl: 2d}\n",
+               "rules.yaml:3:41", "at most 1d"},
+        Broken{"LeaseTtlNotADuration",
+               "domain: d\ndescriptors:\n  - {key: k, concurrency: 1, lease_ttl: soon}\n",
+               "rules.yaml:3:41", "lease_ttl:"},
+        Broken{"UnlimitedWithConcurrency",
+               "domain: d\ndescriptors:\n  - key: k\n    concurrency: 2\n"
+               "    rate_limit: {unlimited: true}\n",
+               "rules.yaml:4:18", "an unlimited rule has no concurrency limit"}),
     [](const ::testing::TestParamInfo<Broken>& info) { return std::string(info.param.name); });
 
 TEST(RuleLoadTest, DuplicateDomainAcrossFilesNamesBoth) {
