@@ -361,7 +361,8 @@ TEST_F(AcquireTest, ARateLimitThatDeniesGivesTheLeaseBack) {
   EXPECT_TRUE(second.lease.empty());
   EXPECT_EQ(second.combined.retry_after, 1s);
   EXPECT_EQ(second.limits[1].decision.remaining, 1);  // The slot is free again.
-  const LeasedKey key{.key = RuleKey("jobs", {{"export", "csv"}}), .capacity = 1};
+  const std::string rule_key = RuleKey("jobs", {{"export", "csv"}});
+  const LeasedKey key{.key = rule_key, .capacity = 1};
   Decision each;
   EXPECT_EQ(
       store_.LeaseAll(LeaseOp::kQuery, {&key, 1}, "", 1s, clock_.Now(), {&each, 1})->remaining, 1);
