@@ -341,56 +341,6 @@ local function tat(key, l, now, cost, apply, shapes)
   return false, remaining, reset, retry, 0
 end
 
-local function decide(key, l, now, cost, apply)
-  if now < 0 or now + 2 * l.p >= EXACT then
-    error('time ' .. int(now) .. ' us is outside what the Redis store decides at for a period of '
-      .. int(l.p) .. ' us')
-  end
-  local a = l.algorithm
-  if a == 0 then
-    return fixed_window(key, l, now, cost, apply)
-  elseif a == 1 then
-    return windowed_counts(key, l.n, 1, l.p, now, cost, apply)
-  elseif a == 2 then
-    return sliding_window(key, l, now, cost, apply)
-  elseif a == 3 then
-    return windowed_counts(key, l.n, l.p / l.k, l.k, now, cost, apply)
-  elseif a == 4 then
-    return token_bucket(key, l, now, cost, apply)
-  elseif a == 5 then
-    return tat(key, l, now, cost, apply, false)
-  elseif a == 6 then
-    return tat(key, l, now, cost, apply, true)
-  end
-  error('unknown algorithm code ' .. tostring(a))
-end
-
--- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
--- all allow, each records the request; if not, a limit that would have allowed reports its
--- figures as a cost-0 query does.
-local function decide_request(keys, limits, now, cost, out)
-  local first = #out
-  local all_allowed = true
-  local results = {}
-  for i = 1, #limits do
-    local r = { decide(keys[i], limits[i], now, cost, false) }
-    results[i] = r
-    all_allowed = all_allowed and r[1]
-  end
-  for i = 1, #limits do
-    local r = results[i]
-    if all_allowed then
-      r = { decide(keys[i], limits[i], now, cost, true) }
-    elseif r[1] then
-      r = { decide(keys[i], limits[i], now, 0, false) }
-    end
-    out[first + 5 * (i - 1) + 1] = r[1] and 1 or 0
-    for j = 2, 5 do
-      out[first + 5 * (i - 1) + j] = r[j]
-    end
-  end
-end
-
 -- The leases of one key, as DecideLease in src/leases.cc: expired leases are dropped, then,
 -- when `apply`, `l.id` is taken or given back. Returns the five figures.
 local QUERY, TAKE, RELEASE = 0, 1, 2
@@ -431,20 +381,52 @@ local function lease(key, l, now, op, apply)
   return allowed, remaining, reset_after, retry_after, 0
 end
 
--- A request of leases: a take all or nothing (a dry run of every key first), a release on
--- every key that holds the id.
-local function lease_request(keys, limits, now, op, out)
+local LEASES = 7
+local function decide(key, l, now, cost, apply)
+  if now < 0 or now + 2 * l.p >= EXACT then
+    error('time ' .. int(now) .. ' us is outside what the Redis store decides at for a period of '
+      .. int(l.p) .. ' us')
+  end
+  local a = l.algorithm
+  if a == 0 then
+    return fixed_window(key, l, now, cost, apply)
+  elseif a == 1 then
+    return windowed_counts(key, l.n, 1, l.p, now, cost, apply)
+  elseif a == 2 then
+    return sliding_window(key, l, now, cost, apply)
+  elseif a == 3 then
+    return windowed_counts(key, l.n, l.p / l.k, l.k, now, cost, apply)
+  elseif a == 4 then
+    return token_bucket(key, l, now, cost, apply)
+  elseif a == 5 then
+    return tat(key, l, now, cost, apply, false)
+  elseif a == 6 then
+    return tat(key, l, now, cost, apply, true)
+  elseif a == LEASES then
+    return lease(key, l, now, cost, apply)
+  end
+  error('unknown algorithm code ' .. tostring(a))
+end
+
+-- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
+-- all allow, each records the request; if not, a limit that would have allowed reports its
+-- figures as a cost-0 query does. Leases alike (their op in place of the cost, QUERY being 0),
+-- except that a release gives back the lease wherever it is held.
+local function decide_request(keys, limits, now, cost, out)
   local first = #out
   local all_allowed = true
   local results = {}
   for i = 1, #limits do
-    results[i] = { lease(keys[i], limits[i], now, op, false) }
-    all_allowed = all_allowed and results[i][1]
+    local r = { decide(keys[i], limits[i], now, cost, false) }
+    results[i] = r
+    all_allowed = all_allowed and r[1]
   end
   for i = 1, #limits do
     local r = results[i]
-    if (op == RELEASE and r[1]) or (op == TAKE and all_allowed) then
-      r = { lease(keys[i], limits[i], now, op, true) }
+    if all_allowed or (r[1] and limits[i].algorithm == LEASES and cost == RELEASE) then
+      r = { decide(keys[i], limits[i], now, cost, true) }
+    elseif r[1] then
+      r = { decide(keys[i], limits[i], now, 0, false) }
     end
     out[first + 5 * (i - 1) + 1] = r[1] and 1 or 0
     for j = 2, 5 do
@@ -488,12 +470,7 @@ for _ = 1, tonumber(ARGV[2]) do
   out[mark] = 1
   -- A request that fails (a key of another type, a time out of range) fails alone; the batch
   -- goes on.
-  local ok, err
-  if count > 0 and limits[1].algorithm == 7 then
-    ok, err = pcall(lease_request, keys, limits, now, cost, out)
-  else
-    ok, err = pcall(decide_request, keys, limits, now, cost, out)
-  end
+  local ok, err = pcall(decide_request, keys, limits, now, cost, out)
   if not ok then
     for i = #out, mark + 1, -1 do
       out[i] = nil
