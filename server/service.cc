@@ -1012,11 +1012,15 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       // then has a delay after all, and waits it out before the caller goes ahead.
       if (decision.delay > Micros{0}) {
         co_await lines_->Sleep(waiter, decided + decision.delay);
-        if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
-          result = std::move(why);  // Charged, but not to be told "go ahead" early.
-          break;
-        }
         result->combined.delay = Micros{0};  // Waited out: the caller may go ahead now.
+      }
+      if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
+        // Gone (or the server stops) meanwhile: charged, and not to be told "go ahead" early;
+        // a lease it took goes back rather than hold its slot for lease_ttl.
+        if (!result->lease.empty()) {
+          (void)co_await DecideRelease(std::move(result->lease));
+        }
+        result = std::move(why);
       }
       break;
     }

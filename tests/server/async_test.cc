@@ -23,6 +23,7 @@
 #include "sluice/memory_store.h"
 #include "tests/testing/grpc.h"
 #include "tests/testing/rules.h"
+#include "tests/testing/timers.h"
 #include "tests/testing/util.h"
 
 namespace sluice::server {
@@ -453,6 +454,47 @@ TEST_F(AsyncServiceTest, GrpcCallsWaitForTheStoreTogether) {
 // cancellations arriving from several threads at once: each gets exactly one answer, the
 // line empties, and the admissions are exactly what the queue allowed. (Under TSan, this is
 // the race check of WaitLines.) The seed is printed per thread by testing::Seed.
+// An acquire whose client goes while the store decides its rate limit, after its lease was
+// taken: the lease goes back at once rather than hold the slot for lease_ttl.
+TEST(AcquireLeaseTest, AWaiterGoneWhileTheStoreDecidesGivesItsLeaseBack) {
+  DeferredStore store;
+  ManualClock clock(At(kStart));
+  Metrics metrics;
+  testing::ManualTimers timers;
+  RateLimitService service(store, clock, metrics, &timers);
+  service.SetRules(testing::MustParseRules(R"(
+domain: jobs
+descriptors:
+  - key: export
+    concurrency: 1
+    rate_limit: {unit: second, requests_per_unit: 5}
+)",
+                                           metrics.rules(), store));
+  const CheckRequest exporter{.domain = "jobs", .descriptors = {{.entries = {{"export", "x"}}}}};
+  std::optional<absl::StatusOr<AcquireResult>> answer;
+  RateLimitService::CancelWait cancel =
+      service.AcquireAsync({.check = exporter, .max_wait = 5s},
+                           [&](absl::StatusOr<AcquireResult> result) { answer = std::move(result); });
+  ASSERT_TRUE(store.AwaitHeld(1));  // The probe's rate limit (cost 0).
+  ASSERT_TRUE(store.AnswerOne());
+  ASSERT_TRUE(store.AwaitHeld(1));  // The try's rate limit, its lease taken already.
+  const std::string key = RuleKey("jobs", {{"export", "x"}});
+  const LeasedKey leased{.key = key, .capacity = 1};
+  Decision each;
+  EXPECT_EQ(store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})
+                ->remaining,
+            0);
+  cancel();
+  ASSERT_TRUE(store.AnswerOne());
+  timers.RunUntil(clock, clock.Now());
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})
+                ->remaining,
+            1);
+  EXPECT_EQ(service.waiting(), 0U);
+}
+
 TEST(AcquireConcurrencyTest, WaitersAndCancellationsFromManyThreads) {
   MemoryStore store;
   Metrics metrics;
