@@ -968,7 +968,7 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
             : fmt::format("domain '{}' defines no 'auth' descriptors", domain_name)));
     return;
   }
-  CheckRequest check{.domain = domain->name};
+  CheckRequest check{.domain = domain->name, .leases = false};
   for (const std::vector<AuthEntry>& source : domain->auth) {
     RequestDescriptor descriptor;
     for (const AuthEntry& entry : source) {

@@ -64,6 +64,20 @@ absl::Status CheckCost(int64_t cost, std::string_view field) {
   return absl::OkStatus();
 }
 
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted);
+
+}  // namespace
+
+void CountOutcomes(const CheckResult& result) {
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.counters != nullptr) {
+      Count(outcome, *outcome.counters, result.combined.allowed);
+    }
+  }
+}
+
+namespace {
+
 void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
   counters.checks.fetch_add(1, std::memory_order_relaxed);
   if (admitted) {
@@ -445,7 +459,8 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
 }
 
 RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
-                                                     Timestamp now, bool denied_elsewhere) {
+                                                     Timestamp now, bool denied_elsewhere,
+                                                     bool count) {
   CheckResult result;
   result.limits.reserve(planned.size() + 1);
   std::vector<size_t> enforced;
@@ -626,14 +641,15 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
         }
       }
     }
-    if (counters != nullptr) {
-      Count(outcome, *counters, admitted);
-    }
+    outcome.counters = counters;
+  }
+  if (count) {
+    CountOutcomes(result);
   }
   co_return std::move(result);
 }
 
-RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request) {
+RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, bool count) {
   if (absl::Status s = Validate(request); !s.ok()) {
     co_return s;
   }
@@ -644,23 +660,25 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request) 
   }
   const Timestamp now = clock_.Now();
   std::vector<PlannedLease> leases;
-  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request, &leases);
+  absl::StatusOr<std::vector<Planned>> plan =
+      Plan(*domain, request, request.leases ? &leases : nullptr);
   if (!plan.ok()) {
     co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
   if (!leases.empty()) {
-    co_return co_await DecideLeased(planned, leases, request.cost, now);
+    co_return co_await DecideLeased(planned, leases, request.cost, now, count);
   }
   if (planned.empty()) {
     co_return CheckResult{};
   }
-  co_return co_await Decide(planned, request.cost, now);
+  co_return co_await Decide(planned, request.cost, now, /*denied_elsewhere=*/false, count);
 }
 
 RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>& planned,
                                                            std::vector<PlannedLease>& leases,
-                                                           int64_t cost, Timestamp now) {
+                                                           int64_t cost, Timestamp now,
+                                                           bool count) {
   std::vector<LeasedKey> keys;
   // One lease over every key, living as long as the shortest lease_ttl of their rules: each
   // rule's promise (a crashed holder's slot comes back within lease_ttl) holds.
@@ -687,7 +705,8 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
   // for their figures, and counted as denied elsewhere.
   absl::StatusOr<CheckResult> result = CheckResult{};
   if (!planned.empty()) {
-    result = co_await Decide(planned, taken->allowed ? cost : 0, now, !taken->allowed);
+    result = co_await Decide(planned, taken->allowed ? cost : 0, now, !taken->allowed,
+                             /*count=*/false);
   }
   const bool admitted = taken->allowed && result.ok() && result->combined.allowed;
   if (leased && !admitted) {
@@ -704,7 +723,7 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
       spdlog::warn("a lease the rate limits denied could not be given back: {}",
                    internal::Message(back.status()));
     }
-    if (lines_ != nullptr) {
+    if (lines_ != nullptr && back.ok()) {
       lines_->Notify(keys);
     }
   }
@@ -725,7 +744,7 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
     outcome.lease_ttl = ttl;
     outcome.descriptor = leases[i].descriptor;
     outcome.decision = each[i];
-    Count(outcome, *limit.counters, admitted);
+    outcome.counters = limit.counters;
     result->lease_keys.push_back(leases[i].key);
     views.push_back(outcome.decision);
   }
@@ -734,6 +753,9 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
   result->combined.allowed = admitted;
   if (admitted && leased) {
     result->lease = LeaseToken(id, keys);
+  }
+  if (count) {
+    CountOutcomes(*result);
   }
   co_return std::move(result);
 }
@@ -756,8 +778,15 @@ internal::Task<absl::StatusOr<bool>> RateLimitService::DecideRelease(std::string
     }
     co_return released.status();
   }
-  if (lines_ != nullptr) {
-    lines_->Notify(keys);
+  // Only the keys whose slot came back: a release of nothing (expired, forged) wakes nobody.
+  std::vector<LeasedKey> freed;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (each[i].allowed) {
+      freed.push_back(keys[i]);
+    }
+  }
+  if (lines_ != nullptr && !freed.empty()) {
+    lines_->Notify(freed);
   }
   co_return released->allowed;
 }
@@ -836,7 +865,7 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
   co_return std::move(results);
 }
 
-RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request) {
+RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, bool count) {
   if (request.key.empty() || request.key.size() > kMaxAdHocKeyBytes) {
     co_return absl::InvalidArgumentError(
         fmt::format("key must be 1 to {} bytes, not {}", kMaxAdHocKeyBytes, request.key.size()));
@@ -874,7 +903,10 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request) 
   outcome.limit = *limit;
   outcome.nominal = limit->limit();
   outcome.decision = *decision;
-  Count(outcome, *adhoc_counters_, decision->allowed);
+  outcome.counters = adhoc_counters_;
+  if (count) {
+    CountOutcomes(result);
+  }
   co_return std::move(result);
 }
 
@@ -932,11 +964,11 @@ RateLimitService::CheckTask RateLimitService::Attempt(const AcquireRequest& requ
   if (const auto* adhoc = std::get_if<AdHocRequest>(&request.check)) {
     AdHocRequest attempt = *adhoc;
     attempt.cost = cost;
-    co_return co_await DecideAdHoc(std::move(attempt));
+    co_return co_await DecideAdHoc(std::move(attempt), /*count=*/false);
   }
   CheckRequest attempt = std::get<CheckRequest>(request.check);
   attempt.cost = cost;
-  co_return co_await DecideCheck(std::move(attempt));
+  co_return co_await DecideCheck(std::move(attempt), /*count=*/false);
 }
 
 internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
@@ -957,7 +989,8 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
   } leave{*lines_, waiter};
   co_await lines_->Join(waiter, deadline);
   absl::StatusOr<CheckResult> result;
-  bool shaped = true;  // Some limit is a leaky_bucket; known after the first try.
+  bool shaped = true;                   // Some limit is a leaky_bucket; known after the first try.
+  std::vector<std::string> lease_keys;  // Its concurrency limits' keys; known after a try.
   while (true) {
     if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
       result = std::move(why);
@@ -999,7 +1032,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
         continue;
       }
     }
-    const uint64_t notices = lines_->Notices();
+    lines_->Watch(waiter, lease_keys);
     result = co_await Attempt(request, cost);
     if (!result.ok()) {
       break;
@@ -1017,6 +1050,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
         // Gone (or the server stops) meanwhile: charged, and not to be told "go ahead" early;
         // a lease it took goes back rather than hold its slot for lease_ttl.
+        CountOutcomes(*result);
         if (!result->lease.empty()) {
           (void)co_await DecideRelease(std::move(result->lease));
         }
@@ -1051,13 +1085,16 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       co_await lines_->Sleep(waiter, decided + rate_wait);
       continue;
     }
-    const Timestamp wake = std::min(
-        {decided + std::max(rate_wait, std::min(decision.retry_after, kLeasePoll)), deadline});
-    co_await lines_->SleepOnLeases(waiter, wake, result->lease_keys, notices);
+    // At least 1 ms: a store that answered "full" with no wait must not make this a spin.
+    const Micros poll = std::clamp(decision.retry_after, Micros{1000}, kLeasePoll);
+    const Timestamp wake = std::min(decided + std::max(rate_wait, poll), deadline);
+    lease_keys = result->lease_keys;
+    co_await lines_->SleepOnLeases(waiter, wake, lease_keys);
   }
   if (!result.ok()) {
     co_return result.status();
   }
+  CountOutcomes(*result);  // Once, as it is answered: not each try.
   co_return AcquireResult{.check = *std::move(result), .waited = clock_.Now() - start};
 }
 

@@ -74,6 +74,9 @@ struct CheckRequest {
   std::string domain;
   std::vector<RequestDescriptor> descriptors;
   int64_t cost = 1;
+  // Whether concurrency limits apply (and a lease is taken). False where the caller has no way
+  // to give a lease back (GET /v1/auth): they are then left out.
+  bool leases = true;
 };
 
 // A limit given in the request itself (POST /v1/check without rules).
@@ -100,6 +103,7 @@ struct LimitOutcome {
   // leases live. 0 for rate limits.
   int64_t concurrency = 0;
   Micros lease_ttl{0};
+  RuleCounters* counters = nullptr;  // Where /metrics counts it (CountOutcomes).
   // The limit's own decision, as the client is told it: in soft mode against the nominal
   // limit; in shadow mode as decided (the request is admitted regardless).
   Decision decision;
@@ -117,6 +121,10 @@ struct CheckResult {
   // The keys of the concurrency limits that applied: an acquire waits for releases there.
   std::vector<std::string> lease_keys;
 };
+
+// Counts each limit of `result` in its rule's counters, as admitted or not by the request.
+// The service counts every decision once; an acquire, once, when it is answered.
+void CountOutcomes(const CheckResult& result);
 
 // A lease token taken apart: the id and the keys it is held on.
 struct ParsedLease {
@@ -231,9 +239,10 @@ class RateLimitService {
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
 
-  CheckTask DecideCheck(CheckRequest request);
+  // `count`: whether /metrics counts the decision (an acquire counts its answer only).
+  CheckTask DecideCheck(CheckRequest request, bool count = true);
   DescriptorsTask DecideDescriptors(CheckRequest request);
-  CheckTask DecideAdHoc(AdHocRequest request);
+  CheckTask DecideAdHoc(AdHocRequest request, bool count = true);
   internal::Task<absl::StatusOr<bool>> DecideRelease(std::string lease);
   internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,
                                                               std::shared_ptr<Waiter> waiter);
@@ -259,11 +268,11 @@ class RateLimitService {
   // limit); it is counted so, and `cost` should be 0. `planned` must stay alive until the
   // task ends.
   CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now,
-                   bool denied_elsewhere = false);
+                   bool denied_elsewhere = false, bool count = true);
   // Decides `planned` and `leases` together: the leases are taken first (they can be given
   // back), then the rate limits are charged; when those deny, the leases are given back.
   CheckTask DecideLeased(std::vector<Planned>& planned, std::vector<PlannedLease>& leases,
-                         int64_t cost, Timestamp now);
+                         int64_t cost, Timestamp now, bool count);
 
   Store& store_;
   Clock& clock_;

@@ -68,7 +68,6 @@ struct WaitLines::State : std::enable_shared_from_this<State> {
   mutable internal::Mutex mutex;
   std::unordered_map<std::string, std::list<std::shared_ptr<Waiter>>> lines ABSL_GUARDED_BY(mutex);
   size_t waiting ABSL_GUARDED_BY(mutex) = 0;
-  uint64_t notices ABSL_GUARDED_BY(mutex) = 0;
   absl::Status stopped ABSL_GUARDED_BY(mutex);  // CancelAll's reason, for every later waiter too.
 };
 
@@ -93,10 +92,10 @@ bool WaitLines::Park::await_suspend(std::coroutine_handle<> handle) {
   if (!waiter_->cancelled.ok()) {
     return false;
   }
-  if (!wake_on_.empty() && state_->notices != notices_seen_) {
-    return false;  // Leases were given back since the waiter asked: it asks again now.
+  if (wake_on_ && std::exchange(waiter_->notified, false)) {
+    return false;  // A slot it watches came back while it asked: it asks again now.
   }
-  waiter_->wake_on = std::move(wake_on_);
+  waiter_->wake_on = wake_on_ ? *std::move(wake_on_) : std::vector<std::string>();
   state_->ParkUntilLocked(waiter_, handle, until_);
   return true;
 }
@@ -167,25 +166,29 @@ void WaitLines::CancelAll(absl::Status why) {
   }
 }
 
-void WaitLines::Notify(std::span<const LeasedKey> keys) {
+void WaitLines::Watch(const std::shared_ptr<Waiter>& waiter, std::vector<std::string> keys) {
   MutexLock lock(state_->mutex);
-  ++state_->notices;
-  for (auto& [line_key, line] : state_->lines) {
-    Waiter& head = *line.front();  // Only a line's head sleeps on the store's answer.
-    const bool woken = std::any_of(keys.begin(), keys.end(), [&](const LeasedKey& k) {
-      return std::find(head.wake_on.begin(), head.wake_on.end(), k.key) != head.wake_on.end();
-    });
-    if (woken && head.parked) {
-      head.wake_on.clear();
-      ++head.sleep;  // Its timer is stale now.
-      state_->WakeLocked(head);
-    }
-  }
+  waiter->wake_on = std::move(keys);
+  waiter->notified = false;
 }
 
-uint64_t WaitLines::Notices() const {
+void WaitLines::Notify(std::span<const LeasedKey> keys) {
   MutexLock lock(state_->mutex);
-  return state_->notices;
+  for (auto& [line_key, line] : state_->lines) {
+    Waiter& head = *line.front();  // Only a line's head asks the store, and sleeps on it.
+    const bool watched = std::any_of(keys.begin(), keys.end(), [&](const LeasedKey& k) {
+      return std::find(head.wake_on.begin(), head.wake_on.end(), k.key) != head.wake_on.end();
+    });
+    if (!watched) {
+      continue;
+    }
+    if (head.parked) {
+      ++head.sleep;  // Its timer is stale now.
+      state_->WakeLocked(head);
+    } else {
+      head.notified = true;
+    }
+  }
 }
 
 bool WaitLines::Head(const Waiter& waiter) const {

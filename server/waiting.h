@@ -16,6 +16,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -65,7 +66,8 @@ struct Waiter {
   absl::Status cancelled;  // Why it gave up (client gone, server stopping); OK while it waits.
   std::coroutine_handle<> parked;    // Suspended, waiting to be woken.
   uint64_t sleep = 0;                // Numbers sleeps, so that a stale timer wakes nobody.
-  std::vector<std::string> wake_on;  // Lease keys whose Notify ends this sleep.
+  std::vector<std::string> wake_on;  // Lease keys whose Notify ends its sleep (or the next).
+  bool notified = false;             // Notify came while it was awake: it does not sleep.
 };
 
 class WaitLines {
@@ -88,19 +90,17 @@ class WaitLines {
    private:
     friend class WaitLines;
     Park(std::shared_ptr<State> state, std::shared_ptr<Waiter> waiter, Timestamp until, bool join,
-         std::vector<std::string> wake_on = {}, uint64_t notices_seen = 0)
+         std::optional<std::vector<std::string>> wake_on = std::nullopt)
         : state_(std::move(state)),
           waiter_(std::move(waiter)),
           until_(until),
           join_(join),
-          wake_on_(std::move(wake_on)),
-          notices_seen_(notices_seen) {}
+          wake_on_(std::move(wake_on)) {}
     std::shared_ptr<State> state_;
     std::shared_ptr<Waiter> waiter_;
     Timestamp until_;
     bool join_;
-    std::vector<std::string> wake_on_;
-    uint64_t notices_seen_;
+    std::optional<std::vector<std::string>> wake_on_;  // SleepOnLeases.
   };
 
   // co_await Join(w, until): joins w's line at its end; resumes once w is at its head, or
@@ -112,17 +112,17 @@ class WaitLines {
   Park Sleep(std::shared_ptr<Waiter> waiter, Timestamp until) {
     return {state_, std::move(waiter), until, /*join=*/false};
   }
-  // co_await SleepOnLeases(w, until, keys, seen): as Sleep, but also resumes when Notify names
-  // one of `keys`, or at once when any Notify came after Notices() returned `seen` (a
-  // release between w's store call and this sleep is not missed).
-  Park SleepOnLeases(std::shared_ptr<Waiter> waiter, Timestamp until, std::vector<std::string> keys,
-                     uint64_t seen) {
-    return {state_, std::move(waiter), until, /*join=*/false, std::move(keys), seen};
+  // Watch(w, keys) before w asks the store, then co_await SleepOnLeases(w, until, keys) if it
+  // must wait for a slot: as Sleep, but also resumes when Notify names one of `keys`, and does
+  // not sleep at all when Notify named one of the watched keys since Watch (a release while
+  // w asked the store is not missed).
+  void Watch(const std::shared_ptr<Waiter>& waiter, std::vector<std::string> keys);
+  Park SleepOnLeases(std::shared_ptr<Waiter> waiter, Timestamp until,
+                     std::vector<std::string> keys) {
+    return {state_, std::move(waiter), until, /*join=*/false, std::move(keys)};
   }
-  // Wakes the waiters sleeping on any of `keys` (leases were given back there).
+  // Wakes the heads of lines watching or sleeping on any of `keys` (slots came back there).
   void Notify(std::span<const LeasedKey> keys);
-  // How many Notify calls there have been.
-  uint64_t Notices() const;
 
   // Takes w out of its line; the next waiter, if any, becomes the head and is woken.
   void Leave(const std::shared_ptr<Waiter>& waiter);

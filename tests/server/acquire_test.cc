@@ -318,6 +318,25 @@ TEST_F(AcquireTest, ALeaseNobodyGivesBackExpiresAndItsSlotReturns) {
   ASSERT_TRUE(impatient->answer->ok());
   EXPECT_FALSE((*impatient->answer)->check.combined.allowed);
   EXPECT_EQ(impatient->answered_at, 4s);
+  // Each request counted once in /metrics, however often the waiters asked the store (every
+  // 100 ms for 10 s): the two that took the leases, the one admitted and the one refused.
+  const RuleCounters& counters = *metrics_.rules().Get("jobs.mailer:concurrency");
+  EXPECT_EQ(counters.checks.load(), 4U);
+  EXPECT_EQ(counters.admitted.load(), 3U);
+  EXPECT_EQ(counters.denied.load(), 1U);
+}
+
+TEST_F(AcquireTest, ChecksThatCannotGiveALeaseBackLeaveConcurrencyOut) {
+  CheckRequest auth = kMailer;  // As GET /v1/auth asks: nginx has no way to release.
+  auth.leases = false;
+  for (int i = 0; i < 3; ++i) {
+    const CheckResult result = *service_.Check(auth);
+    EXPECT_TRUE(result.combined.allowed);
+    EXPECT_TRUE(result.lease.empty());
+    EXPECT_TRUE(result.limits.empty());
+  }
+  EXPECT_TRUE(service_.Check(kMailer)->combined.allowed);  // No slot was taken.
+  EXPECT_TRUE(service_.Check(kMailer)->combined.allowed);
 }
 
 TEST_F(AcquireTest, WaitersForASlotAreServedInOrderOfArrival) {

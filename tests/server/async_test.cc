@@ -472,26 +472,24 @@ descriptors:
                                            metrics.rules(), store));
   const CheckRequest exporter{.domain = "jobs", .descriptors = {{.entries = {{"export", "x"}}}}};
   std::optional<absl::StatusOr<AcquireResult>> answer;
-  RateLimitService::CancelWait cancel =
-      service.AcquireAsync({.check = exporter, .max_wait = 5s},
-                           [&](absl::StatusOr<AcquireResult> result) { answer = std::move(result); });
+  RateLimitService::CancelWait cancel = service.AcquireAsync(
+      {.check = exporter, .max_wait = 5s},
+      [&](absl::StatusOr<AcquireResult> result) { answer = std::move(result); });
   ASSERT_TRUE(store.AwaitHeld(1));  // The probe's rate limit (cost 0).
   ASSERT_TRUE(store.AnswerOne());
   ASSERT_TRUE(store.AwaitHeld(1));  // The try's rate limit, its lease taken already.
   const std::string key = RuleKey("jobs", {{"export", "x"}});
   const LeasedKey leased{.key = key, .capacity = 1};
   Decision each;
-  EXPECT_EQ(store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})
-                ->remaining,
-            0);
+  EXPECT_EQ(
+      store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})->remaining, 0);
   cancel();
   ASSERT_TRUE(store.AnswerOne());
   timers.RunUntil(clock, clock.Now());
   ASSERT_TRUE(answer.has_value());
   EXPECT_EQ(answer->status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})
-                ->remaining,
-            1);
+  EXPECT_EQ(
+      store.LeaseAll(LeaseOp::kQuery, {&leased, 1}, "", 1s, clock.Now(), {&each, 1})->remaining, 1);
   EXPECT_EQ(service.waiting(), 0U);
 }
 
