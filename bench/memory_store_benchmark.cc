@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "benchmark/benchmark.h"
+#include "fmt/format.h"
 
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"
@@ -229,6 +230,55 @@ BENCHMARK(BM_KeysResettingBetweenRequests)
     ->Teardown([](const benchmark::State&) {
       delete resetting_store;
       resetting_store = nullptr;
+    })
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// Concurrency limits: a lease taken and given back (two LeaseAll calls) per iteration, on keys
+// spread over a million, each holding 9 of its 10 slots already (other workers' leases), so a
+// take scans a full set and a release finds its lease among them. Against
+// BM_MillionKeysTimePassedIn: one rate decision per key.
+MemoryStore* lease_store = nullptr;
+
+void BM_LeaseTakeAndRelease(benchmark::State& bench) {
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  BatchClock clock;
+  const std::string id = fmt::format("{:032x}", bench.thread_index() + 1);
+  Decision each;
+  for (auto _ : bench) {
+    const Timestamp now = clock.Now();
+    const LeasedKey leased{keys.Next(), 10};
+    benchmark::DoNotOptimize(lease_store->LeaseAll(LeaseOp::kTake, {&leased, 1}, id,
+                                                   std::chrono::hours(1), now, {&each, 1}));
+    benchmark::DoNotOptimize(
+        lease_store->LeaseAll(LeaseOp::kRelease, {&leased, 1}, id, Micros{0}, now, {&each, 1}));
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_LeaseTakeAndRelease)
+    ->Setup([](const benchmark::State& bench) {
+      if (bench.thread_index() != 0) {
+        return;
+      }
+      lease_store = new MemoryStore();
+      char buf[32] = {'u', 's', 'e', 'r', ':'};
+      const Timestamp now = SystemClock().Now();
+      Decision each;
+      for (int64_t n = 0; n < kKeys; ++n) {
+        char* const end = std::to_chars(buf + 5, buf + sizeof(buf), n).ptr;
+        const LeasedKey leased{std::string_view(buf, static_cast<size_t>(end - buf)), 10};
+        for (int held = 0; held < 9; ++held) {
+          (void)lease_store->LeaseAll(LeaseOp::kTake, {&leased, 1}, fmt::format("other{}", held),
+                                      std::chrono::hours(2), now, {&each, 1});
+        }
+      }
+    })
+    ->Teardown([](const benchmark::State& bench) {
+      if (bench.thread_index() == 0) {
+        delete lease_store;
+        lease_store = nullptr;
+      }
     })
     ->Threads(1)
     ->Threads(2)
