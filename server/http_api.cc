@@ -451,6 +451,8 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited =
   if (!result.lease.empty()) {
     out += R"(,"lease":)";
     AppendJsonString(out, result.lease);
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"lease_ttl_us":{})"),
+                   result.lease_ttl.count());
   }
   fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);
   for (size_t i = 0; i < result.limits.size(); ++i) {

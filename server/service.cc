@@ -753,6 +753,7 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
   result->combined.allowed = admitted;
   if (admitted && leased) {
     result->lease = LeaseToken(id, keys);
+    result->lease_ttl = ttl;
   }
   if (count) {
     CountOutcomes(*result);

@@ -118,6 +118,7 @@ struct CheckResult {
   // When a concurrency limit applied and the request was admitted with a cost above 0: the
   // lease it holds (a token for Release). Empty otherwise.
   std::string lease;
+  Micros lease_ttl{0};  // How long that lease lives unless given back.
   // The keys of the concurrency limits that applied: an acquire waits for releases there.
   std::vector<std::string> lease_keys;
 };

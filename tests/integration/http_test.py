@@ -748,6 +748,7 @@ class LeaseTest(SluicedTest):
         first = self.assertAllowed(self.take("t-lease-1"))
         second = self.assertAllowed(self.take("t-lease-1"))
         self.assertNotEqual(first["lease"], second["lease"])
+        self.assertEqual(first["lease_ttl_us"], 2_000_000, first)
         limit = second["limits"][0]
         self.assertEqual((limit["algorithm"], limit["limit"], limit["lease_ttl"]),
                          ("concurrency", 2, "2s"), second)
