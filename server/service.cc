@@ -519,9 +519,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   // Whether the store call admitted the request, counting the store's failures.
   auto admitted_by = [&](const absl::StatusOr<Decision>& combined) -> absl::StatusOr<bool> {
     if (!combined.ok()) {
-      if (combined.status().code() != absl::StatusCode::kInvalidArgument) {
-        metrics_.CountStoreError();
-      }
+      CountStoreFailure(combined.status());
       return combined.status();
     }
     return combined->allowed;
@@ -690,14 +688,9 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
   const LeaseOp op = cost > 0 ? LeaseOp::kTake : LeaseOp::kQuery;
   const std::string id = op == LeaseOp::kTake ? NewLeaseId() : std::string();
   std::vector<Decision> each(keys.size());
-  auto store_failed = [&](const absl::Status& status) {
-    if (status.code() != absl::StatusCode::kInvalidArgument) {
-      metrics_.CountStoreError();
-    }
-  };
   const absl::StatusOr<Decision> taken = co_await StoreLeases(store_, op, keys, id, ttl, now, each);
   if (!taken.ok()) {
-    store_failed(taken.status());
+    CountStoreFailure(taken.status());
     co_return taken.status();
   }
   const bool leased = op == LeaseOp::kTake && taken->allowed;
@@ -719,7 +712,7 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
     }
     if (!back.ok()) {
       // Held until it expires: lease_ttl at most.
-      store_failed(back.status());
+      CountStoreFailure(back.status());
       spdlog::warn("a lease the rate limits denied could not be given back: {}",
                    internal::Message(back.status()));
     }
@@ -774,9 +767,7 @@ internal::Task<absl::StatusOr<bool>> RateLimitService::DecideRelease(std::string
   const absl::StatusOr<Decision> released = co_await StoreLeases(
       store_, LeaseOp::kRelease, keys, parsed->id, Micros{0}, clock_.Now(), each);
   if (!released.ok()) {
-    if (released.status().code() != absl::StatusCode::kInvalidArgument) {
-      metrics_.CountStoreError();
-    }
+    CountStoreFailure(released.status());
     co_return released.status();
   }
   // Only the keys whose slot came back: a release of nothing (expired, forged) wakes nobody.
@@ -891,9 +882,7 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   absl::StatusOr<Decision> decision =
       co_await StoreDecision(store_, {&limited, 1}, request.cost, clock_.Now(), {&each, 1});
   if (!decision.ok()) {
-    if (decision.status().code() != absl::StatusCode::kInvalidArgument) {
-      metrics_.CountStoreError();
-    }
+    CountStoreFailure(decision.status());
     co_return decision.status();
   }
   CheckResult result;
@@ -909,6 +898,12 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
     CountOutcomes(result);
   }
   co_return std::move(result);
+}
+
+void RateLimitService::CountStoreFailure(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) {  // Not the request's own fault.
+    metrics_.CountStoreError();
+  }
 }
 
 template <typename T>

@@ -263,6 +263,8 @@ class RateLimitService {
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,
                                  const RuleLimit& rule_limit, const std::vector<Entry>& entries);
   absl::Status AdmitCallerLimit(const Limit& limit);
+  // Counts a store call's failure in /metrics, unless the request itself was refused.
+  void CountStoreFailure(const absl::Status& status);
   // Decides `planned` (each limit with its key) for `cost`: up to three store calls, one after
   // the other (the enforced limits; when elastic ones denied, again with their pools; the
   // shadow limits). `denied_elsewhere`: the request is denied already (by a concurrency

@@ -427,23 +427,31 @@ class RedisStore::Impl {
     }
   }
 
-  void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-              std::span<Decision> each, DecideDone done) {
+  // A call with its deadline and the head of its part of ARGV: time, cost (or a lease op),
+  // and the number of keys.
+  CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                  DecideDone done) const {
     auto call = std::make_unique<Call>();
     call->cost = cost;
     call->now = now;
     call->each = each;
     call->done = std::move(done);
     call->deadline = SteadyClock::now() + options_.timeout;
-    call->limits.reserve(requests.size());
-    call->keys.reserve(requests.size());
+    call->keys.reserve(keys);
     if (options_.use_caller_time) {
       AppendBulk(call->args_resp, now.time_since_epoch().count());
     } else {
       AppendBulk(call->args_resp, "");
     }
     AppendBulk(call->args_resp, cost);
-    AppendBulk(call->args_resp, static_cast<int64_t>(requests.size()));
+    AppendBulk(call->args_resp, static_cast<int64_t>(keys));
+    return call;
+  }
+
+  void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+              std::span<Decision> each, DecideDone done) {
+    CallPtr call = NewCall(cost, requests.size(), now, each, std::move(done));
+    call->limits.reserve(requests.size());
     for (const LimitedKey& r : requests) {
       const Limit& l = *r.limit;
       const std::string redis_key = RedisKey(l, r.key);
@@ -466,19 +474,10 @@ class RedisStore::Impl {
 
   void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
                     Timestamp now, std::span<Decision> each, DecideDone done) {
-    auto call = std::make_unique<Call>();
+    CallPtr call = NewCall(static_cast<int64_t>(op), keys.size(), now, each, std::move(done));
     call->lease_op = op;
     call->lease_id = id;
     call->lease_ttl = ttl;
-    call->now = now;
-    call->each = each;
-    call->done = std::move(done);
-    call->deadline = SteadyClock::now() + options_.timeout;
-    AppendBulk(call->args_resp, options_.use_caller_time
-                                    ? fmt::format_int(now.time_since_epoch().count()).str()
-                                    : std::string());
-    AppendBulk(call->args_resp, static_cast<int64_t>(op));
-    AppendBulk(call->args_resp, static_cast<int64_t>(keys.size()));
     for (const LeasedKey& k : keys) {
       const std::string redis_key = LeaseKey(k.key);
       if (!SameSlot(*call, redis_key, k.key)) {

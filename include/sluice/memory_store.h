@@ -67,7 +67,8 @@ class MemoryStore final : public Store {
                                      Timestamp now, std::span<Decision> each) override;
   // Leases are kept apart from the limits' state: they are not bounded by max_keys (a key
   // holds at most kMaxConcurrency of them, and only until they expire) and not saved in
-  // snapshots (they outlive no crash of their holders either).
+  // snapshots (a restart forgets them: until they would have expired, their slots are free
+  // to others while their holders still run).
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;
