@@ -1,6 +1,7 @@
 #include "server/waiting.h"
 
 #include <algorithm>
+#include <atomic>
 #include <list>
 #include <unordered_map>
 #include <utility>
@@ -20,6 +21,10 @@ using internal::MutexLock;
 struct AsioTimers::State {
   asio::io_context context{1};
   asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
+  std::atomic<Id> next_id{1};
+  // Timers waiting, by id. Touched on the context's thread only.
+  std::unordered_map<Id, std::shared_ptr<asio::system_timer>> waiting;
+  std::atomic<size_t> pending{0};  // At calls not yet run or cancelled.
 };
 
 AsioTimers::AsioTimers()
@@ -31,22 +36,48 @@ AsioTimers::~AsioTimers() {
   thread_.join();
 }
 
-void AsioTimers::At(Timestamp when, absl::AnyInvocable<void() &&> fn) {
-  asio::post(state_->context, [state = state_.get(), when, fn = std::move(fn)]() mutable {
+Timers::Id AsioTimers::At(Timestamp when, absl::AnyInvocable<void() &&> fn) {
+  const Id id = state_->next_id.fetch_add(1, std::memory_order_relaxed);
+  state_->pending.fetch_add(1, std::memory_order_relaxed);
+  asio::post(state_->context, [state = state_.get(), id, when, fn = std::move(fn)]() mutable {
     // Compared in microseconds: a time long past (Timestamp::min()) has no nanosecond form.
     if (when <= std::chrono::time_point_cast<Micros>(std::chrono::system_clock::now())) {
+      state->pending.fetch_sub(1, std::memory_order_relaxed);
       std::move(fn)();
       return;
     }
     auto timer = std::make_shared<asio::system_timer>(state->context);
     timer->expires_at(when);
-    timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) mutable {
-      if (!ec) {
+    state->waiting.emplace(id, timer);
+    timer->async_wait([state, id, fn = std::move(fn)](const boost::system::error_code& ec) mutable {
+      if (!ec && state->waiting.erase(id) > 0) {
+        state->pending.fetch_sub(1, std::memory_order_relaxed);
         std::move(fn)();
       }
     });
   });
+  return id;
 }
+
+void AsioTimers::Cancel(Id id) {
+  if (id == 0) {
+    return;
+  }
+  // Runs after At's own post (one thread runs the context, in order): the timer is in
+  // `waiting` by then, unless it has run.
+  asio::post(state_->context, [state = state_.get(), id] {
+    const auto it = state->waiting.find(id);
+    if (it == state->waiting.end()) {
+      return;
+    }
+    // Its handler then runs with operation_aborted and drops `fn` (and what it holds).
+    it->second->cancel();
+    state->waiting.erase(it);
+    state->pending.fetch_sub(1, std::memory_order_relaxed);
+  });
+}
+
+size_t AsioTimers::pending() const { return state_->pending.load(std::memory_order_relaxed); }
 
 struct WaitLines::State : std::enable_shared_from_this<State> {
   explicit State(Timers& t) : timers(t) {}
@@ -55,6 +86,13 @@ struct WaitLines::State : std::enable_shared_from_this<State> {
   // the head of the line make this timer stale).
   void ParkUntilLocked(const std::shared_ptr<Waiter>& waiter, std::coroutine_handle<> handle,
                        Timestamp until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex);
+
+  // Makes w's current sleep stale: its timer, if it has not run, is cancelled and would wake
+  // nobody anyway.
+  void EndSleepLocked(Waiter& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
+    ++w.sleep;
+    timers.Cancel(std::exchange(w.timer, 0));
+  }
 
   // Schedules w's resumption if it is parked. Through the timers, never inline: the caller
   // may be a coroutine that would otherwise run the next one on its own stack.
@@ -104,7 +142,7 @@ void WaitLines::State::ParkUntilLocked(const std::shared_ptr<Waiter>& waiter,
                                        std::coroutine_handle<> handle, Timestamp until) {
   waiter->parked = handle;
   const uint64_t sleep = ++waiter->sleep;
-  timers.At(until, [weak = weak_from_this(), waiter, sleep] {
+  waiter->timer = timers.At(until, [weak = weak_from_this(), waiter, sleep] {
     const std::shared_ptr<State> state = weak.lock();
     if (!state) {
       return;
@@ -114,6 +152,7 @@ void WaitLines::State::ParkUntilLocked(const std::shared_ptr<Waiter>& waiter,
       MutexLock lock(state->mutex);
       if (waiter->sleep == sleep) {  // Not a sleep that a cancellation already ended.
         parked = std::exchange(waiter->parked, {});
+        waiter->timer = 0;
       }
     }
     if (parked) {
@@ -138,7 +177,7 @@ void WaitLines::Leave(const std::shared_ptr<Waiter>& waiter) {
   } else if (was_head) {
     Waiter& next = *line.front();
     next.head = true;
-    ++next.sleep;  // Its timer (the end of its max_wait) is stale now.
+    state_->EndSleepLocked(next);  // Its timer (the end of its max_wait) is stale now.
     state_->WakeLocked(next);
   }
 }
@@ -148,7 +187,7 @@ void WaitLines::Cancel(const std::shared_ptr<Waiter>& waiter, absl::Status why) 
   if (waiter->cancelled.ok()) {
     waiter->cancelled = std::move(why);
   }
-  ++waiter->sleep;  // A timer still to fire is stale now.
+  state_->EndSleepLocked(*waiter);  // A timer still to fire is stale now.
   state_->WakeLocked(*waiter);
 }
 
@@ -160,7 +199,7 @@ void WaitLines::CancelAll(absl::Status why) {
       if (waiter->cancelled.ok()) {
         waiter->cancelled = why;
       }
-      ++waiter->sleep;
+      state_->EndSleepLocked(*waiter);
       state_->WakeLocked(*waiter);
     }
   }
@@ -183,7 +222,7 @@ void WaitLines::Notify(std::span<const LeasedKey> keys) {
       continue;
     }
     if (head.parked) {
-      ++head.sleep;  // Its timer is stale now.
+      state_->EndSleepLocked(head);  // Its timer is stale now.
       state_->WakeLocked(head);
     } else {
       head.notified = true;

@@ -32,10 +32,16 @@ namespace sluice::server {
 
 class Timers {
  public:
+  using Id = uint64_t;  // Names a timer for Cancel; never 0.
+
   virtual ~Timers() = default;
   // Calls `fn` once, at or after `when` on the server's clock, on a thread of the Timers
   // (never inside At). A time already past means as soon as possible.
-  virtual void At(Timestamp when, absl::AnyInvocable<void() &&> fn) = 0;
+  virtual Id At(Timestamp when, absl::AnyInvocable<void() &&> fn) = 0;
+  // Drops the timer `id` and its `fn` if it has not run yet; else (or for 0) does nothing.
+  // A waiter woken sooner cancels the timer it no longer needs, so that a timer far off
+  // (the end of a max_wait) does not hold memory until then.
+  virtual void Cancel(Id id) = 0;
 };
 
 // Timers on the system clock, run by a thread of their own. Destroying it stops the thread;
@@ -47,7 +53,10 @@ class AsioTimers final : public Timers {
   AsioTimers(const AsioTimers&) = delete;
   AsioTimers& operator=(const AsioTimers&) = delete;
 
-  void At(Timestamp when, absl::AnyInvocable<void() &&> fn) override;
+  Id At(Timestamp when, absl::AnyInvocable<void() &&> fn) override;
+  void Cancel(Id id) override;
+  // Timers not yet run or cancelled (for tests).
+  size_t pending() const;
 
  private:
   struct State;
@@ -66,6 +75,7 @@ struct Waiter {
   absl::Status cancelled;  // Why it gave up (client gone, server stopping); OK while it waits.
   std::coroutine_handle<> parked;    // Suspended, waiting to be woken.
   uint64_t sleep = 0;                // Numbers sleeps, so that a stale timer wakes nobody.
+  Timers::Id timer = 0;              // Its current park's timer: cancelled when woken sooner.
   std::vector<std::string> wake_on;  // Lease keys whose Notify ends its sleep (or the next).
   bool notified = false;             // Notify came while it was awake: it does not sleep.
 };

@@ -109,6 +109,25 @@ TEST_F(AcquireTest, LeakyBucketWaitersGoInOrderOneDrainApart) {
   EXPECT_EQ(next.combined.delay, 0us);
 }
 
+// A waiter served before its max_wait ends cancels the timer of that end: waiters willing to
+// wait an hour do not leave an hour's worth of timers behind them.
+TEST_F(AcquireTest, TimersOfWaitersServedSoonerAreCancelled) {
+  const CheckRequest api{.domain = "jobs", .descriptors = {{.entries = {{"api", "mail"}}}}};
+  std::vector<std::shared_ptr<Pending>> waiters;
+  for (int i = 0; i < 5; ++i) {
+    waiters.push_back(Start(api, 1h));
+  }
+  // The first was served at once: the second's wake-up, and the ends of the max_waits of the
+  // three behind it.
+  EXPECT_EQ(timers_.pending(), 4U);
+  RunUntil(1s);
+  for (const auto& waiter : waiters) {
+    ASSERT_TRUE(waiter->answer.has_value());
+    EXPECT_TRUE((*waiter->answer)->check.combined.allowed);
+  }
+  EXPECT_EQ(timers_.pending(), 0U);  // Not four timers left to fire in an hour.
+}
+
 TEST_F(AcquireTest, ALeakyBucketWaiterWhoLeavesHoldsNoPlaceInTheQueue) {
   AdHocRequest queue = AdHoc("q", Algorithm::kLeakyBucket, 5, 1s);
   queue.spec.burst = 5;  // Room to queue: a reservation, had the waiter made one, would fit.

@@ -15,9 +15,15 @@ namespace sluice::testing {
 
 class ManualTimers final : public server::Timers {
  public:
-  void At(Timestamp when, absl::AnyInvocable<void() &&> fn) override {
+  Id At(Timestamp when, absl::AnyInvocable<void() &&> fn) override {
     std::lock_guard lock(mu_);
-    pending_.emplace(when, std::move(fn));
+    const Id id = next_id_++;
+    pending_.emplace(std::pair{when, id}, std::move(fn));
+    return id;
+  }
+  void Cancel(Id id) override {
+    std::lock_guard lock(mu_);
+    std::erase_if(pending_, [&](const auto& entry) { return entry.first.second == id; });
   }
 
   // Runs, in time order, every timer due by `until` (those they set too), setting `clock`
@@ -29,12 +35,12 @@ class ManualTimers final : public server::Timers {
       absl::AnyInvocable<void() &&> fn;
       {
         std::lock_guard lock(mu_);
-        if (pending_.empty() || pending_.begin()->first > until) {
+        if (pending_.empty() || pending_.begin()->first.first > until) {
           break;
         }
         auto first = pending_.begin();
-        if (first->first > clock.Now()) {
-          clock.Set(first->first);
+        if (first->first.first > clock.Now()) {
+          clock.Set(first->first.first);
         }
         fn = std::move(first->second);
         pending_.erase(first);
@@ -55,7 +61,9 @@ class ManualTimers final : public server::Timers {
 
  private:
   mutable std::mutex mu_;
-  std::multimap<Timestamp, absl::AnyInvocable<void() &&>> pending_;  // Equal times: in order set.
+  Id next_id_ = 1;
+  // By time, then id: equal times run in the order they were set.
+  std::map<std::pair<Timestamp, Id>, absl::AnyInvocable<void() &&>> pending_;
 };
 
 }  // namespace sluice::testing
