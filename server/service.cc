@@ -186,7 +186,7 @@ absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token) {
   for (size_t i = 1; i < parts.size(); ++i) {
     std::string key;
     if (!absl::WebSafeBase64Unescape(parts[i], &key) || key.empty() || key.front() != kDomainMark) {
-      return absl::InvalidArgumentError("lease is not a lease token from sluiced");
+      return not_a_token;
     }
     lease.keys.push_back(std::move(key));
   }
