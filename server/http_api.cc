@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -787,7 +788,9 @@ struct HttpApi::Decided {
   const HttpRequest& request;
   HttpResponse (*format)(const Result&, const HttpRequest&);
   Reply reply;
-  absl::StatusOr<Result> result = absl::UnknownError("not decided yet");
+  // Empty until the service answers. (Not a StatusOr holding an error meanwhile: an error
+  // with a message is an allocation per request.)
+  std::optional<absl::StatusOr<Result>> result;
 };
 
 template <typename Result>
@@ -800,7 +803,7 @@ RateLimitService::Done<absl::StatusOr<Result>> HttpApi::Deliver(
     decided->result = std::move(result);
     Respond respond = std::move(decided->reply.respond);
     std::move(respond)([decided = std::move(decided)]() {
-      const absl::StatusOr<Result>& r = decided->result;
+      const absl::StatusOr<Result>& r = *decided->result;
       return decided->api.Finish(
           r.ok() ? decided->format(*r, decided->request) : Failure(r.status(), decided->request),
           decided->reply);

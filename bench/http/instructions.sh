@@ -42,7 +42,9 @@ descriptors:
   - key: user
     rate_limit: {algorithm: gcra, requests_per_unit: 100000, unit: second}
 EOF_RULES
-valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" "$sluiced" \
+# Names uncompressed: the file dumped after the warm-up then stands alone for callgrind_annotate.
+valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+  --callgrind-out-file="$work/callgrind.out" "$sluiced" \
   --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 1 \
   --watch-interval 0 >"$work/sluiced.log" 2>&1 &
 pid=$!

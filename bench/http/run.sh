@@ -2,18 +2,23 @@
 # The HTTP benchmark: wrk on loopback against
 #   1. nginx answering `return 204;` with worker_processes 1, then 2 (the baseline: what a
 #      minimal HTTP/1.1 keep-alive server does on this machine),
-#   2. sluiced (--threads 2) answering POST /v1/check (bench/http/check.lua: keys spread over
-#      10,000 users, so every request is admitted),
-# and prints requests/s, p50 and p99 for each, and sluiced's ratio to nginx's.
+#   2. sluiced with one event loop (--threads 1), then two, answering POST /v1/check
+#      (bench/http/check.lua: keys spread over 10,000 users, so every request is admitted),
+# in --rounds rounds, the four one after the other in each, and prints requests/s, p50 and
+# p99 for each, then sluiced's ratios to nginx round by round and their median.
 #
 #   bench/http/run.sh [--sluiced PATH] [--nginx PATH] [--duration 10s] [--mode adhoc|rules]
-#                     [--connections 64] [--threads 2] [--warmup 2s] [--redis] [--keep]
+#                     [--connections 64] [--threads 2] [--warmup 2s] [--rounds 3] [--redis]
+#                     [--keep]
 #
-# --redis: sluiced on the Redis store, a redis-server of its own on a free port.
+# --threads is wrk's. --redis: sluiced on the Redis store, a redis-server of its own on a free
+# port.
 #
 # Needs wrk (Debian: apt-get install -y wrk), nginx and python3 (free ports). Every server
 # listens on 127.0.0.1 on a port free at start; all of them are stopped on exit. wrk and the
-# servers share the machine's cores, so figures vary from run to run: compare within a run.
+# servers share the machine's cores, so one run's p99 can be off by half from the next: a
+# ratio is taken between servers measured side by side in one round, and the median over
+# rounds is the figure to quote.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +33,7 @@ wrk_threads=2
 keep=0
 redis=0
 redis_port=
+rounds=3
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -40,7 +46,8 @@ while [[ $# -gt 0 ]]; do
     --threads) wrk_threads=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --redis) redis=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +61,7 @@ for tool in wrk "$nginx" python3; do
 done
 [[ -x "$sluiced" ]] || { echo "run.sh: no sluiced at $sluiced (build it first)" >&2; exit 1; }
 case "$mode" in adhoc|rules) ;; *) echo "run.sh: --mode adhoc or rules" >&2; exit 2 ;; esac
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds takes a count of 1 or more" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-http.XXXXXX")
 pids=()
@@ -141,24 +149,25 @@ EOF
   wait_port "$port" "$!" "$prefix/out.log"
 }
 
-start_sluiced() {  # -> sets port
-  local store=(--store memory)
-  if [[ $redis == 1 ]]; then
-    redis_port=$(free_port)
-    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" --daemonize yes
-    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-    store=(--store "redis://127.0.0.1:$redis_port")
-  fi
-  cat >"$work/rules.yaml" <<'EOF'
+store=(--store memory)
+if [[ $redis == 1 ]]; then
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --logfile "$work/redis.log" --daemonize yes
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  store=(--store "redis://127.0.0.1:$redis_port")
+fi
+cat >"$work/rules.yaml" <<'EOF'
 domain: bench
 descriptors:
   - key: user
     rate_limit: {algorithm: gcra, requests_per_unit: 100000, unit: second}
 EOF
+
+start_sluiced() {  # LOOPS -> sets port
   # --http 127.0.0.1:0: the kernel's free port, read back from the log. (sluiced binds with
   # SO_REUSEPORT, so a port chosen beforehand could end up shared with another sluiced.)
-  "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads 2 --log-level info \
+  "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads "$1" --log-level info \
     --watch-interval 0 "${store[@]}" >"$work/sluiced.log" 2>&1 &
   pids+=($!)
   port=""
@@ -188,25 +197,25 @@ EOF
 }
 
 echo "wrk -t$wrk_threads -c$connections -d$duration --latency (keep-alive, 127.0.0.1), $(nproc) cores," \
-  "warm-up $warmup each" >&2
+  "warm-up $warmup each, $rounds rounds, sluiced on the ${redis_port:+Redis}${redis_port:-memory} store ($mode)" >&2
 
-start_nginx 1
-echo "nginx return 204, worker_processes 1: port $port" >&2
-bench nginx1 "http://127.0.0.1:$port/"
-stop_last
-
-start_nginx 2
-echo "nginx return 204, worker_processes 2: port $port" >&2
-bench nginx2 "http://127.0.0.1:$port/"
-stop_last
-
-start_sluiced
-echo "sluiced --threads 2 --store ${redis_port:+redis://127.0.0.1:}${redis_port:-memory}, POST /v1/check ($mode): port $port" >&2
-SLUICE_BENCH_MODE=$mode bench sluiced "http://127.0.0.1:$port" -s "$here/check.lua"
-stop_last
+for round in $(seq "$rounds"); do
+  for workers in 1 2; do
+    start_nginx "$workers"
+    echo "round $round: nginx return 204, worker_processes $workers: port $port" >&2
+    bench "r$round-nginx$workers" "http://127.0.0.1:$port/"
+    stop_last
+  done
+  for loops in 1 2; do
+    start_sluiced "$loops"
+    echo "round $round: sluiced --threads $loops, POST /v1/check: port $port" >&2
+    SLUICE_BENCH_MODE=$mode bench "r$round-sluiced$loops" "http://127.0.0.1:$port" -s "$here/check.lua"
+    stop_last
+  done
+done
 
 # The summary, from wrk's outputs.
-python3 - "$work" "$mode" <<'EOF'
+python3 - "$work" "$mode" "$rounds" <<'EOF'
 import re, sys
 
 work, mode = sys.argv[1], sys.argv[2]
@@ -228,17 +237,41 @@ def parse(name):
             "non2xx": int(non2xx.group(1)) if non2xx else 0,
             "errors": errors.group(0) if errors else ""}
 
-rows = [("nginx return 204, 1 worker", parse("nginx1")),
-        ("nginx return 204, 2 workers", parse("nginx2")),
-        (f"sluiced POST /v1/check ({mode}), 2 threads", parse("sluiced"))]
-width = max(len(name) for name, _ in rows)
-print(f"{'server':<{width}}  {'requests/s':>11}  {'p50 ms':>8}  {'p99 ms':>8}  {'non-2xx':>8}")
-for name, r in rows:
-    print(f"{name:<{width}}  {r['rps']:>11.0f}  {r['p50']:>8.3f}  {r['p99']:>8.3f}  {r['non2xx']:>8}"
-          + (f"  {r['errors']}" if r["errors"] else ""))
-s = rows[2][1]
-for name, r in rows[:2]:
-    print(f"sluiced / {name}: requests/s x{s['rps'] / r['rps']:.2f}, p99 x{s['p99'] / r['p99']:.2f}")
-if s["non2xx"]:
-    print(f"warning: sluiced answered {s['non2xx']} of {s['total']} requests with non-2xx")
+SERVERS = {"nginx1": "nginx return 204, 1 worker",
+           "nginx2": "nginx return 204, 2 workers",
+           "sluiced1": f"sluiced POST /v1/check ({mode}), 1 loop",
+           "sluiced2": f"sluiced POST /v1/check ({mode}), 2 loops"}
+# Each sluiced against nginx with as many processes, and two loops against one worker too.
+PAIRS = [("sluiced1", "nginx1", "1 loop / nginx 1 worker"),
+         ("sluiced2", "nginx2", "2 loops / nginx 2 workers"),
+         ("sluiced2", "nginx1", "2 loops / nginx 1 worker")]
+rounds = int(sys.argv[3])
+runs = [{key: parse(f"r{i}-{key}") for key in SERVERS} for i in range(1, rounds + 1)]
+
+width = max(len(name) for name in SERVERS.values())
+print(f"round  {'server':<{width}}  {'requests/s':>11}  {'p50 ms':>8}  {'p99 ms':>8}  {'non-2xx':>8}")
+for i, run in enumerate(runs, 1):
+    for key, name in SERVERS.items():
+        r = run[key]
+        print(f"{i:>5}  {name:<{width}}  {r['rps']:>11.0f}  {r['p50']:>8.3f}  {r['p99']:>8.3f}"
+              f"  {r['non2xx']:>8}" + (f"  {r['errors']}" if r["errors"] else ""))
+
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+def figures(ratios):
+    return f"x{median(ratios):.2f} (rounds: " + " ".join(f"{x:.2f}" for x in ratios) + ")"
+
+print()
+for mine, theirs, label in PAIRS:
+    print(f"sluiced {label}: requests/s "
+          + figures([run[mine]["rps"] / run[theirs]["rps"] for run in runs])
+          + ", p99 " + figures([run[mine]["p99"] / run[theirs]["p99"] for run in runs]))
+for i, run in enumerate(runs, 1):
+    for key in ("sluiced1", "sluiced2"):
+        if run[key]["non2xx"]:
+            print(f"warning: round {i}: {SERVERS[key]} answered {run[key]['non2xx']} of "
+                  f"{run[key]['total']} requests with non-2xx")
 EOF
