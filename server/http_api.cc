@@ -384,8 +384,11 @@ void AppendJsonString(std::string& out, std::string_view text) {
 // "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
 // (Compiled format strings: the answer to every check is written here, and fmt's parsing of a
 // format string at run time was most of its cost.)
+// (Formatted into a buffer on the stack, then appended at once: fmt writing through a
+// std::string's back_inserter grows the string, zero-filled, once for each piece.)
 void AppendFigures(std::string& out, const Decision& d, bool limited) {
-  auto to = std::back_inserter(out);
+  fmt::basic_memory_buffer<char, 192> buffer;
+  auto to = fmt::appender(buffer);
   if (limited) {
     fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":{})"), d.allowed, d.remaining);
   } else {
@@ -393,6 +396,7 @@ void AppendFigures(std::string& out, const Decision& d, bool limited) {
   }
   fmt::format_to(to, FMT_COMPILE(R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})"),
                  d.reset_after.count(), d.retry_after.count(), d.delay.count());
+  out.append(buffer.data(), buffer.size());
 }
 
 // One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,

@@ -22,13 +22,13 @@
 #include "absl/functional/any_invocable.h"
 #include "boost/beast/http.hpp"
 
+#include "server/http_response.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
 namespace sluice::server {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
-using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
 // A response to a request the server could not even parse (too large, timed out): `status`
 // with a JSON body {"error": message}.

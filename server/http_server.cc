@@ -18,7 +18,6 @@
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core.hpp"
-#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -282,7 +281,8 @@ class Session : public std::enable_shared_from_this<Session> {
       response.keep_alive(false);
     }
     const bool keep_alive = response.keep_alive();
-    Serialize(response);
+    wire_.clear();
+    response.AppendTo(wire_);
     Arm(options_.read_timeout);
     asio::async_write(socket_, asio::buffer(wire_),
                       [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
@@ -293,25 +293,6 @@ class Session : public std::enable_shared_from_this<Session> {
                         }
                         self->AwaitRequest();
                       });
-  }
-
-  // The response as it goes on the wire, into wire_, whose capacity stays for the next: what
-  // Beast's serializer writes for a response with a complete body, at a fraction of its cost
-  // (which was an eighth of all the work per check).
-  void Serialize(const HttpResponse& response) {
-    wire_.clear();
-    wire_ += response.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
-    fmt::format_to(std::back_inserter(wire_), FMT_COMPILE("{} "), response.result_int());
-    wire_ += response.reason();
-    wire_ += "\r\n";
-    for (const auto& field : response) {
-      wire_ += field.name_string();
-      wire_ += ": ";
-      wire_ += field.value();
-      wire_ += "\r\n";
-    }
-    wire_ += "\r\n";
-    wire_ += response.body();
   }
 
   void Close() {
@@ -334,7 +315,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
-  std::string wire_;                 // The response being written.
+  std::string wire_;                 // The response being written; its capacity stays for the next.
   HttpApi::CancelWait cancel_wait_;  // Set while a request waits (acquire).
   bool answered_ = false;            // The request just read has its answer.
   std::optional<http::request_parser<http::string_body>> parser_;

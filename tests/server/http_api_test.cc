@@ -76,8 +76,7 @@ class HttpApiTest : public ::testing::Test {
   }
 
   static std::string Header(const HttpResponse& response, std::string_view name) {
-    const auto it = response.find(name);
-    return it == response.end() ? "(none)" : std::string(it->value());
+    return response.has(name) ? std::string(response[name]) : "(none)";
   }
 
   MemoryStore store_;
