@@ -1,4 +1,5 @@
--- wrk script: POST /v1/check to sluiced, keys spread over many users.
+-- wrk script: POST /v1/check, keys spread over many users (bench/http/run.sh sends it to sluiced
+-- and, for the same work in wrk, to nginx).
 --
 --   wrk -t2 -c64 -d10s --latency -s bench/http/check.lua http://127.0.0.1:PORT
 --

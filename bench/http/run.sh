@@ -2,8 +2,10 @@
 # The HTTP benchmark: wrk on loopback against
 #   1. nginx answering `return 204;` with worker_processes 1, then 2 (the baseline: what a
 #      minimal HTTP/1.1 keep-alive server does on this machine),
-#   2. sluiced with one event loop (--threads 1), then two, answering POST /v1/check
-#      (bench/http/check.lua: keys spread over 10,000 users, so every request is admitted),
+#   2. sluiced with one event loop (--threads 1), then two, answering POST /v1/check,
+# every server sent the same requests by bench/http/check.lua (POSTs with a JSON body, keys
+# spread over 10,000 users, so sluiced admits every one; nginx reads and drops the body), so
+# that wrk, which shares the cores, does the same work per request against each,
 # in --rounds rounds, the four one after the other in each, and prints requests/s, p50 and
 # p99 for each, then sluiced's ratios to nginx round by round and their median.
 #
@@ -203,7 +205,7 @@ for round in $(seq "$rounds"); do
   for workers in 1 2; do
     start_nginx "$workers"
     echo "round $round: nginx return 204, worker_processes $workers: port $port" >&2
-    bench "r$round-nginx$workers" "http://127.0.0.1:$port/"
+    SLUICE_BENCH_MODE=$mode bench "r$round-nginx$workers" "http://127.0.0.1:$port" -s "$here/check.lua"
     stop_last
   done
   for loops in 1 2; do
