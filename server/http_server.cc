@@ -133,6 +133,25 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
+    // A small request usually comes whole in one read: parse what is here first, and answer at
+    // once when it is all here, sparing Beast's asynchronous read its round trip through the
+    // loop. What is missing is read as before, by the same parser.
+    beast::error_code ec;
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec || used == 0) {
+        break;
+      }
+    }
+    if (ec || parser_->is_done()) {
+      OnRead(ec);
+      return;
+    }
     Arm(options_.read_timeout);
     http::async_read_header(
         socket_, buffer_, *parser_,

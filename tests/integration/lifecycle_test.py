@@ -7,6 +7,7 @@ a request still arriving when SIGTERM comes, one server per port, flags refused,
 """
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -51,6 +52,56 @@ class LifecycleTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 0.5)
         conn.sendall(ADHOC)
         self.assertTrue(conn.recv(4096).startswith(b"HTTP/1.1 200 OK"))
+
+    def read_answers(self, conn, count):
+        """Reads `count` answers from `conn`: [(status, body)], in the order they came."""
+        data, answers = b"", []
+        while len(answers) < count:
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = data[:head_end].decode()
+                length = int(next(line.split(":", 1)[1] for line in head.split("\r\n")
+                                  if line.lower().startswith("content-length:")))
+                if len(data) >= head_end + 4 + length:
+                    body = data[head_end + 4:head_end + 4 + length]
+                    answers.append((int(head.split(" ", 2)[1]), body))
+                    data = data[head_end + 4 + length:]
+                    continue
+            chunk = conn.recv(65536)
+            self.assertTrue(chunk, "connection closed after %d answers" % len(answers))
+            data += chunk
+        self.assertEqual(data, b"", "more than %d answers" % count)
+        return answers
+
+    def test_requests_pipelined_or_split_anywhere_are_answered_in_order(self):
+        # sluiced parses what one read brought before it reads on: a request may come whole,
+        # several together, or in pieces cut anywhere (the head, the body, the next request).
+        self.server = sluiced.Sluiced(self.workdir)
+        conn = self.connect()
+        body = b'{"key": "split", "limit": 100, "period": "1h"}'
+        request = request_head(len(body)) + body
+        remaining = []
+
+        def expect(count):
+            for status, answer in self.read_answers(conn, count):
+                self.assertEqual(status, 200, answer)
+                remaining.append(json.loads(answer)["remaining"])
+
+        conn.sendall(request * 3)  # Pipelined, in one segment.
+        expect(3)
+        for cut in (5, len(request_head(len(body))) - 3, len(request_head(len(body))),
+                    len(request) - 1):
+            conn.sendall(request[:cut])
+            time.sleep(0.05)
+            conn.sendall(request[cut:] + request[:cut])  # The rest, and half of the next.
+            time.sleep(0.05)
+            conn.sendall(request[cut:])
+            expect(2)
+        for byte in range(len(request)):  # One byte at a time.
+            conn.sendall(request[byte:byte + 1])
+        expect(1)
+        self.assertEqual(remaining, list(range(99, 99 - len(remaining), -1)))
+        self.assertEqual(len(remaining), 12)
 
     def test_sigterm_lets_a_request_still_arriving_finish(self):
         self.server = sluiced.Sluiced(self.workdir)
