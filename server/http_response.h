@@ -31,8 +31,10 @@ class HttpResponse {
 
   // 200, HTTP/1.1, keep-alive, no headers, an empty body.
   HttpResponse() = default;
-  // `version` as Beast counts it: 11 for HTTP/1.1, 10 for HTTP/1.0.
-  HttpResponse(Status status, unsigned version) : status_(status), version_(version) {}
+  // `version` as Beast counts it: 11 for HTTP/1.1, 10 for HTTP/1.0. The connection stays open
+  // by the version's default (1.1 keeps it, 1.0 closes it) until keep_alive() says otherwise.
+  HttpResponse(Status status, unsigned version)
+      : status_(status), version_(version), keep_alive_(version >= 11) {}
 
   Status result() const { return status_; }
   unsigned version() const { return version_; }

@@ -130,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void ReadRequest() {
     BeginRequest();
+    timed_out_ = false;  // Arm() clears it too, but a request parsed at once never arms here.
     parser_.emplace();
     parser_->body_limit(options_.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));

@@ -49,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --keep) keep=1; shift ;;
     --redis) redis=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -167,8 +167,11 @@ descriptors:
 EOF
 
 start_sluiced() {  # LOOPS -> sets port
-  # --http 127.0.0.1:0: the kernel's free port, read back from the log. (sluiced binds with
-  # SO_REUSEPORT, so a port chosen beforehand could end up shared with another sluiced.)
+  # --http 127.0.0.1:0: the kernel's free port, read back from the log, so that nothing can
+  # take it between choosing and binding.
+  if [[ -n $redis_port ]]; then
+    redis-cli -p "$redis_port" flushall >/dev/null  # Each run starts from an empty store.
+  fi
   "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads "$1" --log-level info \
     --watch-interval 0 "${store[@]}" >"$work/sluiced.log" 2>&1 &
   pids+=($!)

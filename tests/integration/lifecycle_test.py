@@ -53,6 +53,13 @@ class LifecycleTest(unittest.TestCase):
         conn.sendall(ADHOC)
         self.assertTrue(conn.recv(4096).startswith(b"HTTP/1.1 200 OK"))
 
+    def test_expect_100_continue_with_the_body_already_sent_gets_the_answer_alone(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        conn = self.connect()
+        conn.sendall(request_head(len(ADHOC), b"Expect: 100-continue\r\n") + ADHOC)
+        [(status, body)] = self.read_answers(conn, 1)  # No interim 100 before it.
+        self.assertEqual(status, 200, body)
+
     def read_answers(self, conn, count):
         """Reads `count` answers from `conn`: [(status, body)], in the order they came."""
         data, answers = b"", []

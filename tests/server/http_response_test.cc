@@ -104,8 +104,8 @@ TEST(HttpResponseTest, ConnectionHeaderOnlyWhereTheVersionDefaultIsOverridden) {
   EXPECT_NE(Wire(old_keeping).find("\r\nConnection: keep-alive\r\n"), std::string::npos);
   EXPECT_TRUE(ParseBack(Wire(old_keeping)).keep_alive());
 
-  HttpResponse old_closing{http::status::ok, 10};
-  old_closing.keep_alive(false);
+  HttpResponse old_closing{http::status::ok, 10};  // HTTP/1.0 closes unless told otherwise.
+  EXPECT_FALSE(old_closing.keep_alive());
   EXPECT_EQ(Wire(old_closing).find("Connection"), std::string::npos);
   HttpResponse keeping{http::status::ok, 11};
   EXPECT_EQ(Wire(keeping).find("Connection"), std::string::npos);
