@@ -382,10 +382,10 @@ void AppendJsonString(std::string& out, std::string_view text) {
 }
 
 // "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
-// (Compiled format strings: the answer to every check is written here, and fmt's parsing of a
-// format string at run time was most of its cost.)
-// (Formatted into a buffer on the stack, then appended at once: fmt writing through a
-// std::string's back_inserter grows the string, zero-filled, once for each piece.)
+// The answer to every check is written here: with compiled format strings (fmt's parsing of a
+// format string at run time was most of its cost), into a buffer on the stack appended at
+// once (fmt writing through a std::string's back_inserter grows it, zero-filled, piece by
+// piece).
 void AppendFigures(std::string& out, const Decision& d, bool limited) {
   fmt::basic_memory_buffer<char, 192> buffer;
   auto to = fmt::appender(buffer);
