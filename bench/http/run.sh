@@ -113,13 +113,15 @@ stop_last() {  # stops the most recently started server
   unset 'pids[-1]'
 }
 
-# wrk NAME URL [wrk args...]: a warm-up run (discarded), then the measured one into NAME.txt.
+# bench NAME URL: check.lua's POSTs, a warm-up run (discarded), then the measured one into
+# NAME.txt.
 bench() {
-  local name=$1 url=$2; shift 2
+  local name=$1 url=$2
+  local args=(-t"$wrk_threads" -c"$connections" -s "$here/check.lua")
   if [[ $warmup != 0 && $warmup != 0s ]]; then
-    wrk -t"$wrk_threads" -c"$connections" -d"$warmup" "$@" "$url" >/dev/null
+    SLUICE_BENCH_MODE=$mode wrk "${args[@]}" -d"$warmup" "$url" >/dev/null
   fi
-  wrk -t"$wrk_threads" -c"$connections" -d"$duration" --latency "$@" "$url" >"$work/$name.txt"
+  SLUICE_BENCH_MODE=$mode wrk "${args[@]}" -d"$duration" --latency "$url" >"$work/$name.txt"
 }
 
 start_nginx() {  # WORKERS -> sets port
@@ -205,16 +207,13 @@ echo "wrk -t$wrk_threads -c$connections -d$duration --latency (keep-alive, 127.0
   "warm-up $warmup each, $rounds rounds, sluiced on the ${redis_port:+Redis}${redis_port:-memory} store ($mode)" >&2
 
 for round in $(seq "$rounds"); do
-  for workers in 1 2; do
-    start_nginx "$workers"
-    echo "round $round: nginx return 204, worker_processes $workers: port $port" >&2
-    SLUICE_BENCH_MODE=$mode bench "r$round-nginx$workers" "http://127.0.0.1:$port" -s "$here/check.lua"
-    stop_last
-  done
-  for loops in 1 2; do
-    start_sluiced "$loops"
-    echo "round $round: sluiced --threads $loops, POST /v1/check: port $port" >&2
-    SLUICE_BENCH_MODE=$mode bench "r$round-sluiced$loops" "http://127.0.0.1:$port" -s "$here/check.lua"
+  for server in nginx1 nginx2 sluiced1 sluiced2; do  # The digit: workers, or event loops.
+    case $server in
+      nginx*) start_nginx "${server#nginx}" ;;
+      sluiced*) start_sluiced "${server#sluiced}" ;;
+    esac
+    echo "round $round: $server: port $port" >&2
+    bench "r$round-$server" "http://127.0.0.1:$port"
     stop_last
   done
 done
