@@ -45,8 +45,9 @@ class HttpResponse {
   void keep_alive(bool keep_alive) { keep_alive_ = keep_alive; }
 
   // Sets header `name` to `value`, replacing the value it had. Names compare ignoring case; a
-  // header keeps the place where it was first set. Neither may hold CR or LF (sluiced's own
-  // headers never do): the function throws std::invalid_argument rather than split a header.
+  // header keeps the place where it was first set. Neither may hold CR or LF, nor the name a
+  // colon (sluiced's own headers never do): set throws std::invalid_argument rather than write
+  // a header that is not one line.
   void set(std::string_view name, std::string_view value);
   void set(Field name, std::string_view value) { set(boost::beast::http::to_string(name), value); }
 
