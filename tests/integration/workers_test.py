@@ -47,7 +47,7 @@ class WorkersTest(unittest.TestCase):
         # Never faster than 5 per second, and never two calls closer than 200 ms (less the
         # tolerance). Slower only by what a loaded machine adds to the workers' own marks: under
         # ASan, with both cores busy with other work, 4.89 per second (one gap of 214 ms); a
-        # waiter woken only by sluiced's 100 ms poll instead of on time would make it 3.3.
+        # waiter woken 100 ms late each time would make it 3.3.
         self.assertLessEqual(figures["rate_per_second"], 5.0 + 0.1, figures)
         self.assertGreaterEqual(figures["rate_per_second"], 4.5, figures)
         self.assertGreaterEqual(figures["min_gap_ms"], 200 - TOLERANCE_MS, figures)
