@@ -10,8 +10,6 @@
 namespace sluice::server {
 namespace {
 
-std::string_view View(boost::beast::string_view text) { return {text.data(), text.size()}; }
-
 // Whether `text` holds CR or LF. (Two memchr calls, not find_first_of, which calls memchr once
 // for each character of `text`: this runs for every header of every answer.)
 bool HasLineBreak(std::string_view text) {
@@ -73,14 +71,13 @@ bool HttpResponse::has(std::string_view name) const { return Find(name) != lines
 void HttpResponse::prepare_payload() {
   char digits[20];
   const char* end = fmt::format_to(digits, FMT_COMPILE("{}"), body_.size());
-  set(View(boost::beast::http::to_string(Field::content_length)),
-      std::string_view(digits, end - digits));
+  set(Field::content_length, std::string_view(digits, end - digits));
 }
 
 void HttpResponse::AppendTo(std::string& out) const {
   out += version_ == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
   fmt::format_to(std::back_inserter(out), FMT_COMPILE("{} "), static_cast<unsigned>(status_));
-  out += View(boost::beast::http::obsolete_reason(status_));
+  out += std::string_view(boost::beast::http::obsolete_reason(status_));
   out += "\r\n";
   out += headers_;
   if (version_ == 10 && keep_alive_) {
