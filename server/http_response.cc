@@ -1,6 +1,5 @@
 #include "server/http_response.h"
 
-#include <iterator>
 #include <stdexcept>
 
 #include "boost/beast/core/string.hpp"
@@ -14,6 +13,13 @@ namespace {
 // for each character of `text`: this runs for every header of every answer.)
 bool HasLineBreak(std::string_view text) {
   return text.find('\r') != std::string_view::npos || text.find('\n') != std::string_view::npos;
+}
+
+// `n` in decimal, written into `digits` (on the caller's stack: fmt writing through a
+// std::string's back_inserter grows the string piece by piece).
+std::string_view Decimal(size_t n, char (&digits)[20]) {
+  const char* end = fmt::format_to(digits, FMT_COMPILE("{}"), n);
+  return {digits, static_cast<size_t>(end - digits)};
 }
 
 }  // namespace
@@ -70,13 +76,14 @@ bool HttpResponse::has(std::string_view name) const { return Find(name) != lines
 
 void HttpResponse::prepare_payload() {
   char digits[20];
-  const char* end = fmt::format_to(digits, FMT_COMPILE("{}"), body_.size());
-  set(Field::content_length, std::string_view(digits, end - digits));
+  set(Field::content_length, Decimal(body_.size(), digits));
 }
 
 void HttpResponse::AppendTo(std::string& out) const {
   out += version_ == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
-  fmt::format_to(std::back_inserter(out), FMT_COMPILE("{} "), static_cast<unsigned>(status_));
+  char digits[20];
+  out += Decimal(static_cast<unsigned>(status_), digits);
+  out += ' ';
   out += std::string_view(boost::beast::http::obsolete_reason(status_));
   out += "\r\n";
   out += headers_;
