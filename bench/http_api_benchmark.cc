@@ -6,7 +6,7 @@
 
 #include "benchmark/benchmark.h"
 
-#include "server/http_api.h"
+#include "server/http/api.h"
 #include "sluice/memory_store.h"
 
 namespace sluice::server {

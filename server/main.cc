@@ -24,16 +24,16 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
-#include "server/grpc_service.h"
-#include "server/http_api.h"
-#include "server/http_server.h"
+#include "server/grpc/envoy_service.h"
+#include "server/http/api.h"
+#include "server/http/server.h"
 #include "server/metrics.h"
-#include "server/rules.h"
+#include "server/rules/rules.h"
 #include "server/service.h"
 #include "sluice/duration.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
-#include "src/status.h"
+#include "src/core/status.h"
 
 namespace sluice::server {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "server/rules.h"
+#include "server/rules/rules.h"
 #include "sluice/clock.h"
 
 namespace sluice::server {

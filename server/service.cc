@@ -21,7 +21,7 @@
 
 #include "server/ip.h"
 #include "sluice/duration.h"
-#include "src/status.h"
+#include "src/core/status.h"
 
 namespace sluice::server {
 namespace {

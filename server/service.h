@@ -23,13 +23,13 @@
 #include "absl/status/statusor.h"
 
 #include "server/metrics.h"
-#include "server/rules.h"
+#include "server/rules/rules.h"
 #include "server/waiting.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
-#include "src/mutex.h"
-#include "src/task.h"
+#include "src/core/mutex.h"
+#include "server/task.h"
 
 namespace sluice::server {
 

@@ -11,7 +11,7 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/system_timer.hpp"
 
-#include "src/mutex.h"
+#include "src/core/mutex.h"
 
 namespace sluice::server {
 

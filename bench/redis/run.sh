@@ -32,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
-sha=$(redis-cli -p "$port" -x script load < "$root/src/redis_decide.lua")
+sha=$(redis-cli -p "$port" -x script load < "$root/src/redis/decide.lua")
 # One gcra limit of 1,000,000 per second (every call admitted), keys k0..k99999, as
 # sluice_redis_load sends them: margin, requests, time (Redis's), cost, limits, then the
 # limit's algorithm code, N, P, B, K, N', P'.

@@ -1,7 +1,7 @@
 #pragma once
 
 // RedisStore: the Store a fleet shares. Every decision is one Lua script call in Redis
-// (src/redis_decide.lua), atomic there, on Redis's own clock, so that any number of servers
+// (src/redis/decide.lua), atomic there, on Redis's own clock, so that any number of servers
 // enforce one exact limit. The decisions equal MemoryStore's for the same (time, key, cost)
 // sequence, figure for figure.
 //

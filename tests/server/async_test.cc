@@ -17,8 +17,8 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
-#include "server/grpc_service.h"
-#include "server/http_api.h"
+#include "server/grpc/envoy_service.h"
+#include "server/http/api.h"
 #include "server/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/grpc.h"

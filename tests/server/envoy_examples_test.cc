@@ -15,8 +15,8 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
-#include "server/grpc_service.h"
-#include "server/rules.h"
+#include "server/grpc/envoy_service.h"
+#include "server/rules/rules.h"
 #include "server/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/grpc.h"

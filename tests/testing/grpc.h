@@ -10,7 +10,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
-#include "server/grpc_service.h"
+#include "server/grpc/envoy_service.h"
 
 namespace sluice::testing {
 

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-#include "server/rules.h"
+#include "server/rules/rules.h"
 #include "sluice/store.h"
 
 namespace sluice::testing {

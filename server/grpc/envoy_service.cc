@@ -1,0 +1,144 @@
+#include "server/grpc/envoy_service.h"
+
+#include <utility>
+
+#include "fmt/format.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+#include "src/core/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+
+constexpr int64_t kMicrosPerSecond = 1'000'000;
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  const std::string message(internal::Message(status));
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return {grpc::StatusCode::INVALID_ARGUMENT, message};
+    case absl::StatusCode::kDeadlineExceeded:
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, message};
+    case absl::StatusCode::kResourceExhausted:
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, message};
+    default:
+      return {grpc::StatusCode::UNAVAILABLE, message};
+  }
+}
+
+// envoy.type.v3.RateLimitUnit (no WEEK) as sluice's Unit.
+Unit FromEnvoyUnit(envoy::type::v3::RateLimitUnit unit) {
+  const int value = static_cast<int>(unit);
+  return value >= 1 && value <= 6 ? static_cast<Unit>(value) : Unit::kUnknown;
+}
+
+CheckRequest FromProto(const rls::RateLimitRequest& request) {
+  CheckRequest check{.domain = request.domain(),
+                     .cost = request.hits_addend() == 0 ? 1 : request.hits_addend()};
+  check.descriptors.reserve(static_cast<size_t>(request.descriptors_size()));
+  for (const auto& descriptor : request.descriptors()) {
+    RequestDescriptor& out = check.descriptors.emplace_back();
+    out.entries.reserve(static_cast<size_t>(descriptor.entries_size()));
+    for (const auto& entry : descriptor.entries()) {
+      out.entries.push_back({.key = entry.key(), .value = entry.value()});
+    }
+    if (descriptor.has_limit()) {
+      out.limit = LimitOverride{.requests_per_unit = descriptor.limit().requests_per_unit(),
+                                .unit = FromEnvoyUnit(descriptor.limit().unit())};
+    }
+    if (descriptor.has_hits_addend()) {
+      // Beyond what any limit holds it is denied anyway: bounded, it is denied the same way.
+      out.cost = static_cast<int64_t>(
+          std::min<uint64_t>(descriptor.hits_addend().value(), Limit::kMaxCount));
+    }
+  }
+  return check;
+}
+
+}  // namespace
+
+EnvoyGrpcService::EnvoyGrpcService(RateLimitService& service, EnvoyOptions options)
+    : service_(service), options_(options) {}
+
+grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServerContext* context,
+                                                            const rls::RateLimitRequest* request,
+                                                            rls::RateLimitResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // gRPC keeps `response` until Finish; the answer may come on the store's thread.
+  service_.ShouldRateLimitAsync(
+      FromProto(*request),
+      [this, reactor, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
+        if (!results.ok()) {
+          reactor->Finish(ToGrpc(results.status()));
+          return;
+        }
+        Fill(*results, *response);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
+                            rls::RateLimitResponse& response) const {
+  bool over = false;
+  const DescriptorResult* closest = nullptr;  // For the response headers.
+  for (const DescriptorResult& result : results) {
+    rls::RateLimitResponse::DescriptorStatus& status = *response.add_statuses();
+    status.set_code(result.over_limit ? rls::RateLimitResponse::OVER_LIMIT
+                                      : rls::RateLimitResponse::OK);
+    over = over || result.over_limit;
+    status.set_limit_remaining(result.limit_remaining);
+    if (!result.closest) {
+      continue;
+    }
+    rls::RateLimitResponse::RateLimit& current = *status.mutable_current_limit();
+    if (result.closest->named) {  // As envoyproxy/ratelimit: rate_limit.name, when given.
+      current.set_name(result.closest->name);
+    }
+    current.set_requests_per_unit(static_cast<uint32_t>(
+        std::min<int64_t>(result.closest->nominal, std::numeric_limits<uint32_t>::max())));
+    current.set_unit(static_cast<rls::RateLimitResponse::RateLimit::Unit>(result.unit));
+    status.mutable_duration_until_reset()->set_seconds(result.until_reset.count() /
+                                                       kMicrosPerSecond);
+    status.mutable_duration_until_reset()->set_nanos(
+        static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
+    // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one over all others.
+    if (closest == nullptr || result.over_limit ||
+        (!closest->over_limit && result.limit_remaining < closest->limit_remaining)) {
+      closest = &result;
+    }
+  }
+  if (options_.response_headers && closest != nullptr) {
+    auto add = [&](const char* key, int64_t value) {
+      auto& header = *response.add_response_headers_to_add();
+      header.set_key(key);
+      header.set_value(std::to_string(value));
+    };
+    add("RateLimit-Limit", closest->closest->nominal);
+    add("RateLimit-Remaining", closest->limit_remaining);
+    add("RateLimit-Reset",
+        (closest->until_reset.count() + kMicrosPerSecond - 1) / kMicrosPerSecond);
+  }
+  response.set_overall_code(over && !options_.shadow_mode ? rls::RateLimitResponse::OVER_LIMIT
+                                                          : rls::RateLimitResponse::OK);
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
+                                                              EnvoyGrpcService& service,
+                                                              int& port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(fmt::format("cannot serve gRPC on {}", address));
+  }
+  return server;
+}
+
+}  // namespace sluice::server

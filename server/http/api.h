@@ -1,0 +1,105 @@
+#pragma once
+
+// HttpApi: sluiced's HTTP endpoints as a function from a parsed request to a response, so that
+// they can be tested without sockets. HttpServer (server/http/server.h) owns the sockets.
+//
+//   POST /v1/check   rules-mode or ad-hoc check, 200 or 429 with RateLimit-* headers
+//   POST /v1/acquire as check, but answered once the request may go ahead (up to max_wait)
+//   POST /v1/release gives back the lease of a concurrency limit
+//   POST /json       envoyproxy/ratelimit's JSON endpoint
+//   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
+//   GET  /healthz, GET /metrics, GET /v1/rules
+//
+// docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
+//
+// A decision waits for the store without holding the caller's thread: Handle returns at once
+// and the answer arrives through a callback.
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/functional/any_invocable.h"
+#include "boost/beast/http.hpp"
+
+#include "server/http/response.h"
+#include "server/metrics.h"
+#include "server/service.h"
+
+namespace sluice::server {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+
+// A response to a request the server could not even parse (too large, timed out): `status`
+// with a JSON body {"error": message}.
+HttpResponse ErrorResponse(boost::beast::http::status status, std::string_view message,
+                           unsigned version, bool keep_alive);
+
+class HttpApi {
+ public:
+  // `service` and `metrics` must outlive the api. `store_metrics` returns extra Prometheus
+  // lines about the store (keys, evictions), appended to GET /metrics; it may be empty.
+  HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
+          std::function<std::string()> store_metrics);
+
+  // Builds a response; run it on the thread that writes the response.
+  using Build = absl::AnyInvocable<HttpResponse() &&>;
+  // Receives the answer to a request, once: a function that builds the response. Called
+  // before Handle returns when the answer is at hand (the memory store, a bad request), else
+  // later on the store's thread (Redis): so building is left to the caller, which runs it on
+  // its own thread and keeps the store's thread free.
+  using Respond = absl::AnyInvocable<void(Build) &&>;
+
+  // POST /v1/acquire's wait when the request names none.
+  static constexpr Micros kDefaultMaxWait = std::chrono::seconds(30);
+
+  // Gives up a request that waits (/v1/acquire) when its client has gone.
+  using CancelWait = RateLimitService::CancelWait;
+
+  // Answers `request` through `respond`, never waiting for the store. `request` must stay
+  // alive and unchanged until the response is built. `peer` is the client's address, used for
+  // the ":remote_addr" source of /v1/auth. For a request that may wait long (/v1/acquire),
+  // `cancel`, when given, receives the function that gives it up.
+  void Handle(const HttpRequest& request, std::string_view peer, Respond respond,
+              CancelWait* cancel = nullptr);
+
+  // Counts a request the server answered 400 before it could be parsed (too large, too slow,
+  // not HTTP), as Handle counts its own 400s.
+  void CountMalformed() { metrics_.CountBadRequest(); }
+
+ private:
+  // A request being answered: when it came, what it is, where its answer goes.
+  struct Reply {
+    Timestamp start;
+    bool head = false;      // HEAD: the answer's headers alone.
+    bool decision = false;  // Asks the service (its latency is recorded).
+    Respond respond;
+  };
+  template <typename Result>
+  struct Decided;
+
+  // The steps every answer takes before it leaves: a 400 counted, a HEAD's body dropped, a
+  // decision's latency recorded.
+  HttpResponse Finish(HttpResponse response, const Reply& reply);
+  // Answers with `response`, built already.
+  void Send(Reply reply, HttpResponse response);
+  // The callback that takes the service's decision back to `reply`, formatted by `format`.
+  template <typename Result>
+  RateLimitService::Done<absl::StatusOr<Result>> Deliver(
+      const HttpRequest& request, Reply reply,
+      HttpResponse (*format)(const Result&, const HttpRequest&));
+
+  void Check(const HttpRequest& request, Reply reply);
+  void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
+  void Release(const HttpRequest& request, Reply reply);
+  void EnvoyJson(const HttpRequest& request, Reply reply);
+  void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
+  HttpResponse Rules(const HttpRequest& request);
+
+  RateLimitService& service_;
+  Metrics& metrics_;
+  Clock& clock_;
+  std::function<std::string()> store_metrics_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,69 @@
+#pragma once
+
+// HttpServer: the sockets behind HttpApi. One event loop (an Asio io_context on a thread of its
+// own) per thread asked for; connections are accepted on the first and handed to the loops in
+// turn, so each connection lives on one loop and no lock is shared between them. Keep-alive, a
+// bound on header and body size, and a read timeout per request: a request too large or too slow
+// gets a 400 naming the problem, then the connection closes.
+//
+// Start() and Stop() are called from one control thread.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "boost/asio/io_context.hpp"
+
+#include "server/http/api.h"
+
+namespace sluice::server {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0 picks a free port; port() tells which.
+  int threads = 1;
+  size_t max_body_bytes = size_t{64} * 1024;
+  size_t max_header_bytes = size_t{16} * 1024;
+  Micros read_timeout{10'000'000};  // For a whole request, from its first byte.
+  Micros idle_timeout{60'000'000};  // For a keep-alive connection waiting for a request.
+};
+
+class HttpServer {
+ public:
+  // `api` must outlive the server.
+  HttpServer(HttpApi& api, HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts the loops. Errors: Unavailable naming the address and the reason.
+  absl::Status Start();
+  uint16_t port() const { return port_; }
+
+  // Stops accepting, lets requests in flight finish (up to `drain`), then stops the loops. A
+  // store may still answer a request that outlived the drain: the answer is dropped, and the
+  // store must be done (RateLimitService::WaitIdle) before the server is destroyed.
+  void Stop(Micros drain);
+
+  // Requests being handled now (read, not yet answered).
+  int64_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Loop;
+  void Accept();  // Accepts the next connection, for the next loop in turn.
+
+  HttpApi& api_;
+  HttpServerOptions options_;
+  uint16_t port_ = 0;
+  std::vector<std::unique_ptr<Loop>> loops_;
+  size_t next_loop_ = 0;  // Only touched by the first loop's thread (and Start).
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;  // Stop has run; the loops are kept until the destructor.
+};
+
+}  // namespace sluice::server

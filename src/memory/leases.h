@@ -1,0 +1,61 @@
+#pragma once
+
+// The leases of concurrency limits (Store::LeaseAll) in memory: MemoryStore keeps them here,
+// in a table of their own beside its limits' tables. src/redis/decide.lua keeps the same
+// figures in one sorted set per key, scored by expiry; DecideLease is the definition both
+// follow.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/status/statusor.h"
+
+#include "sluice/store.h"
+#include "src/core/mutex.h"
+
+namespace sluice::internal {
+
+struct Lease {
+  std::string id;
+  Timestamp expiry;  // Held while now < expiry.
+};
+
+// One key's part of Store::LeaseAll: drops the leases that have expired by `now` from `held`,
+// then, when `apply`, takes (kTake) or gives back (kRelease) `id`, and returns the key's
+// figures as Store::LeaseAll defines them. A dry run (apply false) of kTake reports the
+// figures of a kQuery, which is what a take that did not happen reports.
+Decision DecideLease(std::vector<Lease>& held, LeaseOp op, int64_t capacity, std::string_view id,
+                     Micros ttl, Timestamp now, bool apply);
+
+// Leases by key, in shards with a lock each. A key takes memory while it holds a lease:
+// its entry goes when its last lease is released or is found expired, and a shard that has
+// doubled since it was last swept is swept whole, so keys nobody asks about again go too.
+// Thread-safe.
+class LeaseTable {
+ public:
+  // Store::LeaseAll, after ValidateLeases.
+  Decision LeaseAll(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
+                    Timestamp now, std::span<Decision> each);
+  // Keys holding an entry now (some of whose leases may have expired unseen).
+  size_t KeyCount();
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct Shard {
+    Mutex mu;
+    // Node-based: LeaseAll holds pointers to several keys' sets while it inserts others.
+    absl::node_hash_map<std::string, std::vector<Lease>> leases ABSL_GUARDED_BY(mu);
+    size_t sweep_at ABSL_GUARDED_BY(mu) = 64;  // Swept whole when it holds this many keys.
+  };
+  static size_t ShardOf(std::string_view key);
+  static void Sweep(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace sluice::internal

@@ -1,0 +1,246 @@
+#include "src/memory/snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "fmt/format.h"
+
+namespace sluice::internal {
+namespace {
+
+constexpr std::string_view kMagic = "SLUICESNAP";
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderSize = 10 + 4 + 8;  // magic, version, body length
+constexpr size_t kTrailerSize = 4;          // CRC-32
+
+uint32_t Crc32(std::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes lengths as uInt: feed it in pieces that fit.
+  while (!bytes.empty()) {
+    const size_t piece = std::min<size_t>(bytes.size(), 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece));
+    bytes.remove_prefix(piece);
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+bool DecodeQueue(SnapshotReader& r, int64_t& last, CountQueue& queue) {
+  uint32_t n = 0;
+  if (!r.I64(last) || !r.U32(n)) {
+    return false;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    int64_t index = 0;
+    int64_t count = 0;
+    if (!r.I64(index) || !r.I64(count) || count <= 0 ||
+        (!queue.empty() && index <= queue.entries().back().index)) {
+      return false;
+    }
+    queue.Add(index, count);
+  }
+  return true;
+}
+
+void EncodeQueue(int64_t last, const CountQueue& queue, SnapshotWriter& w) {
+  w.I64(last);
+  w.U32(static_cast<uint32_t>(queue.entries().size()));
+  for (const CountQueue::Entry& e : queue.entries()) {
+    w.I64(e.index);
+    w.I64(e.count);
+  }
+}
+
+absl::Status Errno(std::string_view what, const std::string& path) {
+  return absl::UnavailableError(
+      fmt::format("{} {}: {}", what, path, std::generic_category().message(errno)));
+}
+
+}  // namespace
+
+bool SnapshotReader::Little(int bytes, uint64_t& v) {
+  if (data_.size() - offset_ < static_cast<size_t>(bytes)) {
+    offset_ = data_.size();  // Failed: every later read fails too.
+    return false;
+  }
+  v = 0;
+  for (int i = 0; i < bytes; ++i) {
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(data_[offset_ + i])) << (8 * i);
+  }
+  offset_ += bytes;
+  return true;
+}
+
+bool SnapshotReader::U8(uint8_t& v) {
+  uint64_t x = 0;
+  const bool ok = Little(1, x);
+  v = static_cast<uint8_t>(x);
+  return ok;
+}
+bool SnapshotReader::U32(uint32_t& v) {
+  uint64_t x = 0;
+  const bool ok = Little(4, x);
+  v = static_cast<uint32_t>(x);
+  return ok;
+}
+bool SnapshotReader::I64(int64_t& v) {
+  uint64_t x = 0;
+  const bool ok = Little(8, x);
+  v = static_cast<int64_t>(x);
+  return ok;
+}
+bool SnapshotReader::I128(Int128& v) {
+  int64_t high = 0;
+  int64_t low = 0;
+  if (!I64(high) || !I64(low)) {
+    return false;
+  }
+  v = (Int128{high} << 64) | static_cast<uint64_t>(low);
+  return true;
+}
+bool SnapshotReader::Bytes(size_t n, std::string_view& v) {
+  if (data_.size() - offset_ < n) {
+    offset_ = data_.size();
+    return false;
+  }
+  v = data_.substr(offset_, n);
+  offset_ += n;
+  return true;
+}
+
+void Encode(const FixedWindowState& s, SnapshotWriter& w) {
+  w.I64(s.last);
+  w.I64(s.count);
+}
+bool Decode(SnapshotReader& r, FixedWindowState& s) {
+  return r.I64(s.last) && r.I64(s.count) && s.count >= 0;
+}
+
+void Encode(const SlidingWindowState& s, SnapshotWriter& w) {
+  w.I64(s.last);
+  w.I64(s.cur);
+  w.I64(s.prev);
+}
+bool Decode(SnapshotReader& r, SlidingWindowState& s) {
+  return r.I64(s.last) && r.I64(s.cur) && r.I64(s.prev) && s.cur >= 0 && s.prev >= 0;
+}
+
+void Encode(const SlidingLogState& s, SnapshotWriter& w) { EncodeQueue(s.last, s.log, w); }
+bool Decode(SnapshotReader& r, SlidingLogState& s) { return DecodeQueue(r, s.last, s.log); }
+
+void Encode(const SlidingBucketsState& s, SnapshotWriter& w) { EncodeQueue(s.last, s.buckets, w); }
+bool Decode(SnapshotReader& r, SlidingBucketsState& s) { return DecodeQueue(r, s.last, s.buckets); }
+
+void Encode(const TokenBucketState& s, SnapshotWriter& w) {
+  w.I128(s.level);
+  w.I64(s.last);
+}
+bool Decode(SnapshotReader& r, TokenBucketState& s) {
+  return r.I128(s.level) && r.I64(s.last) && s.level >= 0;
+}
+
+void Encode(const GcraState& s, SnapshotWriter& w) { w.I128(s.tat); }
+bool Decode(SnapshotReader& r, GcraState& s) { return r.I128(s.tat); }
+
+void Encode(const LeakyBucketState& s, SnapshotWriter& w) { w.I128(s.tat); }
+bool Decode(SnapshotReader& r, LeakyBucketState& s) { return r.I128(s.tat); }
+
+absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
+  SnapshotWriter file;
+  file.Bytes(kMagic);
+  file.U32(kVersion);
+  file.I64(static_cast<int64_t>(body.size()));
+  file.Bytes(body);
+  file.U32(Crc32(file.data()));
+
+  // A temporary name of its own, so that two saves to one path (a timer's and a shutdown's)
+  // cannot truncate each other's file; the last rename wins, and either file is whole.
+  std::string temp = path + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) {
+    return Errno("cannot create a temporary file beside", path);
+  }
+  auto fail = [&](std::string_view what, const std::string& name) {
+    absl::Status s = Errno(what, name);
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return s;
+  };
+  std::string_view rest = file.data();
+  while (!rest.empty()) {
+    const ssize_t n = ::write(fd, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return fail("cannot write", temp);
+    }
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
+    return fail("cannot fsync", temp);
+  }
+  ::close(fd);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    absl::Status s = Errno("cannot rename to", path);
+    ::unlink(temp.c_str());
+    return s;
+  }
+  // The rename is durable only once the directory that records it is on disk too.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(fmt::format("no snapshot at {}", path));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  const std::string file = std::move(contents).str();
+  auto corrupt = [&](std::string_view why) {
+    return absl::DataLossError(fmt::format("snapshot {} is unusable: {}", path, why));
+  };
+  if (file.empty()) {
+    return corrupt("the file is empty");
+  }
+  if (file.size() < kHeaderSize + kTrailerSize || !file.starts_with(kMagic)) {
+    return corrupt("not a sluice snapshot");
+  }
+  const std::string_view bytes = file;
+  SnapshotReader header(bytes.substr(kMagic.size()));
+  uint32_t version = 0;
+  int64_t body_size = 0;
+  header.U32(version);
+  header.I64(body_size);
+  if (version != kVersion) {
+    return corrupt(fmt::format("version {}, this build reads version {}", version, kVersion));
+  }
+  if (body_size < 0 ||
+      static_cast<uint64_t>(body_size) != file.size() - kHeaderSize - kTrailerSize) {
+    return corrupt(fmt::format("truncated or extended: {} bytes, the header promises {}",
+                               file.size(), body_size + kHeaderSize + kTrailerSize));
+  }
+  SnapshotReader trailer(bytes.substr(file.size() - kTrailerSize));
+  uint32_t crc = 0;
+  trailer.U32(crc);
+  if (crc != Crc32(bytes.substr(0, file.size() - kTrailerSize))) {
+    return corrupt("checksum mismatch");
+  }
+  return file.substr(kHeaderSize, static_cast<size_t>(body_size));
+}
+
+}  // namespace sluice::internal

@@ -1,0 +1,184 @@
+#include "server/grpc/envoy_service.h"
+
+#include <memory>
+#include <string>
+
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+
+#include "sluice/memory_store.h"
+#include "tests/testing/grpc.h"
+#include "tests/testing/rules.h"
+#include "tests/testing/util.h"
+
+namespace sluice::server {
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+using ::sluice::testing::At;
+
+constexpr int64_t kSecond = 1'000'000;
+// 1,700,000,040 s: a whole minute, 250 ms before the next second of the test.
+constexpr int64_t kStart = 1'700'000'040 * kSecond;
+
+constexpr char kRules[] = R"(
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per_user}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: smooth
+    rate_limit: {algorithm: gcra, requests_per_unit: 4, period: 1s}
+)";
+
+// The service over a real gRPC server on a loopback port, asked through a real channel.
+class GrpcServiceTest : public ::testing::Test {
+ protected:
+  void StartWith(EnvoyOptions options, bool with_rules = true) {
+    service_ = std::make_unique<RateLimitService>(store_, clock_, metrics_);
+    if (with_rules) {
+      service_->SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
+    }
+    envoy_ = std::make_unique<EnvoyGrpcService>(*service_, options);
+    absl::StatusOr<testing::LocalGrpc> grpc = testing::StartLocalGrpc(*envoy_);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    grpc_ = *std::move(grpc);
+  }
+
+  // A request with one descriptor per (key, value).
+  static rls::RateLimitRequest Request(std::vector<std::pair<std::string, std::string>> entries,
+                                       std::string domain = "api") {
+    rls::RateLimitRequest request;
+    request.set_domain(std::move(domain));
+    for (auto& [key, value] : entries) {
+      auto* entry = request.add_descriptors()->add_entries();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+    return request;
+  }
+
+  grpc::Status Ask(const rls::RateLimitRequest& request, rls::RateLimitResponse& response) {
+    grpc::ClientContext context;
+    return grpc_.stub->ShouldRateLimit(&context, request, &response);
+  }
+
+  rls::RateLimitResponse MustAsk(const rls::RateLimitRequest& request) {
+    rls::RateLimitResponse response;
+    const grpc::Status status = Ask(request, response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  MemoryStore store_;
+  ManualClock clock_{At(kStart)};
+  Metrics metrics_;
+  std::unique_ptr<RateLimitService> service_;
+  std::unique_ptr<EnvoyGrpcService> envoy_;
+  testing::LocalGrpc grpc_;
+};
+
+TEST_F(GrpcServiceTest, FixedWindowAsEnvoyproxyRatelimit) {
+  StartWith({});
+  clock_.Advance(Micros{15 * kSecond});  // 45 s left in the minute.
+  rls::RateLimitResponse first = MustAsk(Request({{"user", "bob"}, {"nothing", "x"}}));
+  EXPECT_EQ(first.overall_code(), rls::RateLimitResponse::OK);
+  ASSERT_EQ(first.statuses_size(), 2);
+  const auto& status = first.statuses(0);
+  EXPECT_EQ(status.code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(status.current_limit().name(), "per_user");
+  EXPECT_EQ(status.current_limit().requests_per_unit(), 2U);
+  EXPECT_EQ(status.current_limit().unit(), rls::RateLimitResponse::RateLimit::MINUTE);
+  EXPECT_EQ(status.limit_remaining(), 1U);
+  EXPECT_EQ(status.duration_until_reset().seconds(), 45);
+  // No rule: OK, and no current limit.
+  EXPECT_EQ(first.statuses(1).code(), rls::RateLimitResponse::OK);
+  EXPECT_FALSE(first.statuses(1).has_current_limit());
+
+  MustAsk(Request({{"user", "bob"}}));
+  const rls::RateLimitResponse over = MustAsk(Request({{"user", "bob"}}));
+  EXPECT_EQ(over.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(over.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(over.statuses(0).limit_remaining(), 0U);
+}
+
+TEST_F(GrpcServiceTest, UnlimitedZeroAndOtherAlgorithms) {
+  StartWith({});
+  const rls::RateLimitResponse response =
+      MustAsk(Request({{"free", "x"}, {"banned", "x"}, {"smooth", "s"}}));
+  EXPECT_EQ(response.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(response.statuses(0).code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(response.statuses(0).limit_remaining(), 4294967295U);
+  EXPECT_FALSE(response.statuses(0).has_current_limit());
+  EXPECT_EQ(response.statuses(1).code(), rls::RateLimitResponse::OVER_LIMIT);
+  // gcra: the spec's reset_after (one emission interval, 250 ms), exact to the nanosecond.
+  EXPECT_EQ(response.statuses(2).code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(response.statuses(2).current_limit().unit(), rls::RateLimitResponse::RateLimit::SECOND);
+  EXPECT_EQ(response.statuses(2).duration_until_reset().seconds(), 0);
+  EXPECT_EQ(response.statuses(2).duration_until_reset().nanos(), 250'000'000);
+}
+
+TEST_F(GrpcServiceTest, HitsAddendAndOverrides) {
+  StartWith({});
+  rls::RateLimitRequest request = Request({{"user", "carol"}, {"anything", "y"}});
+  request.set_hits_addend(2);
+  request.mutable_descriptors(1)->mutable_limit()->set_requests_per_unit(3);
+  request.mutable_descriptors(1)->mutable_limit()->set_unit(envoy::type::v3::HOUR);
+  rls::RateLimitResponse response = MustAsk(request);
+  EXPECT_EQ(response.statuses(0).limit_remaining(), 0U);  // 2 of 2.
+  EXPECT_EQ(response.statuses(1).current_limit().requests_per_unit(), 3U);
+  EXPECT_EQ(response.statuses(1).limit_remaining(), 1U);
+  // A per-descriptor hits_addend of 0 checks without counting.
+  request.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  request.mutable_descriptors(1)->mutable_hits_addend()->set_value(0);
+  response = MustAsk(request);
+  EXPECT_EQ(response.statuses(0).code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(response.statuses(1).limit_remaining(), 1U);
+}
+
+TEST_F(GrpcServiceTest, ShadowModes) {
+  StartWith({.shadow_mode = true, .response_headers = true});
+  MustAsk(Request({{"trial", "t"}}));
+  // Per rule: the status itself is OK.
+  const rls::RateLimitResponse trial = MustAsk(Request({{"trial", "t"}}));
+  EXPECT_EQ(trial.statuses(0).code(), rls::RateLimitResponse::OK);
+  // Global: the overall code is OK, the status still OVER_LIMIT.
+  const rls::RateLimitResponse banned = MustAsk(Request({{"banned", "b"}}));
+  EXPECT_EQ(banned.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(banned.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
+  // The headers of the descriptor closest to its limit.
+  ASSERT_EQ(banned.response_headers_to_add_size(), 3);
+  EXPECT_EQ(banned.response_headers_to_add(0).key(), "RateLimit-Limit");
+  EXPECT_EQ(banned.response_headers_to_add(0).value(), "0");
+  EXPECT_EQ(banned.response_headers_to_add(1).key(), "RateLimit-Remaining");
+  EXPECT_EQ(banned.response_headers_to_add(1).value(), "0");
+  EXPECT_EQ(banned.response_headers_to_add(2).key(), "RateLimit-Reset");
+}
+
+TEST_F(GrpcServiceTest, ErrorsAreGrpcErrorsNeverUnknown) {
+  StartWith({});
+  rls::RateLimitResponse response;
+  EXPECT_EQ(Ask(Request({{"user", "x"}}, ""), response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Ask(Request({}), response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // An unknown domain is not an error: every status OK.
+  const rls::RateLimitResponse unknown = MustAsk(Request({{"user", "x"}}, "other"));
+  EXPECT_EQ(unknown.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_FALSE(unknown.statuses(0).has_current_limit());
+}
+
+TEST_F(GrpcServiceTest, NoRulesIsUnavailable) {
+  StartWith({}, /*with_rules=*/false);
+  rls::RateLimitResponse response;
+  EXPECT_EQ(Ask(Request({{"user", "x"}}), response).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(grpc_.server->GetHealthCheckService(), nullptr);
+}
+
+}  // namespace
+}  // namespace sluice::server
