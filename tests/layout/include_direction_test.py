@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Includes point one way: core <- memory, redis <- server, tools (docs/development.md).
+
+Each folder may include only the folders listed for it below (and third-party headers).
+A new include across the grain fails this test with the file, the line and the rule, so
+that the layout stays the architecture it shows.
+
+    python3 tests/layout/include_direction_test.py [--root DIR]
+"""
+
+import argparse
+import os
+import re
+import sys
+
+# Folder -> the project folders its files may include from. Longest prefix wins.
+ALLOWED = {
+    "include/sluice": ["include/sluice"],
+    "src/core": ["include/sluice", "src/core"],
+    "src/memory": ["include/sluice", "src/core", "src/memory"],
+    "src/redis": ["include/sluice", "src/core", "src/redis"],
+    "server": ["include/sluice", "src/core", "server"],
+    "tools": ["include/sluice", "src/core", "tools"],
+}
+PROJECT_ROOTS = ("sluice/", "src/", "server/", "tools/", "tests/", "bench/")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def folder_of(include):
+    """The project folder an include names, or None for a third-party header."""
+    if include.startswith("sluice/"):
+        return "include/sluice"
+    if not include.startswith(PROJECT_ROOTS):
+        return None
+    parts = include.split("/")
+    if parts[0] == "src" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0]
+
+
+def rule_for(path):
+    matches = [f for f in ALLOWED if path == f or path.startswith(f + "/")]
+    return max(matches, key=len) if matches else None
+
+
+def violations(root):
+    found = []
+    for folder in ALLOWED:
+        for dirpath, _, names in os.walk(os.path.join(root, folder)):
+            for name in sorted(names):
+                if not name.endswith((".h", ".cc", ".in")):
+                    continue
+                full = os.path.join(dirpath, name)
+                path = os.path.relpath(full, root)
+                rule = rule_for(path)
+                if rule != folder:
+                    continue  # a deeper rule covers it
+                with open(full, encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        target = folder_of(m.group(1))
+                        if target is None:
+                            continue
+                        if not any(target == a or target.startswith(a + "/")
+                                   for a in ALLOWED[rule]):
+                            found.append(f"{path}:{number}: includes \"{m.group(1)}\"; "
+                                         f"{rule}/ may include only {', '.join(ALLOWED[rule])}")
+    return found
+
+
+def selftest():
+    """The checker itself: a wrong include is found, a right one is not."""
+    assert folder_of("sluice/store.h") == "include/sluice"
+    assert folder_of("src/memory/leases.h") == "src/memory"
+    assert folder_of("server/http/api.h") == "server"
+    assert folder_of("absl/status/status.h") is None
+    assert rule_for("server/http/api.cc") == "server"
+    assert rule_for("src/redis/keys.h") == "src/redis"
+    assert rule_for("tests/core/x.cc") is None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    args = parser.parse_args()
+    selftest()
+    found = violations(os.path.abspath(args.root))
+    for v in found:
+        print(v)
+    print(f"{len(found)} includes across the grain in {len(ALLOWED)} folders")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
