@@ -16,11 +16,9 @@ Python 3.11 standard library only.
 """
 
 import argparse
-import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RULES_FILE = os.path.join(HERE, "rules.yaml")
 DOMAIN = "itest"
 
-SLUICED = os.path.join(HERE, "..", "..", "build", "bin", "sluiced")  # Set by --sluiced.
+SLUICED = os.path.join(HERE, "..", "..", "build", "bin", "sluiced")  # --sluiced's default.
 SERVER = None  # The shared server, started in setUpModule.
 
 DURATION_RE = re.compile(r"^\d+(\.\d{3}|\.\d{6}|\.\d{9})?s$")
@@ -72,22 +70,6 @@ def ceil_seconds(us):
     return (us + 999_999) // 1_000_000
 
 
-class Response:
-    def __init__(self, status, headers, body):
-        self.status = status
-        self.headers = headers  # http.client.HTTPMessage: case-insensitive get().
-        self.body = body
-
-    def header(self, name):
-        return self.headers.get(name)
-
-    def json(self):
-        return json.loads(self.body)
-
-    def __repr__(self):
-        return "HTTP %d %s %r" % (self.status, dict(self.headers), self.body[:600])
-
-
 def read_until_close(sock, timeout):
     """Everything the peer sends until it closes (or `timeout`). Returns (data, how it ended)."""
     sock.settimeout(timeout)
@@ -118,141 +100,16 @@ def parse_raw_response(data):
     return status, headers, body
 
 
-class Sluiced:
-    """One sluiced process on a free loopback port, with its rules in a temporary directory."""
-
-    def __init__(self, rules_text, watch_interval="100ms", extra_args=()):
-        self.dir = tempfile.mkdtemp(prefix="sluiced-itest-")
-        self.config = os.path.join(self.dir, "rules.yaml")
-        with open(self.config, "w") as f:
-            f.write(rules_text)
-        self.watch_interval = watch_interval
-        self.extra_args = list(extra_args)
-        self.proc = None
-        self.port = None
-        self.timeouts = 0
-
-    def start(self, timeout=15.0):
-        for attempt in range(3):  # Another process may take the free port first: try another.
-            if attempt > 0:
-                self.out.close()
-                self.err.close()
-            self.port = free_port()
-            self.out = open(os.path.join(self.dir, "stdout"), "wb")
-            self.err = open(os.path.join(self.dir, "stderr"), "wb")
-            self.proc = subprocess.Popen(
-                [SLUICED, "--http", "127.0.0.1:%d" % self.port, "--grpc", "127.0.0.1:0", "--threads", "2",
-                 "--config", self.config, "--watch-interval", self.watch_interval]
-                + self.extra_args,
-                stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    if self.request("GET", "/healthz", timeout=1).status == 200:
-                        self.timeouts = 0
-                        return self
-                except OSError:
-                    self.timeouts = 0
-                time.sleep(0.05)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError("sluiced did not answer /healthz within %.0fs:\n%s"
-                                   % (timeout, self.output()))
-        raise RuntimeError("sluiced exited at start-up (rc %s):\n%s"
-                           % (self.proc.returncode, self.output()))
-
-    def output(self):
-        text = ""
-        for name in ("stdout", "stderr"):
-            try:
-                with open(os.path.join(self.dir, name), "rb") as f:
-                    text += "--- %s ---\n%s\n" % (name, f.read().decode(errors="replace")[-3000:])
-            except OSError:
-                pass
-        return text
-
-    def request(self, method, path, body=None, headers=None, timeout=3):
-        # A server that stops answering fails each test quickly instead of timing out on
-        # every request: after three timeouts, further requests fail at once.
-        if self.timeouts >= 3:
-            raise TimeoutError("sluiced on port %d stopped answering (3 requests timed out)"
-                               % self.port)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            if isinstance(body, (dict, list)):
-                body = json.dumps(body)
-            if isinstance(body, str):
-                body = body.encode()
-            hdrs = dict(headers or {})
-            if body is not None:
-                hdrs.setdefault("Content-Type", "application/json")
-            conn.request(method, path, body=body, headers=hdrs)
-            resp = conn.getresponse()
-            data = resp.read()
-            return Response(resp.status, resp.headers, data)
-        except TimeoutError:
-            self.timeouts += 1
-            raise
-        finally:
-            conn.close()
-
-    def connect(self, timeout=10):
-        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
-
-    def metrics(self):
-        resp = self.request("GET", "/metrics")
-        assert resp.status == 200, resp
-        return resp.body.decode()
-
-    def metric(self, series, text=None):
-        """The value of one series, e.g. 'sluice_rule_checks_total{rule="x"}'; None if absent."""
-        text = self.metrics() if text is None else text
-        m = re.search(r"^%s (\S+)$" % re.escape(series), text, re.M)
-        return float(m.group(1)) if m else None
-
-    def rules_limit(self, path):
-        """The limits /v1/rules shows for the rule at `path`, or None."""
-        for domain in self.request("GET", "/v1/rules").json()["domains"]:
-            for rule in domain["rules"]:
-                if rule["path"] == path:
-                    return rule["limits"]
-        return None
-
-    def stop(self, timeout=15.0):
-        """SIGTERM, then the exit code (or a string saying it had to be killed)."""
-        if self.proc is None:
-            return None
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-                    return "hung (killed %.0f s after SIGTERM)" % timeout
-            return self.proc.returncode
-        finally:
-            self.out.close()
-            self.err.close()
-
-    def cleanup(self):
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.out.close()
-            self.err.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def sluiced_with_rules(rules_text, watch_interval="100ms"):
+    """sluiced as these tests run it, not started yet: `rules_text`, --threads 2 and
+    --watch-interval."""
+    return sluiced.Sluiced.with_rules(rules_text, "--watch-interval", watch_interval, threads=2)
 
 
 def setUpModule():
     global SERVER
     with open(RULES_FILE) as f:
-        SERVER = Sluiced(f.read()).start()
+        SERVER = sluiced_with_rules(f.read()).start()
 
 
 def tearDownModule():
@@ -1324,7 +1181,7 @@ class ReloadTest(SluicedTest):
 
     def test_sighup_reloads(self):
         with open(RULES_FILE) as f:
-            server = Sluiced(f.read(), watch_interval="0")  # No watching: SIGHUP only.
+            server = sluiced_with_rules(f.read(), watch_interval="0")  # No watching: SIGHUP only.
         try:
             server.start()
             self.assertEqual(self.reloadable_limit(server), 2)
@@ -1362,7 +1219,7 @@ class ProcessTest(unittest.TestCase):
                 f.write(text)
             try:
                 proc = subprocess.run(
-                    [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
+                    [sluiced.BINARY, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
                     capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
                 self.fail("sluiced kept running with a broken config")
@@ -1396,7 +1253,7 @@ class ProcessTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="sluiced-itest-") as tmp:
             path = os.path.join(tmp, "absent.yaml")
             proc = subprocess.run(
-                [SLUICED, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
+                [sluiced.BINARY, "--http", "127.0.0.1:%d" % free_port(), "--grpc", "127.0.0.1:0", "--config", path],
                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(path, proc.stdout.decode() + proc.stderr.decode())
@@ -1408,7 +1265,7 @@ class ProcessTest(unittest.TestCase):
         rules = ["domain: big", "descriptors:"]
         rules += ["  - {key: key_%05d, rate_limit: {name: rule_%05d_%s, unit: hour, "
                   "requests_per_unit: 1}}" % (i, i, "x" * 60) for i in range(20_000)]
-        server = Sluiced("\n".join(rules) + "\n", watch_interval="0")
+        server = sluiced_with_rules("\n".join(rules) + "\n", watch_interval="0")
         try:
             server.start(timeout=20)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -1439,13 +1296,12 @@ class ProcessTest(unittest.TestCase):
 
 
 def main():
-    global SLUICED
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sluiced", default=SLUICED, help="the sluiced binary to test")
     args, rest = parser.parse_known_args()
-    SLUICED = os.path.abspath(args.sluiced)
-    if not os.access(SLUICED, os.X_OK):
-        sys.exit("no executable sluiced at %s (pass --sluiced PATH)" % SLUICED)
+    sluiced.BINARY = os.path.abspath(args.sluiced)
+    if not os.access(sluiced.BINARY, os.X_OK):
+        sys.exit("no executable sluiced at %s (pass --sluiced PATH)" % sluiced.BINARY)
     unittest.main(argv=[sys.argv[0]] + rest)
 
 
