@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import random
 import sys
 from typing import NamedTuple
 
@@ -410,17 +411,8 @@ def parse_duration(text: str) -> int:
 # ---------------------------------------------------------------------------------------
 # self-test
 # ---------------------------------------------------------------------------------------
-def _selftest() -> int:
-    import random
-
-    failures = 0
-
-    def check(name, got, want):
-        nonlocal failures
-        if got != want:
-            failures += 1
-            print(f"FAIL {name}: got {got} want {want}")
-
+def _selftest_leaky_bucket(check) -> None:
+    """leaky_bucket: the delays of a burst, the sixth request, remaining."""
     S1 = 1_000_000
 
     # leaky_bucket example: B=5, five at the same instant, delays 0, P/N, ..., 4P/N rounded up
@@ -444,6 +436,11 @@ def _selftest() -> int:
     check("leaky remaining", [lim.decide("k", 0).remaining for _ in range(6)],
           [4, 3, 2, 1, 0, 0])
 
+
+def _selftest_fixed_window(check) -> None:
+    """fixed_window: 2N at a window edge, resets, retries, queries."""
+    S1 = 1_000_000
+
     # fixed_window: 2N at a window edge
     N, P = 5, S1
     lim = Limiter("fixed_window", N, P)
@@ -460,6 +457,9 @@ def _selftest() -> int:
     check("fw query", lim.decide("b", 5, 0), Decision(True, 5, 0, 0, 0))
     check("fw other key independent", lim.decide("b", 1_000_001).remaining, 4)
 
+
+def _selftest_sliding_log(check) -> None:
+    """sliding_log: admissions, denials and what leaves when."""
     # sliding_log
     lim = Limiter("sliding_log", 3, 100)
     check("sl 1", lim.decide("a", 10), Decision(True, 2, 100, 0, 0))
@@ -470,6 +470,9 @@ def _selftest() -> int:
     check("sl leave boundary", lim.decide("a", 110), Decision(True, 0, 100, 0, 0))
     check("sl 120 drops 20", lim.decide("a", 120, 0), Decision(True, 2, 90, 0, 0))
 
+
+def _selftest_sliding_window(check) -> None:
+    """sliding_window: figures, then the retry search against brute force."""
     # sliding_window
     lim = Limiter("sliding_window", 10, 100)
     for _ in range(10):
@@ -506,6 +509,9 @@ def _selftest() -> int:
                 check("sw search vs brute", sw.retry_search(st, t, c),
                       sw.retry_bruteforce(st, t, c))
 
+
+def _selftest_sliding_buckets(check) -> None:
+    """sliding_buckets: admissions, denials, the default bucket count."""
     # sliding_buckets
     lim = Limiter("sliding_buckets", 4, 100, K=10)  # S = 10
     check("sb 1", lim.decide("a", 5, 2), Decision(True, 2, 95, 0, 0))  # bucket 0 leaves 100
@@ -517,6 +523,9 @@ def _selftest() -> int:
     check("sb default K", Limiter("sliding_buckets", 4, 120).decide("a", 7),
           Decision(True, 3, (3 + 60) * 2 - 7, 0, 0))
 
+
+def _selftest_token_bucket(check) -> None:
+    """token_bucket: spending, refilling, a cost above the capacity."""
     # token_bucket
     lim = Limiter("token_bucket", 2, 1000, 4)  # 2 tokens per 1000us, capacity 4
     check("tb 1", lim.decide("a", 0, 3), Decision(True, 1, 1500, 0, 0))
@@ -525,6 +534,9 @@ def _selftest() -> int:
     check("tb refill", lim.decide("a", 500, 2), Decision(True, 0, 2000, 0, 0))
     check("tb full", lim.decide("a", 10**9, 0), Decision(True, 4, 0, 0, 0))
 
+
+def _selftest_gcra_and_leaky_bucket(check) -> None:
+    """gcra decides as token_bucket, and leaky_bucket as gcra but for the delay."""
     # gcra == token_bucket, and leaky_bucket figures == gcra figures (but delay)
     rng = random.Random(2)
     for _ in range(400):
@@ -543,6 +555,9 @@ def _selftest() -> int:
             if not ds[2].allowed:
                 check("leaky denied delay", ds[2].delay, 0)
 
+
+def _selftest_invariants(check) -> None:
+    """Every algorithm: a denied request or a query changes no state, and retry_after is exact."""
     # a denied request changes no state; cost 0 changes nothing
     rng = random.Random(3)
     for a in ALGORITHMS:
@@ -573,6 +588,26 @@ def _selftest() -> int:
                         probe = copy.deepcopy(lim)
                         check(f"{a} denied before retry",
                               probe.decide("k", t + d.retry_after - 1, c).allowed, False)
+
+
+def _selftest() -> int:
+    failures = 0
+
+    def check(name, got, want):
+        nonlocal failures
+        if got != want:
+            failures += 1
+            print(f"FAIL {name}: got {got} want {want}")
+
+    for group in (_selftest_leaky_bucket,
+                  _selftest_fixed_window,
+                  _selftest_sliding_log,
+                  _selftest_sliding_window,
+                  _selftest_sliding_buckets,
+                  _selftest_token_bucket,
+                  _selftest_gcra_and_leaky_bucket,
+                  _selftest_invariants):
+        group(check)
 
     if failures:
         print(f"selftest: {failures} failure(s)")
