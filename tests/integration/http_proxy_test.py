@@ -4,12 +4,8 @@
 
     python3 tests/integration/http_proxy_test.py --sluiced build/bin/sluiced [unittest options]
 
-Starts its own sluiced on a free loopback port with a temporary copy of
-tests/integration/rules.yaml (--threads 2 --watch-interval 100ms), waits for /healthz, runs the
-tests, then stops it with SIGTERM and requires exit code 0.
-
-Python 3.11 standard library only; the shared server and its helpers are in
-http_fixture.py.
+Runs the tests against a sluiced of its own, as http_test.py does (http_fixture.py starts it).
+Python 3.11 standard library only.
 """
 
 import re
