@@ -85,34 +85,22 @@ class Canvas {
   int64_t t1_;
 };
 
-void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& svg) {
-  const int64_t period = lane.limit.period().count();
-  const int64_t limit = lane.limit.limit();
+struct KeyLine {
+  std::string key;
+  std::vector<std::pair<int64_t, int64_t>> points;  // (time, units in the trailing period)
+  int64_t peak = 0;
+};
 
-  // Per key, the admitted units in the trailing period (t - P, t] as a step function. A
-  // leaky_bucket admission counts when its delay has passed: that is when the caller acts.
-  std::map<std::string, std::vector<Change>> changes;
+// What a lane's title and lines show: its admitted and rejected requests, and per key the
+// admitted units in the trailing period.
+struct LaneSummary {
   int admitted = 0;
   int rejected = 0;
-  for (const SimulatedRow& row : lane.rows) {
-    if (!row.decision.allowed) {
-      ++rejected;
-      continue;
-    }
-    ++admitted;
-    if (row.request.cost == 0) {
-      continue;
-    }
-    const int64_t acts_at = row.request.time_us + row.decision.delay.count();
-    auto& c = changes[row.request.key];
-    c.push_back({acts_at, row.request.cost});
-    c.push_back({acts_at + period, -row.request.cost});
-  }
-  struct KeyLine {
-    std::string key;
-    std::vector<std::pair<int64_t, int64_t>> points;  // (time, units in the trailing period)
-    int64_t peak = 0;
-  };
+  std::vector<KeyLine> lines;  // Busiest first.
+};
+
+// Each key's changes as a step function (its level after each instant), busiest keys first.
+std::vector<KeyLine> KeyLines(std::map<std::string, std::vector<Change>>& changes) {
   std::vector<KeyLine> lines;
   for (auto& [key, c] : changes) {
     std::stable_sort(c.begin(), c.end(), [](const Change& a, const Change& b) {
@@ -135,19 +123,54 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
   // Busiest keys first, so that the lines drawn are the ones that matter.
   std::stable_sort(lines.begin(), lines.end(),
                    [](const KeyLine& a, const KeyLine& b) { return a.peak > b.peak; });
-  const int64_t most = lines.empty() ? 0 : lines.front().peak;
+  return lines;
+}
 
-  const double plot_top = top + kTitleHeight;
-  const double plot_bottom = plot_top + kPlotHeight;
-  const double y_max = static_cast<double>(std::max(limit, most)) * 1.25;
-  auto y = [&](int64_t units) {
+LaneSummary Summarize(const Lane& lane) {
+  const int64_t period = lane.limit.period().count();
+
+  // Per key, the admitted units in the trailing period (t - P, t] as a step function. A
+  // leaky_bucket admission counts when its delay has passed: that is when the caller acts.
+  std::map<std::string, std::vector<Change>> changes;
+  LaneSummary summary;
+  for (const SimulatedRow& row : lane.rows) {
+    if (!row.decision.allowed) {
+      ++summary.rejected;
+      continue;
+    }
+    ++summary.admitted;
+    if (row.request.cost == 0) {
+      continue;
+    }
+    const int64_t acts_at = row.request.time_us + row.decision.delay.count();
+    auto& c = changes[row.request.key];
+    c.push_back({acts_at, row.request.cost});
+    c.push_back({acts_at + period, -row.request.cost});
+  }
+  summary.lines = KeyLines(changes);
+  return summary;
+}
+
+// A lane's plot height for a number of units: 0 at the bottom, `y_max` at the top.
+struct YScale {
+  double plot_bottom;
+  double y_max;
+
+  double operator()(int64_t units) const {
     return plot_bottom - kPlotHeight * static_cast<double>(units) / y_max;
-  };
+  }
+};
 
+// The title, the plot's frame, the labels of 0, the limit and the most admitted, and the limit's
+// dashed line.
+void DrawFrame(const Lane& lane, const LaneSummary& summary, int64_t most, double top,
+               const YScale& y, std::string& svg) {
+  const int64_t limit = lane.limit.limit();
+  const double plot_top = top + kTitleHeight;
   svg += fmt::sprintf(
       "<text x=\"%.1f\" y=\"%.1f\" class=\"title\">%s: admitted %d, rejected %d; most admitted "
       "for one key in any %s: %d (limit %d)</text>\n",
-      kLeft, top + 15, Escape(lane.limit.ToString()), admitted, rejected,
+      kLeft, top + 15, Escape(lane.limit.ToString()), summary.admitted, summary.rejected,
       FormatDuration(lane.limit.period()), most, limit);
   svg +=
       fmt::sprintf("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"plot\"/>\n",
@@ -162,7 +185,11 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
   }
   svg += fmt::sprintf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"limit\"/>\n",
                       kLeft, y(limit), kWidth - kRight, y(limit));
+}
 
+// The busiest keys' lines, up to kMaxKeyLines.
+void DrawKeyLines(const std::vector<KeyLine>& lines, const Canvas& canvas, const YScale& y,
+                  std::string& svg) {
   for (size_t k = 0; k < lines.size() && k < kMaxKeyLines; ++k) {
     std::string path = fmt::sprintf("M%.1f,%.1f", kLeft, y(0));
     int64_t level = 0;
@@ -180,8 +207,10 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
         "</path>\n",
         path, kKeyColors[k], Escape(lines[k].key));
   }
+}
 
-  const double marks_top = plot_bottom + 6;
+// A tick per request under the plot: admitted above, rejected below.
+void DrawMarks(const Lane& lane, const Canvas& canvas, double marks_top, std::string& svg) {
   for (const SimulatedRow& row : lane.rows) {
     const double x = canvas.X(row.request.time_us);
     const bool ok = row.decision.allowed;
@@ -189,6 +218,20 @@ void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& s
     svg += fmt::sprintf("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"%s\"/>\n", x,
                         y0, x, y0 + kMarksHeight / 2 - 4, ok ? "admitted" : "rejected");
   }
+}
+
+void DrawLane(const Lane& lane, const Canvas& canvas, double top, std::string& svg) {
+  const int64_t limit = lane.limit.limit();
+  const LaneSummary summary = Summarize(lane);
+  const int64_t most = summary.lines.empty() ? 0 : summary.lines.front().peak;
+
+  const double plot_top = top + kTitleHeight;
+  const double plot_bottom = plot_top + kPlotHeight;
+  const YScale y{.plot_bottom = plot_bottom,
+                 .y_max = static_cast<double>(std::max(limit, most)) * 1.25};
+  DrawFrame(lane, summary, most, top, y, svg);
+  DrawKeyLines(summary.lines, canvas, y, svg);
+  DrawMarks(lane, canvas, plot_bottom + 6, svg);
 }
 
 }  // namespace

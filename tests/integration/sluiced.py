@@ -1,14 +1,26 @@
-"""A sluiced process for the integration tests: started on a free loopback port (it picks one
-with --http 127.0.0.1:0 and logs it), asked over HTTP, stopped with a signal. Standard library
-only; set BINARY before use."""
+"""A sluiced process for the integration tests: started on a loopback port, asked over HTTP,
+stopped with a signal. Standard library only; set BINARY before use.
+
+Two ways to start one:
+- Sluiced(workdir, *flags) starts it at once with workdir/rules.yaml (when there is one) and
+  --threads 1, on a port it picks itself (--http 127.0.0.1:0; the port is read from its log,
+  workdir/sluicedN.log, stdout and stderr together).
+- Sluiced.with_rules(text, *flags, threads=N) writes `text` to rules.yaml in a temporary
+  directory of its own; start() then runs it on a free port picked here (another if sluiced
+  exits, as when some other process took the port first), with stdout and stderr in files of
+  their own, and waits until /healthz answers. cleanup() kills it if need be and removes the
+  directory. The HTTP tests use this one.
+"""
 
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 BINARY = None
@@ -21,22 +33,57 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # http.client.HTTPMessage: case-insensitive get().
+        self.body = body
+
+    def header(self, name):
+        return self.headers.get(name)
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return "HTTP %d %s %r" % (self.status, dict(self.headers), self.body[:600])
+
+
 class Sluiced:
-    """One sluiced process on a free port, with the given snapshot flags."""
+    """One sluiced process on a loopback port, with the given flags (snapshot, store, ...)."""
 
     started = 0
 
-    def __init__(self, workdir, *flags):
-        """Starts sluiced with workdir/rules.yaml (when there is one) and `flags`."""
-        Sluiced.started += 1
-        self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "w+")
-        rules = os.path.join(workdir, "rules.yaml")
-        config = ["--config", rules] if os.path.exists(rules) else []
-        self.proc = subprocess.Popen(
-            [BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--threads", "1", *config,
-             *flags],
-            stdout=self.log, stderr=self.log)
-        self.port = self._await_port()
+    def __init__(self, workdir, *flags, threads=1, start=True):
+        """Starts sluiced with workdir/rules.yaml (when there is one) and `flags`; with
+        start=False, start() starts it (see the module's paragraph)."""
+        self.workdir = workdir
+        self.config = os.path.join(workdir, "rules.yaml")
+        self.flags = list(flags)
+        self.threads = threads
+        self.log = None  # Stdout and stderr, when started at once.
+        self.out = self.err = None  # Each on its own, when started by start().
+        self.proc = None
+        self.port = None
+        self.timeouts = 0
+        if start:
+            Sluiced.started += 1
+            self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "w+")
+            self.proc = subprocess.Popen(self._command(0), stdout=self.log, stderr=self.log)
+            self.port = self._await_port()
+
+    @classmethod
+    def with_rules(cls, rules_text, *flags, threads=1):
+        """A sluiced, not started yet, with `rules_text` in a temporary directory."""
+        workdir = tempfile.mkdtemp(prefix="sluiced-itest-")
+        with open(os.path.join(workdir, "rules.yaml"), "w") as f:
+            f.write(rules_text)
+        return cls(workdir, *flags, threads=threads, start=False)
+
+    def _command(self, port):
+        config = ["--config", self.config] if os.path.exists(self.config) else []
+        return [BINARY, "--http", "127.0.0.1:%d" % port, "--grpc", "127.0.0.1:0", "--threads",
+                str(self.threads), *config, *self.flags]
 
     def _await_port(self):
         # 30 s: sluiced starts in tens of milliseconds, but a 2-core CI machine running other
@@ -52,6 +99,36 @@ class Sluiced:
             time.sleep(0.02)
         raise AssertionError("sluiced did not start")
 
+    def start(self, timeout=15.0):
+        """Starts sluiced on a free port and waits until /healthz answers; returns self."""
+        for attempt in range(3):  # Another process may take the free port first: try another.
+            if attempt > 0:
+                self.out.close()
+                self.err.close()
+            self.port = free_port()
+            self.out = open(os.path.join(self.workdir, "stdout"), "wb")
+            self.err = open(os.path.join(self.workdir, "stderr"), "wb")
+            self.proc = subprocess.Popen(self._command(self.port), stdout=self.out,
+                                         stderr=self.err, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    if self.request("GET", "/healthz", timeout=1).status == 200:
+                        self.timeouts = 0
+                        return self
+                except OSError:
+                    self.timeouts = 0
+                time.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("sluiced did not answer /healthz within %.0fs:\n%s"
+                                   % (timeout, self.output()))
+        raise RuntimeError("sluiced exited at start-up (rc %s):\n%s"
+                           % (self.proc.returncode, self.output()))
+
     def check(self, user, domain="snap"):
         """POST /v1/check for descriptor user=`user`: (status, answer)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
@@ -63,12 +140,103 @@ class Sluiced:
         conn.close()
         return response.status, answer
 
+    def request(self, method, path, body=None, headers=None, timeout=3):
+        # A server that stops answering fails each test quickly instead of timing out on
+        # every request: after three timeouts, further requests fail at once.
+        if self.timeouts >= 3:
+            raise TimeoutError("sluiced on port %d stopped answering (3 requests timed out)"
+                               % self.port)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            if isinstance(body, str):
+                body = body.encode()
+            hdrs = dict(headers or {})
+            if body is not None:
+                hdrs.setdefault("Content-Type", "application/json")
+            conn.request(method, path, body=body, headers=hdrs)
+            resp = conn.getresponse()
+            data = resp.read()
+            return Response(resp.status, resp.headers, data)
+        except TimeoutError:
+            self.timeouts += 1
+            raise
+        finally:
+            conn.close()
+
+    def connect(self, timeout=10):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+
+    def metrics(self):
+        resp = self.request("GET", "/metrics")
+        assert resp.status == 200, resp
+        return resp.body.decode()
+
+    def metric(self, series, text=None):
+        """The value of one series, e.g. 'sluice_rule_checks_total{rule="x"}'; None if absent."""
+        text = self.metrics() if text is None else text
+        m = re.search(r"^%s (\S+)$" % re.escape(series), text, re.M)
+        return float(m.group(1)) if m else None
+
+    def rules_limit(self, path):
+        """The limits /v1/rules shows for the rule at `path`, or None."""
+        for domain in self.request("GET", "/v1/rules").json()["domains"]:
+            for rule in domain["rules"]:
+                if rule["path"] == path:
+                    return rule["limits"]
+        return None
+
     def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=10)
-        self.log.close()
-        return code
+        """Sends `sig` and returns the exit code.
+
+        Started at once: waits up to 10 s for it. Started by start(): only if still running,
+        and after 15 s kills it and returns a string saying so.
+        """
+        if self.log is not None:
+            self.proc.send_signal(sig)
+            code = self.proc.wait(timeout=10)
+            self.log.close()
+            return code
+        if self.proc is None:
+            return None
+        timeout = 15.0
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                    return "hung (killed %.0f s after SIGTERM)" % timeout
+            return self.proc.returncode
+        finally:
+            self._close_logs()
+
+    def _close_logs(self):
+        for log in (self.log, self.out, self.err):
+            if log is not None:
+                log.close()
+
+    def cleanup(self):
+        """Kills sluiced if still running and removes its directory (made by with_rules)."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._close_logs()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def output(self):
-        with open(self.log.name) as f:
-            return f.read()
+        if self.log is not None:
+            with open(self.log.name) as f:
+                return f.read()
+        text = ""
+        for name in ("stdout", "stderr"):
+            try:
+                with open(os.path.join(self.workdir, name), "rb") as f:
+                    text += "--- %s ---\n%s\n" % (name, f.read().decode(errors="replace")[-3000:])
+            except OSError:
+                pass
+        return text

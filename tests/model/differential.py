@@ -82,38 +82,34 @@ def gen_period(rng):
     return p if rng.random() < 0.8 else max(1, p - rng.randint(0, HOUR))
 
 
-def gen_case(seed, i):
-    rng = random.Random(f"{seed}:{i}")
-    alg = rng.choice(ALGORITHMS)
-    N = gen_limit(rng)
-    P = gen_period(rng)
-    B = None
-    K = None
-    pass_k = False
-    if alg == "sliding_buckets":
-        pass_k = rng.random() < 0.7
-        if pass_k:
-            K = rng.choice([1, 2, 3, 4, 5, 6, 10, 12, 24, 60, 100, 1000, rng.randint(1, 200)])
-        else:
-            K = 60  # the default
-        P = max(1, P // K) * K
-        if P > MAX_P:
-            P = (MAX_P // K) * K
-    if alg in ("token_bucket", "gcra", "leaky_bucket") and rng.random() < 0.6:
-        r = rng.random()
-        if r < 0.5:
-            B = rng.randint(1, 2 * N) if N < 10**6 else log_uniform(rng, 1, min(2 * N, MAX_B))
-        elif r < 0.7:
-            B = 1
-        elif r < 0.85:
-            B = rng.choice([MAX_B, 10**6, 1000])
-        else:
-            B = log_uniform(rng, 1, MAX_B)
-        B = min(B, MAX_B)
-    cap = N if B is None else B
-    if alg not in ("token_bucket", "gcra", "leaky_bucket"):
-        cap = N
+def gen_buckets(rng, P):
+    """sliding_buckets: (K, whether --buckets is passed, P rounded to a multiple of K)."""
+    pass_k = rng.random() < 0.7
+    if pass_k:
+        K = rng.choice([1, 2, 3, 4, 5, 6, 10, 12, 24, 60, 100, 1000, rng.randint(1, 200)])
+    else:
+        K = 60  # the default
+    P = max(1, P // K) * K
+    if P > MAX_P:
+        P = (MAX_P // K) * K
+    return K, pass_k, P
 
+
+def gen_burst(rng, N):
+    """A burst B for token_bucket, gcra or leaky_bucket."""
+    r = rng.random()
+    if r < 0.5:
+        B = rng.randint(1, 2 * N) if N < 10**6 else log_uniform(rng, 1, min(2 * N, MAX_B))
+    elif r < 0.7:
+        B = 1
+    elif r < 0.85:
+        B = rng.choice([MAX_B, 10**6, 1000])
+    else:
+        B = log_uniform(rng, 1, MAX_B)
+    return min(B, MAX_B)
+
+
+def gen_period_flag(rng, P):
     # period flag: mostly "<P>us", sometimes a coarser exact unit
     period_flag = f"{P}us"
     if rng.random() < 0.1:
@@ -121,8 +117,11 @@ def gen_case(seed, i):
             if P % mult == 0:
                 period_flag = f"{P // mult}{unit}"
                 break
+    return period_flag
 
-    # trace
+
+def gen_rows(rng, N, P, cap):
+    """The trace: (time, key, cost) rows on 1 to 3 keys, with steps from 0 to far beyond P."""
     nrows = rng.choice([1, 2, 3, rng.randint(1, 20), rng.randint(1, 200), rng.randint(100, 200)])
     t = EPOCH_NOW + rng.randint(0, 10**14) if rng.random() < 0.8 else rng.randint(0, 10**6)
     if rng.random() < 0.3 and t > P:  # start exactly on (or next to) a window edge
@@ -154,7 +153,11 @@ def gen_case(seed, i):
         if t + inc >= T_CAP:
             inc = rng.randint(0, 100)
         t += inc
+    return rows
 
+
+def gen_columns(rng, rows):
+    """(columns, rows): all three columns, or occasionally only the first one or two."""
     # occasionally omit the optional columns
     columns = 3
     if rng.random() < 0.05:
@@ -163,6 +166,27 @@ def gen_case(seed, i):
             rows = [(t_, "-", 1) for (t_, _, _) in rows]
         else:
             rows = [(t_, k, 1) for (t_, k, _) in rows]
+    return columns, rows
+
+
+def gen_case(seed, i):
+    rng = random.Random(f"{seed}:{i}")
+    alg = rng.choice(ALGORITHMS)
+    N = gen_limit(rng)
+    P = gen_period(rng)
+    B = None
+    K = None
+    pass_k = False
+    if alg == "sliding_buckets":
+        K, pass_k, P = gen_buckets(rng, P)
+    if alg in ("token_bucket", "gcra", "leaky_bucket") and rng.random() < 0.6:
+        B = gen_burst(rng, N)
+    cap = N if B is None else B
+    if alg not in ("token_bucket", "gcra", "leaky_bucket"):
+        cap = N
+    period_flag = gen_period_flag(rng, P)
+    rows = gen_rows(rng, N, P, cap)
+    columns, rows = gen_columns(rng, rows)
     return {
         "index": i, "algorithm": alg, "N": N, "P": P, "B": B, "K": K, "pass_k": pass_k,
         "period_flag": period_flag, "rows": rows, "columns": columns,

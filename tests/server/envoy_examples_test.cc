@@ -4,53 +4,21 @@
 // Envoy path (each descriptor on its own, as gRPC and POST /json answer), on a memory store
 // and a manual clock, so that every figure is exact.
 
+#include "tests/server/envoy_examples.h"
+
 #include <filesystem>
-#include <limits>
 #include <map>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
-#include "server/grpc/envoy_service.h"
 #include "server/rules/rules.h"
 #include "server/service.h"
-#include "sluice/memory_store.h"
-#include "tests/testing/grpc.h"
-#include "tests/testing/util.h"
-
-#ifndef SLUICE_ENVOY_EXAMPLES_DIR
-#error "SLUICE_ENVOY_EXAMPLES_DIR must name tests/server/envoy_examples (set by CMake)"
-#endif
 
 namespace sluice::server {
 namespace {
-
-namespace rls = envoy::service::ratelimit::v3;
-using ::sluice::testing::At;
-
-constexpr int64_t kSecond = 1'000'000;
-constexpr int64_t kMinute = 60 * kSecond;
-constexpr int64_t kDay = 86'400 * kSecond;
-// 2023-11-15T00:00:00Z: aligned to every unit up to a day, as envoyproxy/ratelimit's windows
-// are (they count from the epoch).
-constexpr int64_t kMidnight = 1'700'006'400 * kSecond;
-static_assert(kMidnight % kDay == 0);
-// The tests start at noon and a quarter of a second: 750 ms are left in the second, 59.75 s
-// in the minute and 43,199.75 s in the day.
-constexpr int64_t kStart = kMidnight + kDay / 2 + 250'000;
-
-constexpr uint32_t kMaxUint32 = std::numeric_limits<uint32_t>::max();
-
-std::string ExamplePath(const std::string& file) {
-  return std::string(SLUICE_ENVOY_EXAMPLES_DIR) + "/" + file;
-}
-
-// One request descriptor: its entries in order.
-using Descriptor = std::vector<Entry>;
 
 std::string Describe(const DescriptorResult& r) {
   std::string text = fmt::format(
@@ -104,59 +72,6 @@ std::string Describe(const DescriptorResult& r) {
   }
   return ::testing::AssertionFailure() << "expected unlimited; got " << Describe(r);
 }
-
-class EnvoyExamplesTest : public ::testing::Test {
- protected:
-  EnvoyExamplesTest() : service_(store_, clock_, metrics_) {}
-
-  // Loads tests/server/envoy_examples/`file` as sluiced loads --config FILE, and puts it in
-  // force.
-  ::testing::AssertionResult Load(const std::string& file) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
-        RuleSet::Load(ExamplePath(file), metrics_.rules(),
-                      [this](const Limit& limit) { return store_.CheckLimit(limit); });
-    if (!rules.ok()) {
-      return ::testing::AssertionFailure() << file << " does not load: " << rules.status();
-    }
-    service_.SetRules(*std::move(rules));
-    return ::testing::AssertionSuccess();
-  }
-
-  // Envoy's ShouldRateLimit with these descriptors and hits_addend 1: one result each.
-  std::vector<DescriptorResult> Ask(const std::string& domain,
-                                    const std::vector<Descriptor>& descriptors) {
-    CheckRequest request{.domain = domain};
-    for (const Descriptor& entries : descriptors) {
-      request.descriptors.push_back({.entries = entries});
-    }
-    absl::StatusOr<std::vector<DescriptorResult>> results = service_.ShouldRateLimit(request);
-    EXPECT_TRUE(results.ok()) << results.status();
-    if (!results.ok() || results->size() != descriptors.size()) {
-      ADD_FAILURE() << "no result for each descriptor";
-      return std::vector<DescriptorResult>(descriptors.size());
-    }
-    return *std::move(results);
-  }
-
-  DescriptorResult AskOne(const std::string& domain, const Descriptor& descriptor) {
-    return Ask(domain, {descriptor}).front();
-  }
-
-  // The counters named `name`, or nullptr when no rule limit has that name.
-  const RuleCounters* FindCounters(const std::string& name) {
-    for (const auto& [counter_name, counters] : metrics_.rules().All()) {
-      if (counter_name == name) {
-        return counters;
-      }
-    }
-    return nullptr;
-  }
-
-  MemoryStore store_;
-  ManualClock clock_{At(kStart)};
-  Metrics metrics_;
-  RateLimitService service_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Loading.
@@ -523,129 +438,6 @@ TEST_F(EnvoyExamplesTest, Example9WildcardMatchesEveryValueWithThePrefix) {
   EXPECT_TRUE(HasNoLimit(AskOne("example9", {{"key1", "valu"}})));
   EXPECT_TRUE(HasNoLimit(AskOne("example9", {{"key1", "other_value_1"}})));
   EXPECT_TRUE(HasNoLimit(AskOne("example9", {{"key2", "value_1"}})));
-}
-
-// ---------------------------------------------------------------------------------------------
-// The same examples over gRPC, as Envoy asks: the overall code and the current limit on the
-// wire.
-
-class EnvoyExamplesGrpcTest : public EnvoyExamplesTest {
- protected:
-  void SetUp() override {
-    envoy_ = std::make_unique<EnvoyGrpcService>(service_, EnvoyOptions{});
-    absl::StatusOr<testing::LocalGrpc> grpc = testing::StartLocalGrpc(*envoy_);
-    ASSERT_TRUE(grpc.ok()) << grpc.status();
-    grpc_ = *std::move(grpc);
-  }
-
-  rls::RateLimitResponse MustAsk(const std::string& domain,
-                                 const std::vector<Descriptor>& descriptors) {
-    rls::RateLimitRequest request;
-    request.set_domain(domain);
-    for (const Descriptor& entries : descriptors) {
-      auto* descriptor = request.add_descriptors();
-      for (const Entry& entry : entries) {
-        auto* added = descriptor->add_entries();
-        added->set_key(entry.key);
-        added->set_value(entry.value);
-      }
-    }
-    rls::RateLimitResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status = grpc_.stub->ShouldRateLimit(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(response.statuses_size(), static_cast<int>(descriptors.size()));
-    return response;
-  }
-
-  std::unique_ptr<EnvoyGrpcService> envoy_;
-  testing::LocalGrpc grpc_;
-};
-
-TEST_F(EnvoyExamplesGrpcTest, Example2OverallCodeIsTheOrOfTheDescriptors) {
-  ASSERT_TRUE(Load("example2.yaml"));
-  const std::vector<Descriptor> request = {
-      {{"message_type", "marketing"}, {"to_number", "2061111111"}},
-      {{"to_number", "2061111111"}},
-  };
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(MustAsk("messaging", request).overall_code(), rls::RateLimitResponse::OK) << i;
-  }
-  const rls::RateLimitResponse sixth = MustAsk("messaging", request);
-  ASSERT_EQ(sixth.statuses_size(), 2);
-  EXPECT_EQ(sixth.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
-  EXPECT_EQ(sixth.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
-  EXPECT_EQ(sixth.statuses(0).current_limit().requests_per_unit(), 5U);
-  EXPECT_EQ(sixth.statuses(0).current_limit().unit(), rls::RateLimitResponse::RateLimit::DAY);
-  EXPECT_EQ(sixth.statuses(0).limit_remaining(), 0U);
-  EXPECT_EQ(sixth.statuses(1).code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(sixth.statuses(1).current_limit().requests_per_unit(), 100U);
-  EXPECT_EQ(sixth.statuses(1).current_limit().unit(), rls::RateLimitResponse::RateLimit::DAY);
-  EXPECT_EQ(sixth.statuses(1).limit_remaining(), 94U);
-  // 43,199.75 s to midnight.
-  EXPECT_EQ(sixth.statuses(1).duration_until_reset().seconds(), 43'199);
-  EXPECT_EQ(sixth.statuses(1).duration_until_reset().nanos(), 750'000'000);
-}
-
-TEST_F(EnvoyExamplesGrpcTest, Example5UnlimitedIsOkWithMaxUint32AndNoCurrentLimit) {
-  ASSERT_TRUE(Load("example5.yaml"));
-  const rls::RateLimitResponse response =
-      MustAsk("internal", {{{"ldap", "lookup"}}, {{"kerberos", "lookup"}}, {{"azure", "blob"}}});
-  ASSERT_EQ(response.statuses_size(), 3);
-  EXPECT_EQ(response.overall_code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(response.statuses(0).code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(response.statuses(0).limit_remaining(), kMaxUint32);
-  EXPECT_FALSE(response.statuses(0).has_current_limit());
-  // A descriptor that does not exist: OK too, but nothing remaining.
-  EXPECT_EQ(response.statuses(1).code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(response.statuses(1).limit_remaining(), 0U);
-  EXPECT_FALSE(response.statuses(1).has_current_limit());
-  EXPECT_EQ(response.statuses(2).current_limit().requests_per_unit(), 100U);
-  EXPECT_EQ(response.statuses(2).current_limit().unit(), rls::RateLimitResponse::RateLimit::MINUTE);
-  EXPECT_EQ(response.statuses(2).limit_remaining(), 99U);
-}
-
-TEST_F(EnvoyExamplesGrpcTest, Example6ShadowModeAnswersOkOverall) {
-  ASSERT_TRUE(Load("example6.yaml"));
-  const Descriptor user_a = {{"service", "auth-service"}, {"user", "user-a"}};
-  const Descriptor user_b = {{"service", "auth-service"}, {"user", "user-b"}};
-  for (int i = 0; i < 20; ++i) {
-    MustAsk("example6", {user_a, user_b});
-  }
-  const rls::RateLimitResponse shadow = MustAsk("example6", {user_a});
-  EXPECT_EQ(shadow.overall_code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(shadow.statuses(0).code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(shadow.statuses(0).current_limit().requests_per_unit(), 10U);
-  EXPECT_EQ(shadow.statuses(0).current_limit().unit(), rls::RateLimitResponse::RateLimit::SECOND);
-  EXPECT_EQ(shadow.statuses(0).limit_remaining(), 0U);
-  const rls::RateLimitResponse enforced = MustAsk("example6", {user_a, user_b});
-  EXPECT_EQ(enforced.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
-  EXPECT_EQ(enforced.statuses(0).code(), rls::RateLimitResponse::OK);
-  EXPECT_EQ(enforced.statuses(1).code(), rls::RateLimitResponse::OVER_LIMIT);
-  EXPECT_EQ(enforced.statuses(1).current_limit().requests_per_unit(), 20U);
-}
-
-TEST_F(EnvoyExamplesGrpcTest, Example7ReplacedDescriptorHasNoCurrentLimit) {
-  ASSERT_TRUE(Load("example7.yaml"));
-  const rls::RateLimitResponse response = MustAsk(
-      "example7",
-      {{{"key_1", "value_1"}, {"user", "bkthomps"}}, {{"key_2", "value_2"}, {"user", "bkthomps"}}});
-  ASSERT_EQ(response.statuses_size(), 2);
-  EXPECT_EQ(response.statuses(0).code(), rls::RateLimitResponse::OK);
-  EXPECT_FALSE(response.statuses(0).has_current_limit());
-  EXPECT_EQ(response.statuses(1).current_limit().requests_per_unit(), 10U);
-  EXPECT_EQ(response.statuses(1).limit_remaining(), 9U);
-}
-
-// Not in the README's text, but in what envoyproxy/ratelimit answers: current_limit carries
-// rate_limit.name, so none for a rate_limit without one (sluiced's own path name for it,
-// "mongo_cps.database_users", stays in /v1/check and /metrics).
-TEST_F(EnvoyExamplesGrpcTest, UnnamedLimitHasNoNameOnTheWire) {
-  ASSERT_TRUE(Load("example1.yaml"));
-  const rls::RateLimitResponse response = MustAsk("mongo_cps", {{{"database", "users"}}});
-  ASSERT_EQ(response.statuses_size(), 1);
-  EXPECT_EQ(response.statuses(0).current_limit().requests_per_unit(), 500U);
-  EXPECT_EQ(response.statuses(0).current_limit().name(), "");
 }
 
 }  // namespace
