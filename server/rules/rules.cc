@@ -14,14 +14,10 @@
 
 #include "sluice/duration.h"
 #include "sluice/store.h"
-#include "src/core/mutex.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
 namespace {
-
-using internal::Mutex;
-using internal::MutexLock;
 
 constexpr std::array<std::pair<Unit, std::string_view>, 7> kUnits{{
     {Unit::kSecond, "SECOND"},
@@ -551,46 +547,6 @@ std::string_view ModeName(Mode mode) {
     }
   }
   return "unknown";
-}
-
-struct CounterRegistry::State {
-  mutable Mutex mutex;
-  std::map<std::string, std::unique_ptr<RuleCounters>, std::less<>> counters ABSL_GUARDED_BY(mutex);
-  size_t detailed ABSL_GUARDED_BY(mutex) = 0;  // Created by GetDetailed.
-};
-
-CounterRegistry::CounterRegistry() : state_(std::make_unique<State>()) {}
-CounterRegistry::~CounterRegistry() = default;
-
-RuleCounters* CounterRegistry::Get(const std::string& name) {
-  MutexLock lock(state_->mutex);
-  std::unique_ptr<RuleCounters>& counters = state_->counters[name];
-  if (!counters) {
-    counters = std::make_unique<RuleCounters>();
-  }
-  return counters.get();
-}
-
-RuleCounters* CounterRegistry::GetDetailed(const std::string& name) {
-  MutexLock lock(state_->mutex);
-  if (const auto it = state_->counters.find(name); it != state_->counters.end()) {
-    return it->second.get();
-  }
-  if (state_->detailed >= kMaxDetailed) {
-    return nullptr;
-  }
-  ++state_->detailed;
-  return state_->counters.emplace(name, std::make_unique<RuleCounters>()).first->second.get();
-}
-
-std::vector<std::pair<std::string, const RuleCounters*>> CounterRegistry::All() const {
-  MutexLock lock(state_->mutex);
-  std::vector<std::pair<std::string, const RuleCounters*>> all;
-  all.reserve(state_->counters.size());
-  for (const auto& [name, counters] : state_->counters) {
-    all.emplace_back(name, counters.get());
-  }
-  return all;
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
