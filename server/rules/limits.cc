@@ -21,19 +21,7 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   RuleLimit rule_limit;
   rule_limit.named = static_cast<bool>(node["name"]);
   rule_limit.name = rule_limit.named ? String(node["name"], "'name'") : std::move(default_name);
-  if (const YAML::Node replaces = node["replaces"]) {
-    for (const YAML::Node& item : Sequence(replaces, "replaces")) {
-      CheckKeys(item, {"name"});
-      std::string name = RequiredString(item, "name");
-      if (name.empty()) {
-        Fail(item, "a 'replaces' entry needs a non-empty name");
-      }
-      if (name == rule_limit.name) {
-        Fail(item, fmt::format("'{}' cannot replace itself", name));
-      }
-      rule_limit.replaces.push_back(std::move(name));
-    }
-  }
+  ParseReplaces(node, rule_limit);
   if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
     if (node["unit"] || node["period"]) {
       Fail(node, "an unlimited rate_limit has no unit or period");
@@ -48,29 +36,7 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
   LimitSpec spec{.limit = rule_limit.nominal};
-  const YAML::Node unit = node["unit"];
-  const YAML::Node period = node["period"];
-  if (unit && period) {
-    Fail(period, "give either 'unit' or 'period', not both");
-  }
-  if (unit) {
-    const std::optional<Unit> parsed = ParseUnit(String(unit, "'unit'"));
-    if (!parsed) {
-      Fail(unit, fmt::format("unknown unit '{}'; expected second, minute, hour, day, week, "
-                             "month or year",
-                             unit.Scalar()));
-    }
-    rule_limit.unit = *parsed;
-    spec.period = UnitPeriod(*parsed);
-  } else if (period) {
-    const absl::StatusOr<Micros> parsed = ParseDuration(String(period, "'period'"));
-    if (!parsed.ok()) {
-      Fail(period, internal::Message(parsed.status()));
-    }
-    spec.period = *parsed;
-  } else {
-    Fail(node, "missing 'unit' (or 'period')");
-  }
+  ParsePeriod(node, rule_limit, spec);
   if (const YAML::Node algorithm = node["algorithm"]) {
     const absl::StatusOr<Algorithm> parsed = ParseAlgorithm(String(algorithm, "'algorithm'"));
     if (!parsed.ok()) {
@@ -96,6 +62,48 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   rule_limit.counters = counters_.Get(rule_limit.name);
   return rule_limit;
+}
+
+void FileParser::ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const {
+  if (const YAML::Node replaces = node["replaces"]) {
+    for (const YAML::Node& item : Sequence(replaces, "replaces")) {
+      CheckKeys(item, {"name"});
+      std::string name = RequiredString(item, "name");
+      if (name.empty()) {
+        Fail(item, "a 'replaces' entry needs a non-empty name");
+      }
+      if (name == rule_limit.name) {
+        Fail(item, fmt::format("'{}' cannot replace itself", name));
+      }
+      rule_limit.replaces.push_back(std::move(name));
+    }
+  }
+}
+
+void FileParser::ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const {
+  const YAML::Node unit = node["unit"];
+  const YAML::Node period = node["period"];
+  if (unit && period) {
+    Fail(period, "give either 'unit' or 'period', not both");
+  }
+  if (unit) {
+    const std::optional<Unit> parsed = ParseUnit(String(unit, "'unit'"));
+    if (!parsed) {
+      Fail(unit, fmt::format("unknown unit '{}'; expected second, minute, hour, day, week, "
+                             "month or year",
+                             unit.Scalar()));
+    }
+    rule_limit.unit = *parsed;
+    spec.period = UnitPeriod(*parsed);
+  } else if (period) {
+    const absl::StatusOr<Micros> parsed = ParseDuration(String(period, "'period'"));
+    if (!parsed.ok()) {
+      Fail(period, internal::Message(parsed.status()));
+    }
+    spec.period = *parsed;
+  } else {
+    Fail(node, "missing 'unit' (or 'period')");
+  }
 }
 
 std::optional<ConcurrencyLimit> FileParser::ParseConcurrency(const YAML::Node& node,

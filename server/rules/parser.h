@@ -61,11 +61,26 @@ class FileParser {
   // limits nor concurrency.
   std::optional<Rule> ParseRule(const YAML::Node& node, const Domain& domain,
                                 const std::string& path);
+  // Its steps, in this order. The rule's `rate_limit` or `limits` (exactly one is given), each
+  // distinct in limit and in name; also sets rule.unlimited.
+  void ParseRuleLimits(const YAML::Node& rate_limit, const YAML::Node& limits, Rule& rule) const;
+  // `mode` (kModes), then `shadow_mode: true`, which may only repeat mode: shadow.
+  void ParseMode(const YAML::Node& node, const YAML::Node& mode, Rule& rule) const;
+  // `soft_percent`, which mode: soft needs and no other mode takes; softens the rule's limits.
+  void ParseSoftPercent(const YAML::Node& node, const YAML::Node& mode,
+                        const YAML::Node& rate_limit, const YAML::Node& limits, Rule& rule) const;
+  // `pool`, which mode: elastic needs and no other mode takes: one of the domain's pools.
+  void ParsePool(const YAML::Node& node, const YAML::Node& mode, const Domain& domain,
+                 Rule& rule) const;
 
   // The limits of a rule (limits.cc).
   // A rate_limit (or an entry of `limits`, or a pool): envoy's unit and requests_per_unit, or
   // sluice's period, with algorithm, burst and buckets.
   RuleLimit ParseLimit(const YAML::Node& node, std::string default_name) const;
+  // Its steps. `replaces`: names of other limits, none empty nor the limit's own.
+  void ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const;
+  // The period: Envoy's `unit` (kept in rule_limit.unit too) or sluice's `period`, one of them.
+  void ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const;
   // `concurrency: N` and its `lease_ttl`, when given.
   std::optional<ConcurrencyLimit> ParseConcurrency(const YAML::Node& node, const std::string& path);
   // Soft mode stores the limit enlarged by soft_percent (rounded down) and keeps the nominal

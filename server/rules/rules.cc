@@ -228,13 +228,29 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
   }
   Rule rule;
   rule.path = path;
+  ParseRuleLimits(rate_limit, limits, rule);
+  ParseMode(node, mode, rule);
+  ParseSoftPercent(node, mode, rate_limit, limits, rule);
+  ParsePool(node, mode, domain, rule);
+  if (rule.unlimited && rule.mode != Mode::kHard && rule.mode != Mode::kShadow) {
+    Fail(mode, "an unlimited rule has no mode");
+  }
+  if (rule.unlimited && concurrency) {
+    Fail(node["concurrency"], "an unlimited rule has no concurrency limit");
+  }
+  rule.concurrency = std::move(concurrency);
+  return rule;
+}
+
+void FileParser::ParseRuleLimits(const YAML::Node& rate_limit, const YAML::Node& limits,
+                                 Rule& rule) const {
   if (rate_limit) {
-    rule.limits.push_back(ParseLimit(rate_limit, path));
+    rule.limits.push_back(ParseLimit(rate_limit, rule.path));
     rule.unlimited = rule.limits.back().unlimited;
   } else {
     size_t index = 0;
     for (const YAML::Node& item : Sequence(limits, "limits")) {
-      rule.limits.push_back(ParseLimit(item, fmt::format("{}[{}]", path, index++)));
+      rule.limits.push_back(ParseLimit(item, fmt::format("{}[{}]", rule.path, index++)));
       if (rule.limits.back().unlimited) {
         Fail(item["unlimited"], "'unlimited' belongs in a rate_limit, not in 'limits'");
       }
@@ -253,6 +269,9 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
       }
     }
   }
+}
+
+void FileParser::ParseMode(const YAML::Node& node, const YAML::Node& mode, Rule& rule) const {
   if (mode) {
     const std::string name = String(mode, "'mode'");
     const auto* found =
@@ -268,6 +287,11 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
     }
     rule.mode = Mode::kShadow;
   }
+}
+
+void FileParser::ParseSoftPercent(const YAML::Node& node, const YAML::Node& mode,
+                                  const YAML::Node& rate_limit, const YAML::Node& limits,
+                                  Rule& rule) const {
   if (const YAML::Node percent = node["soft_percent"]) {
     if (rule.mode != Mode::kSoft) {
       Fail(percent, "'soft_percent' needs mode: soft");
@@ -281,6 +305,10 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
       Soften(rule.limits[i], rule.soft_percent, rate_limit ? rate_limit : limits[i]);
     }
   }
+}
+
+void FileParser::ParsePool(const YAML::Node& node, const YAML::Node& mode, const Domain& domain,
+                           Rule& rule) const {
   if (const YAML::Node pool = node["pool"]) {
     if (rule.mode != Mode::kElastic) {
       Fail(pool, "'pool' needs mode: elastic");
@@ -297,14 +325,6 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
   } else if (rule.mode == Mode::kElastic) {
     Fail(mode, "mode: elastic needs a 'pool' to borrow from");
   }
-  if (rule.unlimited && rule.mode != Mode::kHard && rule.mode != Mode::kShadow) {
-    Fail(mode, "an unlimited rule has no mode");
-  }
-  if (rule.unlimited && concurrency) {
-    Fail(node["concurrency"], "an unlimited rule has no concurrency limit");
-  }
-  rule.concurrency = std::move(concurrency);
-  return rule;
 }
 
 namespace {
