@@ -25,6 +25,15 @@ constexpr std::array<std::pair<Mode, std::string_view>, 4> kModes{{
 
 }  // namespace
 
+std::string_view ModeName(Mode mode) {
+  for (const auto& [m, name] : kModes) {
+    if (m == mode) {
+      return name;
+    }
+  }
+  return "unknown";
+}
+
 std::unique_ptr<Domain> FileParser::ParseDomain(const YAML::Node& root) {
   auto domain = std::make_unique<Domain>();
   domain->file = file_;
@@ -343,15 +352,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 }  // namespace
-
-std::string_view ModeName(Mode mode) {
-  for (const auto& [m, name] : kModes) {
-    if (m == mode) {
-      return name;
-    }
-  }
-  return "unknown";
-}
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
                                                              CounterRegistry& counters,
