@@ -22,9 +22,8 @@
 
 namespace sluice::server {
 
-// The one exception of the rules loader: thrown by FileParser's YAML readers and turned into a
-// Status by RuleSet::Parse, so that every check can name the node it is about in a line of its
-// own.
+// The one exception of the loader: thrown by FileParser's YAML readers and turned into a Status
+// by RuleSet::Parse, so that every check can name the node it is about in a line of its own.
 struct ConfigError {
   std::string message;
 };
@@ -61,8 +60,8 @@ class FileParser {
   // limits nor concurrency.
   std::optional<Rule> ParseRule(const YAML::Node& node, const Domain& domain,
                                 const std::string& path);
-  // Its steps, in this order. The rule's `rate_limit` or `limits` (exactly one is given), each
-  // distinct in limit and in name; also sets rule.unlimited.
+  // Its steps, in this order (after ParseConcurrency, below). The rule's `rate_limit` or
+  // `limits` (exactly one is given), each distinct in limit and in name; sets rule.unlimited.
   void ParseRuleLimits(const YAML::Node& rate_limit, const YAML::Node& limits, Rule& rule) const;
   // `mode` (kModes), then `shadow_mode: true`, which may only repeat mode: shadow.
   void ParseMode(const YAML::Node& node, const YAML::Node& mode, Rule& rule) const;
