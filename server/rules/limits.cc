@@ -1,0 +1,161 @@
+// The limits of a rule, as FileParser reads them (parser.h): a rate_limit, an entry of
+// `limits` or a pool; a concurrency limit; and soft mode's enlargement of a limit.
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "fmt/format.h"
+#include "yaml-cpp/yaml.h"
+
+#include "server/rules/parser.h"
+#include "sluice/duration.h"
+#include "sluice/store.h"
+#include "src/core/status.h"
+
+namespace sluice::server {
+
+RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
+  CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
+                   "period", "burst", "buckets"});
+  RuleLimit rule_limit;
+  rule_limit.named = static_cast<bool>(node["name"]);
+  rule_limit.name = rule_limit.named ? String(node["name"], "'name'") : std::move(default_name);
+  ParseReplaces(node, rule_limit);
+  if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
+    if (node["unit"] || node["period"]) {
+      Fail(node, "an unlimited rate_limit has no unit or period");
+    }
+    rule_limit.unlimited = true;  // requests_per_unit is ignored, as envoyproxy/ratelimit does.
+    rule_limit.counters = counters_.Get(rule_limit.name);
+    return rule_limit;
+  }
+  const YAML::Node count = node["requests_per_unit"];
+  if (!count) {
+    Fail(node, "missing 'requests_per_unit'");
+  }
+  rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
+  LimitSpec spec{.limit = rule_limit.nominal};
+  ParsePeriod(node, rule_limit, spec);
+  if (const YAML::Node algorithm = node["algorithm"]) {
+    const absl::StatusOr<Algorithm> parsed = ParseAlgorithm(String(algorithm, "'algorithm'"));
+    if (!parsed.ok()) {
+      Fail(algorithm, internal::Message(parsed.status()));
+    }
+    spec.algorithm = *parsed;
+  }
+  if (const YAML::Node burst = node["burst"]) {
+    spec.burst = Integer(burst, "burst", 1, Limit::kMaxCount);
+  }
+  if (const YAML::Node buckets = node["buckets"]) {
+    spec.buckets = Integer(buckets, "buckets", 1, Limit::kMaxCount);
+  }
+  if (spec.limit > 0) {
+    absl::StatusOr<Limit> limit = Limit::Create(spec);
+    if (!limit.ok()) {
+      Fail(node, internal::Message(limit.status()));
+    }
+    if (absl::Status s = check_limit_(*limit); !s.ok()) {
+      Fail(node, internal::Message(s));
+    }
+    rule_limit.limit = *limit;
+  }
+  rule_limit.counters = counters_.Get(rule_limit.name);
+  return rule_limit;
+}
+
+void FileParser::ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const {
+  if (const YAML::Node replaces = node["replaces"]) {
+    for (const YAML::Node& item : Sequence(replaces, "replaces")) {
+      CheckKeys(item, {"name"});
+      std::string name = RequiredString(item, "name");
+      if (name.empty()) {
+        Fail(item, "a 'replaces' entry needs a non-empty name");
+      }
+      if (name == rule_limit.name) {
+        Fail(item, fmt::format("'{}' cannot replace itself", name));
+      }
+      rule_limit.replaces.push_back(std::move(name));
+    }
+  }
+}
+
+void FileParser::ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const {
+  const YAML::Node unit = node["unit"];
+  const YAML::Node period = node["period"];
+  if (unit && period) {
+    Fail(period, "give either 'unit' or 'period', not both");
+  }
+  if (unit) {
+    const std::optional<Unit> parsed = ParseUnit(String(unit, "'unit'"));
+    if (!parsed) {
+      Fail(unit, fmt::format("unknown unit '{}'; expected second, minute, hour, day, week, "
+                             "month or year",
+                             unit.Scalar()));
+    }
+    rule_limit.unit = *parsed;
+    spec.period = UnitPeriod(*parsed);
+  } else if (period) {
+    const absl::StatusOr<Micros> parsed = ParseDuration(String(period, "'period'"));
+    if (!parsed.ok()) {
+      Fail(period, internal::Message(parsed.status()));
+    }
+    spec.period = *parsed;
+  } else {
+    Fail(node, "missing 'unit' (or 'period')");
+  }
+}
+
+std::optional<ConcurrencyLimit> FileParser::ParseConcurrency(const YAML::Node& node,
+                                                             const std::string& path) {
+  const YAML::Node capacity = node["concurrency"];
+  const YAML::Node ttl = node["lease_ttl"];
+  if (!capacity) {
+    if (ttl) {
+      Fail(ttl, "'lease_ttl' needs 'concurrency' on this descriptor");
+    }
+    return std::nullopt;
+  }
+  ConcurrencyLimit concurrency;
+  concurrency.name = path + ":concurrency";
+  concurrency.capacity = Integer(capacity, "concurrency", 1, kMaxConcurrency);
+  if (ttl) {
+    const absl::StatusOr<Micros> parsed = ParseDuration(String(ttl, "'lease_ttl'"));
+    if (!parsed.ok()) {
+      Fail(ttl, fmt::format("lease_ttl: {}", internal::Message(parsed.status())));
+    }
+    if (*parsed <= Micros{0} || *parsed > kMaxLeaseTtl) {
+      Fail(ttl, fmt::format("lease_ttl must be more than 0 and at most {}",
+                            FormatDuration(kMaxLeaseTtl)));
+    }
+    concurrency.lease_ttl = *parsed;
+  }
+  concurrency.counters = counters_.Get(concurrency.name);
+  return concurrency;
+}
+
+void FileParser::Soften(RuleLimit& rule_limit, int64_t percent, const YAML::Node& node) const {
+  if (!rule_limit.limit) {
+    return;
+  }
+  const Limit& limit = *rule_limit.limit;
+  auto enlarge = [&](int64_t n) {
+    return n + static_cast<int64_t>(static_cast<__int128>(n) * percent / 100);
+  };
+  LimitSpec spec{.algorithm = limit.algorithm(),
+                 .limit = enlarge(limit.limit()),
+                 .period = limit.period(),
+                 .burst = enlarge(limit.burst()),
+                 .buckets = limit.buckets()};
+  absl::StatusOr<Limit> softened = Limit::Create(spec);
+  if (!softened.ok()) {
+    Fail(node, fmt::format("with soft_percent: {}", internal::Message(softened.status())));
+  }
+  if (absl::Status s = check_limit_(*softened); !s.ok()) {
+    Fail(node, fmt::format("with soft_percent: {}", internal::Message(s)));
+  }
+  rule_limit.soft_extra = softened->burst() - limit.burst();
+  rule_limit.limit = *softened;
+}
+
+}  // namespace sluice::server

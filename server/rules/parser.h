@@ -1,0 +1,94 @@
+#pragma once
+
+// FileParser: reads the YAML of one rules file into a Domain (rules.h), checking every node as
+// it goes and stopping at the first mistake with its file, line and column. Private to
+// server/rules/: RuleSet::Parse is its only user. rules.cc reads the file's domain, its tree of
+// descriptors and each descriptor's rule; limits.cc reads the limits of a rule.
+//
+// Not thread-safe: one parser reads one file, on one thread. The CounterRegistry it asks for
+// counters is thread-safe.
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "yaml-cpp/yaml.h"
+
+#include "server/rules/rules.h"
+
+namespace sluice::server {
+
+// The one exception of the loader: thrown by FileParser's YAML readers and turned into a Status
+// by RuleSet::Parse, so that every check can name the node it is about in a line of its own.
+struct ConfigError {
+  std::string message;
+};
+
+class FileParser {
+ public:
+  // `counters` and `check_limit` must outlive the parser.
+  FileParser(std::string file, CounterRegistry& counters, const LimitChecker& check_limit)
+      : file_(std::move(file)), counters_(counters), check_limit_(check_limit) {}
+
+  // The domain of the file whose YAML is `root`. Throws ConfigError.
+  std::unique_ptr<Domain> ParseDomain(const YAML::Node& root);
+
+ private:
+  // The YAML readers (rules.cc): each returns what `node` holds, or throws ConfigError
+  // "FILE:LINE:COLUMN: what is wrong" about it.
+  [[noreturn]] void Fail(const YAML::Node& node, std::string_view what) const;
+  // `map` is a mapping whose keys are all in `allowed`.
+  void CheckKeys(const YAML::Node& map, std::initializer_list<std::string_view> allowed) const;
+  std::string String(const YAML::Node& node, std::string_view what) const;
+  std::string RequiredString(const YAML::Node& map, const char* key) const;
+  int64_t Integer(const YAML::Node& node, std::string_view what, int64_t min, int64_t max) const;
+  bool Bool(const YAML::Node& node, std::string_view what) const;
+  const YAML::Node& Sequence(const YAML::Node& node, std::string_view what) const;
+
+  // The tree of descriptors (rules.cc).
+  // The descriptors of `list`, and their children, into `level`; `parent_path` names the level.
+  void ParseLevel(const YAML::Node& list, const Domain& domain, const std::string& parent_path,
+                  DescriptorLevel& level);
+  // Indexes `descriptor` in `level` for matching; a second one with its key and value fails.
+  void Index(const YAML::Node& node, const DescriptorNode& descriptor, DescriptorLevel& level);
+
+  // A descriptor's rule (rules.cc): its limits, mode and pool; nullopt when it has neither
+  // limits nor concurrency.
+  std::optional<Rule> ParseRule(const YAML::Node& node, const Domain& domain,
+                                const std::string& path);
+  // Its steps, in this order (after ParseConcurrency, below). The rule's `rate_limit` or
+  // `limits` (exactly one is given), each distinct in limit and in name; sets rule.unlimited.
+  void ParseRuleLimits(const YAML::Node& rate_limit, const YAML::Node& limits, Rule& rule) const;
+  // `mode` (kModes), then `shadow_mode: true`, which may only repeat mode: shadow.
+  void ParseMode(const YAML::Node& node, const YAML::Node& mode, Rule& rule) const;
+  // `soft_percent`, which mode: soft needs and no other mode takes; softens the rule's limits.
+  void ParseSoftPercent(const YAML::Node& node, const YAML::Node& mode,
+                        const YAML::Node& rate_limit, const YAML::Node& limits, Rule& rule) const;
+  // `pool`, which mode: elastic needs and no other mode takes: one of the domain's pools.
+  void ParsePool(const YAML::Node& node, const YAML::Node& mode, const Domain& domain,
+                 Rule& rule) const;
+
+  // The limits of a rule (limits.cc).
+  // A rate_limit (or an entry of `limits`, or a pool): envoy's unit and requests_per_unit, or
+  // sluice's period, with algorithm, burst and buckets.
+  RuleLimit ParseLimit(const YAML::Node& node, std::string default_name) const;
+  // Its steps. `replaces`: names of other limits, none empty nor the limit's own.
+  void ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const;
+  // The period: Envoy's `unit` (kept in rule_limit.unit too) or sluice's `period`, one of them.
+  void ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const;
+  // `concurrency: N` and its `lease_ttl`, when given.
+  std::optional<ConcurrencyLimit> ParseConcurrency(const YAML::Node& node, const std::string& path);
+  // Soft mode stores the limit enlarged by soft_percent (rounded down) and keeps the nominal
+  // one for what clients are told.
+  void Soften(RuleLimit& rule_limit, int64_t percent, const YAML::Node& node) const;
+
+  std::string file_;  // Named in every error.
+  CounterRegistry& counters_;
+  const LimitChecker& check_limit_;  // The store's verdict, asked for every limit.
+};
+
+}  // namespace sluice::server
