@@ -11,6 +11,8 @@
 //   GET  /healthz, GET /metrics, GET /v1/rules
 //
 // docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
+// This file routes and handles; the bodies are read by server/http/request.h and the answers
+// written by server/http/answers.h.
 //
 // A decision waits for the store without holding the caller's thread: Handle returns at once
 // and the answer arrives through a callback.
@@ -20,20 +22,13 @@
 #include <string_view>
 
 #include "absl/functional/any_invocable.h"
-#include "boost/beast/http.hpp"
 
+#include "server/http/request.h"
 #include "server/http/response.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
 namespace sluice::server {
-
-using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
-
-// A response to a request the server could not even parse (too large, timed out): `status`
-// with a JSON body {"error": message}.
-HttpResponse ErrorResponse(boost::beast::http::status status, std::string_view message,
-                           unsigned version, bool keep_alive);
 
 class HttpApi {
  public:

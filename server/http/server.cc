@@ -21,6 +21,8 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
+#include "server/http/answers.h"
+
 namespace sluice::server {
 namespace {
 

@@ -1,0 +1,345 @@
+#include "server/http/answers.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "fmt/compile.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+#include "sluice/duration.h"
+#include "src/core/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace http = boost::beast::http;
+
+constexpr int64_t kMicrosPerSecond = 1'000'000;
+
+// Serializes without ever throwing: invalid UTF-8 (from a request or a rules file) is
+// replaced, not an exception.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+http::status StatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return http::status::bad_request;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
+      return http::status::service_unavailable;
+    default:
+      return http::status::internal_server_error;
+  }
+}
+
+// Whole seconds, rounded up.
+int64_t CeilSeconds(Micros d) { return (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond; }
+
+// The answer of a check is written directly rather than built as a JSON document first: it
+// is the hot path, and a document costs an allocation per field.
+//
+// The length of the well-formed UTF-8 sequence that starts text[i] (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when there is none.
+size_t Utf8SequenceAt(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) {
+    return 1;
+  }
+  size_t length = 0;
+  unsigned char low = 0x80;  // Bounds of the second byte.
+  unsigned char high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    low = lead == 0xE0 ? 0xA0 : 0x80;
+    high = lead == 0xED ? 0x9F : 0xBF;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    low = lead == 0xF0 ? 0x90 : 0x80;
+    high = lead == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) {
+    return 0;
+  }
+  for (size_t k = i + 2; k < i + length; ++k) {
+    if (byte(k) < 0x80 || byte(k) > 0xBF) {
+      return 0;
+    }
+  }
+  return length;
+}
+
+// `text` as a JSON string: quotes, backslashes and control characters escaped, and any byte
+// that is not part of well-formed UTF-8 (a rules file or a request may hold such bytes)
+// replaced by U+FFFD, so that the answer is always valid JSON.
+void AppendJsonString(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+      ++i;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
+      ++i;
+    } else if (const size_t length = Utf8SequenceAt(text, i); length > 0) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out += "\\ufffd";
+      ++i;
+    }
+  }
+  out.push_back('"');
+}
+
+// "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
+// The answer to every check is written here: with compiled format strings (fmt's parsing of a
+// format string at run time was most of its cost), into a buffer on the stack appended at
+// once (fmt writing through a std::string's back_inserter grows it, zero-filled, piece by
+// piece).
+void AppendFigures(std::string& out, const Decision& d, bool limited) {
+  fmt::basic_memory_buffer<char, 192> buffer;
+  auto to = fmt::appender(buffer);
+  if (limited) {
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":{})"), d.allowed, d.remaining);
+  } else {
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":null)"), d.allowed);
+  }
+  fmt::format_to(to, FMT_COMPILE(R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})"),
+                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
+  out.append(buffer.data(), buffer.size());
+}
+
+}  // namespace
+
+void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision) {
+  out += R"({"name":)";
+  AppendJsonString(out, outcome.name);
+  if (outcome.unlimited) {
+    out += R"(,"unlimited":true})";
+    return;
+  }
+  auto to = std::back_inserter(out);
+  if (outcome.concurrency > 0) {
+    fmt::format_to(to, FMT_COMPILE(R"(,"algorithm":"concurrency","limit":{},"lease_ttl":")"),
+                   outcome.concurrency);
+    AppendDuration(out, outcome.lease_ttl);
+    out.push_back('"');
+  } else {
+    fmt::format_to(
+        to, FMT_COMPILE(R"(,"algorithm":"{}","limit":{})"),
+        AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
+        outcome.nominal);
+  }
+  if (outcome.limit) {
+    out += R"(,"period":")";
+    AppendDuration(out, outcome.limit->period());
+    out.push_back('"');
+  }
+  fmt::format_to(to, FMT_COMPILE(R"(,"mode":"{}")"), ModeName(outcome.mode));
+  if (decision != nullptr) {
+    out.push_back(',');
+    AppendFigures(out, *decision, /*limited=*/true);
+    for (const auto& [flag, set] :
+         {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
+          std::pair{"pool", outcome.pool}}) {
+      if (set) {
+        fmt::format_to(to, FMT_COMPILE(R"(,"{}":true)"), flag);
+      }
+    }
+  }
+  out.push_back('}');
+}
+
+std::string ResultText(const CheckResult& result, std::optional<Micros> waited) {
+  std::string out;
+  out.reserve(192 + 256 * result.limits.size());  // One allocation for the usual answer.
+  out.push_back('{');
+  AppendFigures(out, result.combined, result.limited);
+  bool over_soft = false;
+  for (const LimitOutcome& outcome : result.limits) {
+    over_soft = over_soft || outcome.over_soft;
+  }
+  if (waited) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"waited_us":{})"), waited->count());
+  }
+  if (!result.lease.empty()) {
+    out += R"(,"lease":)";
+    AppendJsonString(out, result.lease);
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"lease_ttl_us":{})"),
+                   result.lease_ttl.count());
+  }
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    if (i > 0) {
+      out.push_back(',');
+    }
+    AppendLimit(out, result.limits[i], &result.limits[i].decision);
+  }
+  out += "]}";
+  return out;
+}
+
+namespace {
+
+// The limit a client is told about in RateLimit-Limit: the one with the fewest remaining,
+// a denying one first.
+const LimitOutcome* Closest(const CheckResult& result) {
+  const LimitOutcome* closest = nullptr;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.unlimited || outcome.borrowed) {
+      continue;
+    }
+    const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
+    const bool closest_denies =
+        closest != nullptr && !closest->decision.allowed && closest->mode != Mode::kShadow;
+    if (closest == nullptr || (denies && !closest_denies) ||
+        (denies == closest_denies && outcome.decision.remaining < closest->decision.remaining)) {
+      closest = &outcome;
+    }
+  }
+  return closest;
+}
+
+// The standard headers: RateLimit-Limit, -Remaining, -Reset and -Policy, and Retry-After (whole
+// seconds, rounded up, at least 1) on a denial that a retry can cure.
+void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
+  if (!result.limited) {
+    return;
+  }
+  if (const LimitOutcome* closest = Closest(result)) {
+    response.set("RateLimit-Limit", std::to_string(closest->nominal));
+    response.set("RateLimit-Reset", std::to_string(CeilSeconds(closest->decision.reset_after)));
+  }
+  response.set("RateLimit-Remaining", std::to_string(result.combined.remaining));
+  std::string policy;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.limit && !outcome.unlimited && !outcome.pool) {
+      fmt::format_to(std::back_inserter(policy), FMT_COMPILE("{}{};w={}"),
+                     policy.empty() ? "" : ", ", outcome.nominal,
+                     CeilSeconds(outcome.limit->period()));
+    }
+  }
+  if (!policy.empty()) {
+    response.set("RateLimit-Policy", policy);
+  }
+  if (!result.combined.allowed && result.combined.retry_after > Micros{0}) {
+    response.set(http::field::retry_after,
+                 std::to_string(std::max<int64_t>(1, CeilSeconds(result.combined.retry_after))));
+  }
+}
+
+HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
+                           http::status denied_status,
+                           std::optional<Micros> waited = std::nullopt) {
+  HttpResponse response = JsonResponse(result.combined.allowed ? http::status::ok : denied_status,
+                                       ResultText(result, waited), request);
+  SetRateLimitHeaders(result, response);
+  return response;
+}
+
+// Protobuf JSON's Duration: seconds with 0, 3, 6 or 9 fractional digits and an "s".
+std::string ProtoDuration(Micros d) {
+  const int64_t us = d.count();
+  if (us % kMicrosPerSecond == 0) {
+    return fmt::format("{}s", us / kMicrosPerSecond);
+  }
+  if (us % 1000 == 0) {
+    return fmt::format("{}.{:03}s", us / kMicrosPerSecond, (us % kMicrosPerSecond) / 1000);
+  }
+  return fmt::format("{}.{:06}s", us / kMicrosPerSecond, us % kMicrosPerSecond);
+}
+
+constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
+
+}  // namespace
+
+HttpResponse ErrorResponse(http::status status, std::string_view message, unsigned version,
+                           bool keep_alive) {
+  HttpResponse response{status, version};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(keep_alive);
+  response.body() = Dump(Json{{"error", message}});
+  response.prepare_payload();
+  return response;
+}
+
+HttpResponse JsonResponse(http::status status, std::string body, const HttpRequest& request) {
+  HttpResponse response{status, request.version()};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, "application/json");
+  response.keep_alive(request.keep_alive());
+  response.body() = std::move(body);
+  response.prepare_payload();
+  return response;
+}
+
+HttpResponse JsonResponse(http::status status, const Json& body, const HttpRequest& request) {
+  return JsonResponse(status, Dump(body), request);
+}
+
+HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
+  return ErrorResponse(StatusFor(status), internal::Message(status), request.version(),
+                       request.keep_alive());
+}
+
+HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request) {
+  return CheckResponse(result, request, http::status::too_many_requests);
+}
+HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request) {
+  return CheckResponse(result, request, http::status::forbidden);
+}
+HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request) {
+  return CheckResponse(result.check, request, http::status::too_many_requests, result.waited);
+}
+HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
+  return JsonResponse(http::status::ok,
+                      std::string(released ? R"({"released":true})" : R"({"released":false})"),
+                      request);
+}
+
+HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
+                               const HttpRequest& request) {
+  bool over = false;
+  Json statuses = Json::array();
+  for (const DescriptorResult& result : results) {
+    Json status = {{"code", result.over_limit ? "OVER_LIMIT" : "OK"}};
+    over = over || result.over_limit;
+    // Protobuf JSON leaves out fields at their default (0, UNKNOWN, empty).
+    if (result.closest) {
+      Json current = {{"requestsPerUnit", std::min(result.closest->nominal, kUint32Max)}};
+      if (result.unit != Unit::kUnknown) {
+        current["unit"] = UnitName(result.unit);
+      }
+      if (result.closest->named) {
+        current["name"] = result.closest->name;
+      }
+      status["currentLimit"] = std::move(current);
+    }
+    if (result.limit_remaining != 0) {
+      status["limitRemaining"] = result.limit_remaining;
+    }
+    if (result.closest) {
+      status["durationUntilReset"] = ProtoDuration(result.until_reset);
+    }
+    statuses.push_back(std::move(status));
+  }
+  const Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
+  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response, request);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,59 @@
+#pragma once
+
+// The answers of sluiced's HTTP API: their JSON bodies, the standard RateLimit-* headers of a
+// decision, and the HTTP status of a refusal's absl::Status (Envoy's rate-limit filter keeps
+// its headers apart in the same way, in ratelimit_headers.{h,cc}). A check's answer is
+// written by hand, as it is the hot path, with every name checked for UTF-8 so that the answer
+// is valid JSON whatever a rules file or a request holds. docs/server.md documents each answer.
+//
+// Thread-safe: pure functions of their arguments.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "boost/beast/http/status.hpp"
+#include "nlohmann/json_fwd.hpp"
+
+#include "server/http/request.h"
+#include "server/http/response.h"
+#include "server/service.h"
+
+namespace sluice::server {
+
+using Json = nlohmann::ordered_json;  // Fields in the order written, as documented.
+
+// A response to a request the server could not even parse (too large, timed out): `status`
+// with a JSON body {"error": message}.
+HttpResponse ErrorResponse(boost::beast::http::status status, std::string_view message,
+                           unsigned version, bool keep_alive);
+
+// `status` with a JSON body, in `request`'s HTTP version and keep-alive.
+HttpResponse JsonResponse(boost::beast::http::status status, std::string body,
+                          const HttpRequest& request);
+HttpResponse JsonResponse(boost::beast::http::status status, const Json& body,
+                          const HttpRequest& request);
+
+// The answer to a request refused with `status`: its HTTP status and its message.
+HttpResponse Failure(const absl::Status& status, const HttpRequest& request);
+
+// A decision's answer: 200, or 429 (/v1/check) or 403 (/v1/auth, for nginx) when denied.
+HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request);
+HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request);
+HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request);
+// POST /v1/release: 200 either way; "released" says whether the lease was still held.
+HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
+// Envoy's RateLimitResponse in protobuf JSON: 200 for OK, 429 for OVER_LIMIT.
+HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
+                               const HttpRequest& request);
+
+// The JSON body of a check's answer. `waited`: an acquire's wait, given as "waited_us".
+std::string ResultText(const CheckResult& result, std::optional<Micros> waited = std::nullopt);
+
+// One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,
+// when `decision` is given, its figures and flags.
+void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision);
+
+}  // namespace sluice::server

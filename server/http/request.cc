@@ -1,0 +1,481 @@
+#include "server/http/request.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <utility>
+
+#include "fmt/format.h"
+#include "simdjson.h"
+
+#include "src/core/status.h"
+
+namespace sluice::server {
+namespace {
+
+using JsonObject = simdjson::dom::object;
+using JsonValue = simdjson::dom::element;
+
+// The body of a POST as a JSON object; InvalidArgument when it is not one. Read with
+// simdjson, through a parser per thread that keeps its buffers: a request allocates nothing
+// to be parsed (a JSON document of nlohmann's was a quarter of all the work of a check). The
+// object lives in that parser: read it whole before the thread parses again.
+absl::StatusOr<JsonObject> ParseObject(const HttpRequest& request) {
+  thread_local simdjson::dom::parser parser;
+  JsonValue body;
+  switch (parser.parse(request.body()).get(body)) {
+    case simdjson::SUCCESS:
+      break;
+    case simdjson::NUMBER_ERROR:
+      return absl::InvalidArgumentError("malformed JSON: a number out of range");
+    case simdjson::UTF8_ERROR:
+      return absl::InvalidArgumentError("malformed JSON: not UTF-8");
+    default:
+      return absl::InvalidArgumentError("malformed JSON");
+  }
+  JsonObject object;
+  if (body.get_object().get(object) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("the body must be a JSON object");
+  }
+  return object;
+}
+
+// Where an object sits in a request body, for the errors that name a field by its path:
+// "descriptors[1].entries[0].key". Spelled out only when an error is reported.
+struct Where {
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t descriptor = kNone;
+  size_t entry = kNone;
+  bool limit = false;  // The descriptor's "limit".
+
+  std::string Path() const {
+    if (descriptor == kNone) {
+      return "";
+    }
+    std::string path = fmt::format("descriptors[{}]", descriptor);
+    if (entry != kNone) {
+      fmt::format_to(std::back_inserter(path), ".entries[{}]", entry);
+    }
+    if (limit) {
+      path += ".limit";
+    }
+    return path;
+  }
+  std::string Name(std::string_view field) const {
+    return descriptor == kNone ? std::string(field) : fmt::format("{}.{}", Path(), field);
+  }
+};
+
+// Reads the fields of one JSON object, with errors that name the field by its path.
+class Fields {
+ public:
+  Fields(JsonObject object, Where where) : object_(object), where_(where) {}
+
+  // Every field is one of `known`, and none appears twice (which of two would count is
+  // nobody's guess).
+  // `also`, when not empty, is one more known field.
+  absl::Status OnlyKnown(std::initializer_list<std::string_view> known,
+                         std::string_view also = {}) const {
+    uint32_t seen = 0;  // Bit i: known[i] has appeared; bit known.size(): `also` has.
+    for (const auto field : object_) {
+      const auto it = std::find(known.begin(), known.end(), field.key);
+      if (it == known.end() && (also.empty() || field.key != also)) {
+        return absl::InvalidArgumentError(fmt::format("unknown field '{}'", Name(field.key)));
+      }
+      const uint32_t bit = uint32_t{1} << (it - known.begin());
+      if ((seen & bit) != 0) {
+        return absl::InvalidArgumentError(fmt::format("field '{}' appears twice", Name(field.key)));
+      }
+      seen |= bit;
+    }
+    return absl::OkStatus();
+  }
+
+  // The first of `names` present (a protobuf JSON field may be spelled either way).
+  std::optional<JsonValue> Find(std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      JsonValue value;
+      if (object_.at_key(name).get(value) == simdjson::SUCCESS) {
+        return value;
+      }
+    }
+    return std::nullopt;
+  }
+
+  absl::StatusOr<std::optional<std::string>> String(const char* name) const {
+    const std::optional<JsonValue> value = Find({name});
+    if (!value) {
+      return std::nullopt;
+    }
+    std::string_view text;
+    if (value->get_string().get(text) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be a string", Name(name)));
+    }
+    return std::string(text);
+  }
+
+  // An integer field; `quoted` also accepts the string form protobuf JSON uses for 64 bits.
+  absl::StatusOr<std::optional<int64_t>> Integer(std::initializer_list<const char*> names,
+                                                 bool quoted = false) const {
+    const std::optional<JsonValue> value = Find(names);
+    if (!value) {
+      return std::nullopt;
+    }
+    switch (value->type()) {
+      case simdjson::dom::element_type::INT64:
+        return value->get_int64().value_unsafe();
+      case simdjson::dom::element_type::UINT64:  // Only what int64 cannot hold.
+        return absl::InvalidArgumentError(fmt::format("{} is too large", Name(*names.begin())));
+      case simdjson::dom::element_type::STRING:
+        if (quoted) {
+          const std::string_view text = value->get_string().value_unsafe();
+          int64_t n = 0;
+          const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+          if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) {
+            return n;
+          }
+        }
+        break;
+      default:
+        break;
+    }
+    return absl::InvalidArgumentError(fmt::format("{} must be an integer", Name(*names.begin())));
+  }
+
+  std::string Name(std::string_view name) const { return where_.Name(name); }
+
+ private:
+  JsonObject object_;
+  Where where_;
+};
+
+// Checks an optional integer field: when present it must be at least `min`.
+absl::StatusOr<std::optional<int64_t>> AtLeast(absl::StatusOr<std::optional<int64_t>> value,
+                                               const Fields& fields, const char* name,
+                                               int64_t min) {
+  if (value.ok() && *value && **value < min) {
+    return absl::InvalidArgumentError(fmt::format("{} must be {}, not {}", fields.Name(name),
+                                                  min == 0 ? "zero or more" : "positive", **value));
+  }
+  return value;
+}
+
+// One descriptor's "entries": [{"key", "value"}, ...], read into `descriptor`.
+absl::Status ParseEntries(const Fields& fields, Where where, RequestDescriptor& descriptor) {
+  simdjson::dom::array entries;
+  if (const std::optional<JsonValue> found = fields.Find({"entries"});
+      !found || found->get_array().get(entries) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", where.Path()));
+  }
+  if (entries.size() > kMaxEntries) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}.entries has too many entries: {} (at most {})", where.Path(),
+                    entries.size(), kMaxEntries));
+  }
+  descriptor.entries.reserve(entries.size());
+  for (const JsonValue entry : entries) {
+    const Where entry_where{.descriptor = where.descriptor, .entry = descriptor.entries.size()};
+    JsonObject entry_object;
+    if (entry.get_object().get(entry_object) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be an object", entry_where.Path()));
+    }
+    const Fields entry_fields(entry_object, entry_where);
+    if (absl::Status s = entry_fields.OnlyKnown({"key", "value"}); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<std::optional<std::string>> key = entry_fields.String("key");
+    absl::StatusOr<std::optional<std::string>> value = entry_fields.String("value");
+    if (!key.ok()) {
+      return key.status();
+    }
+    if (!value.ok()) {
+      return value.status();
+    }
+    if (!*key) {
+      return absl::InvalidArgumentError(fmt::format("{}.key is missing", entry_where.Path()));
+    }
+    descriptor.entries.push_back({.key = **std::move(key), .value = value->value_or("")});
+  }
+  return absl::OkStatus();
+}
+
+// Envoy's per-descriptor "hitsAddend" and "limit" (in place of the request's cost and of the
+// rules), read into `descriptor`.
+absl::Status ParseOverrides(const Fields& fields, Where where, RequestDescriptor& descriptor) {
+  absl::StatusOr<std::optional<int64_t>> hits = AtLeast(
+      fields.Integer({"hitsAddend", "hits_addend"}, /*quoted=*/true), fields, "hitsAddend", 0);
+  if (!hits.ok()) {
+    return hits.status();
+  }
+  descriptor.cost = *hits;
+  if (const std::optional<JsonValue> limit = fields.Find({"limit"})) {
+    const Where limit_where{.descriptor = where.descriptor, .limit = true};
+    JsonObject limit_object;
+    if (limit->get_object().get(limit_object) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be an object", limit_where.Path()));
+    }
+    const Fields limit_fields(limit_object, limit_where);
+    if (absl::Status s = limit_fields.OnlyKnown({"requestsPerUnit", "requests_per_unit", "unit"});
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<std::optional<int64_t>> count =
+        AtLeast(limit_fields.Integer({"requestsPerUnit", "requests_per_unit"}), limit_fields,
+                "requestsPerUnit", 0);
+    if (!count.ok()) {
+      return count.status();
+    }
+    LimitOverride& override = descriptor.limit.emplace();
+    override.requests_per_unit = count->value_or(0);
+    if (const std::optional<JsonValue> unit = limit_fields.Find({"unit"})) {
+      std::string_view name;
+      int64_t number = 0;
+      if (unit->get_string().get(name) == simdjson::SUCCESS) {
+        override.unit = ParseUnit(name).value_or(Unit::kUnknown);
+      } else if (unit->get_int64().get(number) == simdjson::SUCCESS && number >= 0 && number <= 7) {
+        override.unit = static_cast<Unit>(number);
+      }
+    }
+    if (override.unit == Unit::kUnknown) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}.unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", limit_where.Path()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The descriptors of a rules-mode or Envoy request: [{"entries": [{"key", "value"}], ...}].
+absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(JsonObject body, bool envoy) {
+  JsonValue list;
+  if (body.at_key("descriptors").get(list) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("descriptors is missing");
+  }
+  simdjson::dom::array items;
+  if (list.get_array().get(items) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError("descriptors must be an array");
+  }
+  if (items.size() > kMaxDescriptors) {
+    return absl::InvalidArgumentError(
+        fmt::format("too many descriptors: {} (at most {})", items.size(), kMaxDescriptors));
+  }
+  std::vector<RequestDescriptor> descriptors;
+  descriptors.reserve(items.size());
+  for (const JsonValue item : items) {
+    const Where where{.descriptor = descriptors.size()};
+    JsonObject object;
+    if (item.get_object().get(object) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be an object", where.Path()));
+    }
+    const Fields fields(object, where);
+    if (absl::Status s = envoy ? fields.OnlyKnown({"entries", "limit", "hitsAddend", "hits_addend"})
+                               : fields.OnlyKnown({"entries"});
+        !s.ok()) {
+      return s;
+    }
+    RequestDescriptor& descriptor = descriptors.emplace_back();
+    if (absl::Status s = ParseEntries(fields, where, descriptor); !s.ok()) {
+      return s;
+    }
+    if (!envoy) {
+      continue;
+    }
+    if (absl::Status s = ParseOverrides(fields, where, descriptor); !s.ok()) {
+      return s;
+    }
+  }
+  return descriptors;
+}
+
+constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
+
+// POST /v1/acquire's "max_wait", a duration, read into `max_wait` when given.
+absl::Status ParseMaxWait(const Fields& fields, std::optional<Micros>* max_wait) {
+  absl::StatusOr<std::optional<std::string>> text = fields.String("max_wait");
+  if (!text.ok()) {
+    return text.status();
+  }
+  if (*text) {
+    absl::StatusOr<Micros> wait = ParseDuration(**text);
+    if (!wait.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("max_wait: {}", internal::Message(wait.status())));
+    }
+    *max_wait = *wait;
+  }
+  return absl::OkStatus();
+}
+
+// An ad hoc check: the limit is in the request. `also` is one more known field ("max_wait");
+// `cost`, the body's, already checked.
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields& fields,
+                                                                    std::string_view also,
+                                                                    std::optional<int64_t> cost) {
+  if (absl::Status s = fields.OnlyKnown(
+          {"key", "algorithm", "limit", "period", "burst", "buckets", "cost"}, also);
+      !s.ok()) {
+    return s;
+  }
+  AdHocRequest adhoc;
+  adhoc.cost = cost.value_or(1);
+  absl::StatusOr<std::optional<std::string>> key = fields.String("key");
+  absl::StatusOr<std::optional<std::string>> algorithm = fields.String("algorithm");
+  absl::StatusOr<std::optional<std::string>> period = fields.String("period");
+  absl::StatusOr<std::optional<int64_t>> limit = fields.Integer({"limit"});
+  absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
+  absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
+  for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
+                                burst.status(), buckets.status()}) {
+    if (!s.ok()) {
+      return s;
+    }
+  }
+  if (!*limit) {
+    return absl::InvalidArgumentError("limit is missing");
+  }
+  if (!*period) {
+    return absl::InvalidArgumentError("period is missing (a duration such as \"1s\")");
+  }
+  adhoc.key = **key;
+  if (*algorithm) {
+    absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
+    if (!parsed.ok()) {
+      return parsed.status();
+    }
+    adhoc.spec.algorithm = *parsed;
+  }
+  absl::StatusOr<Micros> parsed_period = ParseDuration(**period);
+  if (!parsed_period.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("period: {}", internal::Message(parsed_period.status())));
+  }
+  adhoc.spec.limit = **limit;
+  adhoc.spec.period = *parsed_period;
+  adhoc.spec.burst = *burst;
+  adhoc.spec.buckets = *buckets;
+  return adhoc;
+}
+
+// A rules-mode check: a domain and descriptors, read from `body`; `also` and `cost` as for
+// ParseAdHoc.
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseRulesMode(
+    JsonObject body, const Fields& fields, std::string_view also, std::optional<int64_t> cost) {
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}, also); !s.ok()) {
+    return s;
+  }
+  CheckRequest check;
+  check.cost = cost.value_or(1);
+  absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
+  if (!domain.ok()) {
+    return domain.status();
+  }
+  if (!*domain) {
+    return absl::InvalidArgumentError(
+        "give either a domain and descriptors (rules mode) or a key and a limit (ad hoc)");
+  }
+  check.domain = **domain;
+  absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
+      ParseDescriptors(body, /*envoy=*/false);
+  if (!descriptors.ok()) {
+    return descriptors.status();
+  }
+  check.descriptors = *std::move(descriptors);
+  return check;
+}
+
+}  // namespace
+
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
+    const HttpRequest& request, std::optional<Micros>* max_wait) {
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  const JsonObject body = *parsed;
+  const Fields fields(body, Where{});
+  const std::string_view also = max_wait != nullptr ? "max_wait" : "";
+  if (max_wait != nullptr) {
+    if (absl::Status s = ParseMaxWait(fields, max_wait); !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<std::optional<int64_t>> cost =
+      AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
+  if (!cost.ok()) {
+    return cost.status();
+  }
+  if (fields.Find({"key"})) {
+    return ParseAdHoc(fields, also, *cost);
+  }
+  return ParseRulesMode(body, fields, also, *cost);
+}
+
+absl::StatusOr<std::string> ParseRelease(const HttpRequest& request) {
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  const Fields fields(*parsed, Where{});
+  if (absl::Status s = fields.OnlyKnown({"lease"}, ""); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::optional<std::string>> lease = fields.String("lease");
+  if (!lease.ok()) {
+    return lease.status();
+  }
+  if (!*lease) {
+    return absl::InvalidArgumentError("lease is missing");
+  }
+  return **lease;
+}
+
+absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  const JsonObject body = *parsed;
+  const Fields fields(body, Where{});
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
+      !s.ok()) {
+    return s;
+  }
+  CheckRequest check;
+  absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
+  absl::StatusOr<std::optional<int64_t>> hits =
+      AtLeast(fields.Integer({"hitsAddend", "hits_addend"}), fields, "hitsAddend", 0);
+  if (!domain.ok()) {
+    return domain.status();
+  }
+  if (!hits.ok()) {
+    return hits.status();
+  }
+  check.domain = domain->value_or("");
+  check.cost = std::max<int64_t>(1, hits->value_or(1));  // 0 means 1, as in Envoy's proto.
+  if (check.cost > kUint32Max) {
+    return absl::InvalidArgumentError("hitsAddend must fit 32 bits");
+  }
+  absl::StatusOr<std::vector<RequestDescriptor>> descriptors =
+      ParseDescriptors(body, /*envoy=*/true);
+  if (!descriptors.ok()) {
+    return descriptors.status();
+  }
+  check.descriptors = *std::move(descriptors);
+  return check;
+}
+
+std::string_view DomainInQuery(std::string_view target) {
+  std::string_view domain_name;
+  if (const size_t query = target.find('?'); query != std::string_view::npos) {
+    std::string_view rest = target.substr(query + 1);
+    while (!rest.empty()) {
+      const std::string_view pair = rest.substr(0, rest.find('&'));
+      rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
+      if (pair.starts_with("domain=")) {
+        domain_name = pair.substr(7);
+      }
+    }
+  }
+  return domain_name;
+}
+
+}  // namespace sluice::server

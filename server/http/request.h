@@ -1,0 +1,42 @@
+#pragma once
+
+// The requests of sluiced's HTTP API read into the service's request types: the JSON bodies of
+// POST /v1/check, /v1/acquire, /v1/release and /json, and the query of GET /v1/auth. Pure
+// functions of the request, apart from the parser each thread keeps: they touch no service and
+// no socket, so they can be tested alone. Every refusal is InvalidArgument with a message that
+// names the field by its path ("descriptors[1].entries[0].key is missing"); docs/server.md
+// documents the bodies.
+//
+// Thread-safe: each thread parses with its own simdjson parser, and the results own their data.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "boost/beast/http.hpp"
+
+#include "server/service.h"
+#include "sluice/duration.h"
+
+namespace sluice::server {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+
+// POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one. With
+// `max_wait` (POST /v1/acquire), the body may also have "max_wait", a duration, read into it.
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
+    const HttpRequest& request, std::optional<Micros>* max_wait = nullptr);
+
+// POST /v1/release's body: {"lease": "<the token an acquire or check answered>"}.
+absl::StatusOr<std::string> ParseRelease(const HttpRequest& request);
+
+// POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
+absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request);
+
+// GET /v1/auth's "?domain=" in `target` (the last one given, as written: not decoded), or
+// empty when the query names none.
+std::string_view DomainInQuery(std::string_view target);
+
+}  // namespace sluice::server
