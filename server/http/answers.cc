@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
+#include "server/http/request.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
 
@@ -262,8 +263,6 @@ std::string ProtoDuration(Micros d) {
   }
   return fmt::format("{}.{:06}s", us / kMicrosPerSecond, us % kMicrosPerSecond);
 }
-
-constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
 }  // namespace
 

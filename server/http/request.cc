@@ -286,8 +286,6 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(JsonObject body,
   return descriptors;
 }
 
-constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
-
 // POST /v1/acquire's "max_wait", a duration, read into `max_wait` when given.
 absl::Status ParseMaxWait(const Fields& fields, std::optional<Micros>* max_wait) {
   absl::StatusOr<std::optional<std::string>> text = fields.String("max_wait");

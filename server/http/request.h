@@ -9,6 +9,8 @@
 //
 // Thread-safe: each thread parses with its own simdjson parser, and the results own their data.
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +23,9 @@
 #include "sluice/duration.h"
 
 namespace sluice::server {
+
+// The largest hits_addend and requests_per_unit of Envoy's API: its proto declares them uint32.
+inline constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 
