@@ -7,12 +7,13 @@
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one TCP connection: handshake, pipelined script calls, replies;
-// with call.h (a request on its way and the script's calling convention), keys.h (key names
-// and hash slots), resp.h (RESP) and url.h beside them.
+// with call.h (a request on its way, and the script's calling convention), keys.h (key names
+// and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
 // Threads: callers reach the engine from any thread through Submit and SubmitLeases, which
-// hand their call over under incoming_mu_, and through Stats, which reads atomics. Everything
-// else, the connections included, runs on the I/O thread alone and takes no lock.
+// hand their call over under incoming_mu_, and through Stats, which reads atomics (RedisKey,
+// LeaseKey and local() read only what is constant or thread-safe). Everything else, the
+// connections included, runs on the I/O thread alone and takes no lock.
 
 #include <atomic>
 #include <cstdint>
@@ -77,7 +78,8 @@ class RedisStore::Impl {
     std::deque<Pending> asked;  // Batches an ASK sent here, to go first, after ASKING.
   };
 
-  // redis_store.cc: calls in and out.
+  // redis_store.cc: calls in and out. NewCall, SameSlot and Enqueue run on the caller's
+  // thread (from Submit), the rest on the I/O thread.
   CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
                   DecideDone done) const;
   bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
@@ -88,7 +90,7 @@ class RedisStore::Impl {
   template <typename Calls>
   void FailAll(Calls& calls, const absl::Status& status);
 
-  // redis_store.cc: nodes, routing and batching.
+  // redis_store.cc: nodes, routing and batching; I/O thread.
   Node& NodeAt(const RedisEndpoint& endpoint);
   void Route(CallPtr call);
   void Dispatch();
@@ -96,12 +98,12 @@ class RedisStore::Impl {
   bool AnyConnectionUsable() const;
   absl::Status NoConnection() const;
 
-  // redis_store.cc: deadlines and shutdown.
+  // redis_store.cc: deadlines and shutdown; I/O thread.
   void ArmTimer();
   void OnTimer();
   void Shutdown();
 
-  // cluster.cc: the slot map and redirections.
+  // cluster.cc: the slot map and redirections; I/O thread.
   void RefreshSlots();
   void OnSlots(const redisReply& reply, const RedisEndpoint& asked);
   void OnSlotsRefused(std::string_view error);
@@ -116,14 +118,14 @@ class RedisStore::Impl {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::thread thread_;
-  MemoryStore local_;  // The `local` policy's fallback.
+  MemoryStore local_;  // The `local` policy's fallback. Thread-safe itself.
 
   // Calls made on other threads, taken into the queues by the I/O thread.
   internal::Mutex incoming_mu_;
   std::vector<CallPtr> incoming_ ABSL_GUARDED_BY(incoming_mu_);
   bool take_scheduled_ ABSL_GUARDED_BY(incoming_mu_) = false;
 
-  // The I/O thread's own.
+  // The I/O thread's own (its connections' too): read and written there only, unlocked.
   std::vector<std::unique_ptr<Node>> nodes_;    // Never shrinks: connections point at nodes.
   std::vector<Node*> slot_owner_;               // Cluster: the node serving each slot.
   std::deque<CallPtr> unrouted_;                // Cluster: calls whose slot has no known owner.
@@ -135,8 +137,8 @@ class RedisStore::Impl {
   boost::asio::steady_timer timer_;  // The earliest deadline of all (ArmTimer).
   bool timer_armed_ = false;
   bool stopping_ = false;
-  std::string sha_;  // The script's, from SCRIPT LOAD.
-  std::string last_error_ = "not connected yet";
+  std::string sha_;                               // The script's, from SCRIPT LOAD.
+  std::string last_error_ = "not connected yet";  // For NoConnection's message.
 
   // Counters for Stats(): written on the I/O thread (calls_ on the callers'), read on any.
   std::atomic<uint64_t> calls_{0};
