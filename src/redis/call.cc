@@ -1,0 +1,105 @@
+#include "src/redis/call.h"
+
+#include "fmt/format.h"
+
+#include "src/redis/resp.h"
+
+namespace sluice::internal {
+namespace {
+
+constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
+constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
+constexpr int kArgsPerCall = 3;
+
+}  // namespace
+
+void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
+  if (caller_time) {
+    AppendBulk(call.args_resp, caller_time->time_since_epoch().count());
+  } else {
+    AppendBulk(call.args_resp, "");
+  }
+  AppendBulk(call.args_resp, call.cost);
+  AppendBulk(call.args_resp, static_cast<int64_t>(keys));
+}
+
+void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request) {
+  const Limit& l = *request.limit;
+  AppendBulk(call.keys_resp, redis_key);
+  AppendBulk(call.args_resp, static_cast<int64_t>(l.algorithm()));
+  AppendBulk(call.args_resp, l.limit());
+  AppendBulk(call.args_resp, l.period().count());
+  AppendBulk(call.args_resp, l.burst());
+  AppendBulk(call.args_resp, l.buckets());
+  AppendBulk(call.args_resp, l.rate_units());
+  AppendBulk(call.args_resp, l.rate_period_us());
+  call.limits.push_back(l);
+  call.keys.emplace_back(request.key);
+}
+
+void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key) {
+  AppendBulk(call.keys_resp, redis_key);
+  AppendBulk(call.args_resp, kLeaseCode);
+  AppendBulk(call.args_resp, key.capacity);
+  AppendBulk(call.args_resp, call.lease_ttl.count());
+  AppendBulk(call.args_resp, call.lease_id);
+  for (int unused = 0; unused < 3; ++unused) {
+    AppendBulk(call.args_resp, int64_t{0});
+  }
+  call.capacities.push_back(key.capacity);
+  call.keys.emplace_back(key.key);
+}
+
+std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha,
+                         std::string_view margin_ms) {
+  size_t keys = 0;
+  size_t args = 2;
+  size_t bytes = 128;
+  for (const CallPtr& c : calls) {
+    keys += c->keys.size();
+    args += kArgsPerCall + kArgsPerLimit * c->keys.size();
+    bytes += c->keys_resp.size() + c->args_resp.size();
+  }
+  std::string out;
+  out.reserve(bytes);
+  out += fmt::format("*{}\r\n", 3 + keys + args);
+  AppendBulk(out, "EVALSHA");
+  AppendBulk(out, sha);
+  AppendBulk(out, static_cast<int64_t>(keys));
+  for (const CallPtr& c : calls) {
+    out += c->keys_resp;
+  }
+  AppendBulk(out, margin_ms);
+  AppendBulk(out, static_cast<int64_t>(calls.size()));
+  for (const CallPtr& c : calls) {
+    out += c->args_resp;
+  }
+  return out;
+}
+
+absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call) {
+  if (reply.type != REDIS_REPLY_ARRAY || at >= reply.elements ||
+      reply.element[at]->type != REDIS_REPLY_INTEGER) {
+    return absl::InternalError("redis: the script's reply is malformed");
+  }
+  if (reply.element[at]->integer == 0) {
+    const redisReply* message = at + 1 < reply.elements ? reply.element[at + 1] : nullptr;
+    at += 2;
+    return absl::InternalError(
+        fmt::format("redis: {}", message && message->str ? message->str : "script error"));
+  }
+  ++at;
+  if (at + 5 * call.keys.size() > reply.elements) {
+    return absl::InternalError("redis: the script's reply is short");
+  }
+  for (size_t i = 0; i < call.keys.size(); ++i, at += 5) {
+    call.each[i] = {.allowed = reply.element[at]->integer != 0,
+                    .remaining = reply.element[at + 1]->integer,
+                    .reset_after = Micros{reply.element[at + 2]->integer},
+                    .retry_after = Micros{reply.element[at + 3]->integer},
+                    .delay = Micros{reply.element[at + 4]->integer}};
+  }
+  return Combine(call.each);
+}
+
+}  // namespace sluice::internal

@@ -1,0 +1,87 @@
+#pragma once
+
+// A Call, one decision request on its way to Redis, and Pending, what a connection waits for
+// Redis to answer, in the order it was sent. With them, the script's calling convention, as
+// the header of src/redis/decide.lua states it, in both directions: each call's keys and ARGV,
+// framed as the call is made; a batch of calls, framed as one EVALSHA; and the script's reply,
+// read back into each call's decisions.
+//
+// Thread-compatible: a Call is built on its caller's thread and then handed to the store's
+// I/O thread, the only one to touch it afterwards.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include <hiredis/hiredis.h>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limit.h"
+#include "sluice/store.h"
+
+namespace sluice::internal {
+
+using SteadyClock = std::chrono::steady_clock;
+using SteadyTime = SteadyClock::time_point;
+
+// One decision request on its way to Redis.
+struct Call {
+  std::vector<Limit> limits;      // For the local fallback (empty for leases).
+  std::vector<std::string> keys;  // The caller's keys: the local fallback, the reply's size.
+  // A request of leases (Store::LeaseAll) instead of limits.
+  std::optional<LeaseOp> lease_op;
+  std::vector<int64_t> capacities;
+  std::string lease_id;
+  Micros lease_ttl{0};
+  std::string keys_resp;  // The Redis keys, framed.
+  std::string args_resp;  // This request's part of ARGV, framed.
+  int64_t cost = 0;
+  Timestamp now;
+  std::span<Decision> each;
+  DecideDone done;
+  SteadyTime deadline;
+  int slot = -1;      // The Redis Cluster hash slot of its keys; -1 outside a cluster.
+  int redirects = 0;  // MOVED, ASK and TRYAGAIN followed so far.
+};
+using CallPtr = std::unique_ptr<Call>;
+
+// Script calls in flight on a connection, and the handshake before them.
+struct Pending {
+  enum class Kind { kAuth, kSelect, kScriptLoad, kSlots, kAsking, kBatch };
+  Kind kind;
+  std::vector<CallPtr> calls;  // kBatch
+  std::string command;         // kBatch: sent again after a NOSCRIPT or a redirection.
+  bool retried = false;        // kBatch: NOSCRIPT seen once already.
+  bool asking = false;         // kBatch: sent after ASKING (an ASK brought it here).
+  SteadyTime deadline;
+};
+
+// The head of the call's part of ARGV: the time (`caller_time`, or '' for Redis's TIME), the
+// call's cost (or its lease op) and the number of keys it will have.
+void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys);
+
+// Adds one limit on one key to the call: its Redis key `redis_key` and its arguments.
+void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request);
+
+// Adds one key of a request of leases to the call: its Redis key `redis_key` and its
+// arguments, with the call's lease id and ttl.
+void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key);
+
+// The EVALSHA of the script `sha` that decides `calls` in one script call, their keys expiring
+// `margin_ms` (in decimal) after their reset_after.
+std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha,
+                         std::string_view margin_ms);
+
+// Reads `call`'s part of the script's reply to its batch, which starts at element `at`, and
+// moves `at` past it (as far as it can be read). Writes the call's decisions to `call.each`
+// and returns their Combine; Internal for a script error or a reply that is malformed.
+absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call);
+
+}  // namespace sluice::internal

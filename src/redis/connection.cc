@@ -1,0 +1,311 @@
+#include "src/redis/connection.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "boost/asio/connect.hpp"
+#include "boost/asio/write.hpp"
+#include "fmt/format.h"
+
+namespace sluice {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using internal::Command;
+using internal::ReplyPtr;
+
+}  // namespace
+
+RedisStore::Impl::Connection::Connection(Impl& store, Node& node)
+    : store_(store),
+      node_(node),
+      socket_(store.io_),
+      resolver_(store.io_),
+      retry_(store.io_),
+      backoff_(store.options_.backoff_min) {}
+
+RedisStore::Impl::Connection::~Connection() {
+  if (reader_ != nullptr) {
+    redisReaderFree(reader_);
+  }
+}
+
+std::optional<internal::SteadyTime> RedisStore::Impl::Connection::deadline() const {
+  std::optional<SteadyTime> earliest;
+  for (const Pending& p : pending_) {
+    earliest = earliest ? std::min(*earliest, p.deadline) : p.deadline;
+  }
+  if (!earliest && state_ == State::kOpening) {
+    return open_deadline_;
+  }
+  return earliest;
+}
+
+void RedisStore::Impl::Connection::Connect() {
+  state_ = State::kOpening;
+  open_deadline_ =
+      SteadyClock::now() +
+      std::max<SteadyClock::duration>(store_.options_.timeout, std::chrono::milliseconds(250));
+  const uint64_t generation = generation_;
+  const RedisEndpoint& endpoint = node_.endpoint;
+  resolver_.async_resolve(
+      endpoint.host, std::to_string(endpoint.port),
+      [this, generation](boost::system::error_code ec, tcp::resolver::results_type results) {
+        if (generation != generation_) {
+          return;
+        }
+        if (ec) {
+          Fail(absl::UnavailableError(
+              fmt::format("cannot resolve {}: {}", node_.endpoint.host, ec.message())));
+          return;
+        }
+        asio::async_connect(socket_, results,
+                            [this, generation](boost::system::error_code ec, const tcp::endpoint&) {
+                              if (generation != generation_) {
+                                return;
+                              }
+                              if (ec) {
+                                Fail(absl::UnavailableError(
+                                    fmt::format("cannot connect to {}:{}: {}", node_.endpoint.host,
+                                                node_.endpoint.port, ec.message())));
+                                return;
+                              }
+                              OnConnected();
+                            });
+      });
+  store_.ArmTimer();
+}
+
+void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
+  batch.asking = asking;
+  if (asking) {
+    Control(Pending::Kind::kAsking, Command({"ASKING"}), batch.deadline);
+  }
+  ++batches_;
+  store_.script_calls_.fetch_add(1, std::memory_order_relaxed);
+  out_ += batch.command;
+  pending_.push_back(std::move(batch));
+  Flush();
+}
+
+void RedisStore::Impl::Connection::AskSlots() {
+  Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
+          SteadyClock::now() + store_.options_.timeout);
+}
+
+void RedisStore::Impl::Connection::Fail(const absl::Status& status) {
+  store_.last_error_ = std::string(status.message());
+  Close(status);
+  if (store_.stopping_) {
+    return;
+  }
+  retry_.expires_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, store_.options_.backoff_max);
+  retry_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !store_.stopping_) {
+      store_.reconnects_.fetch_add(1, std::memory_order_relaxed);
+      Connect();
+    }
+  });
+  store_.Dispatch();  // Fails fast what waits, if no other connection can take it.
+}
+
+void RedisStore::Impl::Connection::Close(const absl::Status& status) {
+  ++generation_;  // Handlers of the old socket see a new generation and do nothing.
+  if (state_ == State::kReady) {
+    store_.ready_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  resolver_.cancel();
+  if (store_.stopping_) {
+    retry_.cancel();
+  }
+  state_ = State::kClosed;
+  out_.clear();
+  writing_.clear();
+  writing_now_ = false;
+  batches_ = 0;
+  if (reader_ != nullptr) {
+    redisReaderFree(reader_);
+    reader_ = nullptr;
+  }
+  std::deque<Pending> pending;
+  pending.swap(pending_);
+  for (Pending& p : pending) {
+    if (p.kind == Pending::Kind::kSlots) {
+      store_.slots_asked_ = false;
+    }
+    store_.FailAll(p.calls, status);
+  }
+}
+
+void RedisStore::Impl::Connection::OnConnected() {
+  boost::system::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+  reader_ = redisReaderCreate();
+  const RedisStoreOptions& o = store_.options_;
+  if (!o.password.empty()) {
+    Control(Pending::Kind::kAuth,
+            o.user.empty() ? Command({"AUTH", o.password}) : Command({"AUTH", o.user, o.password}),
+            open_deadline_);
+  }
+  if (o.database != 0) {
+    Control(Pending::Kind::kSelect, Command({"SELECT", std::to_string(o.database)}),
+            open_deadline_);
+  }
+  Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), open_deadline_);
+  Read();
+}
+
+void RedisStore::Impl::Connection::Control(Pending::Kind kind, std::string command,
+                                           SteadyTime deadline) {
+  out_ += command;
+  pending_.push_back({.kind = kind, .deadline = deadline});
+  Flush();
+}
+
+void RedisStore::Impl::Connection::Flush() {
+  if (writing_now_ || out_.empty()) {
+    return;
+  }
+  writing_now_ = true;
+  writing_.swap(out_);
+  const uint64_t generation = generation_;
+  asio::async_write(
+      socket_, asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
+        if (generation != generation_) {
+          return;
+        }
+        writing_now_ = false;
+        writing_.clear();
+        if (ec) {
+          Fail(absl::UnavailableError(fmt::format("writing to Redis: {}", ec.message())));
+          return;
+        }
+        Flush();
+      });
+}
+
+void RedisStore::Impl::Connection::Read() {
+  const uint64_t generation = generation_;
+  socket_.async_read_some(
+      asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
+        if (generation != generation_) {
+          return;
+        }
+        if (ec) {
+          Fail(absl::UnavailableError(ec == asio::error::eof
+                                          ? std::string("Redis closed the connection")
+                                          : fmt::format("reading from Redis: {}", ec.message())));
+          return;
+        }
+        if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+          Fail(absl::UnavailableError("Redis sent what is not RESP"));
+          return;
+        }
+        while (generation == generation_) {
+          void* reply = nullptr;
+          if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+            Fail(absl::UnavailableError("Redis sent what is not RESP"));
+            return;
+          }
+          if (reply == nullptr) {
+            break;
+          }
+          OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
+        }
+        if (generation == generation_) {
+          Read();
+        }
+      });
+}
+
+void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
+  if (pending_.empty()) {
+    Fail(absl::UnavailableError("Redis sent a reply nobody asked for"));
+    return;
+  }
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  const bool error = reply->type == REDIS_REPLY_ERROR;
+  const std::string_view text =
+      reply->str != nullptr ? std::string_view(reply->str, reply->len) : std::string_view();
+  switch (p.kind) {
+    case Pending::Kind::kAuth:
+    case Pending::Kind::kSelect:
+      if (error) {
+        Fail(absl::UnavailableError(fmt::format(
+            "Redis refused {}: {}", p.kind == Pending::Kind::kAuth ? "AUTH" : "SELECT", text)));
+      }
+      return;
+    case Pending::Kind::kAsking:
+      return;  // +OK; the batch behind it carries the answer.
+    case Pending::Kind::kSlots:
+      if (error) {
+        store_.OnSlotsRefused(text);
+      } else {
+        store_.OnSlots(*reply, node_.endpoint);
+      }
+      store_.Dispatch();
+      return;
+    case Pending::Kind::kScriptLoad:
+      if (error || reply->type != REDIS_REPLY_STRING) {
+        Fail(absl::UnavailableError(fmt::format("Redis refused SCRIPT LOAD: {}", text)));
+        return;
+      }
+      store_.sha_ = std::string(text);
+      if (state_ == State::kOpening) {
+        state_ = State::kReady;
+        backoff_ = store_.options_.backoff_min;
+        store_.ready_.fetch_add(1, std::memory_order_relaxed);
+        if (store_.options_.cluster && !store_.slots_known_) {
+          store_.RefreshSlots();  // Learn the map before the first call needs it.
+        }
+        store_.Dispatch();
+      }
+      return;
+    case Pending::Kind::kBatch:
+      OnBatchReply(std::move(p), *reply, error, text);
+      return;
+  }
+}
+
+void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& reply, bool error,
+                                                std::string_view text) {
+  --batches_;
+  if (error && text.starts_with("NOSCRIPT") && !p.retried) {
+    // The script cache was flushed (SCRIPT FLUSH, a restart, a failover): load it again
+    // and resend, in order, on this connection.
+    p.retried = true;
+    Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), p.deadline);
+    if (p.asking) {
+      Control(Pending::Kind::kAsking, Command({"ASKING"}), p.deadline);
+    }
+    ++batches_;
+    out_ += p.command;
+    pending_.push_back(std::move(p));
+    Flush();
+    return;
+  }
+  const bool redirected =
+      text.starts_with("MOVED ") || text.starts_with("ASK ") || text.starts_with("TRYAGAIN");
+  if (error && redirected && store_.options_.cluster) {
+    store_.Redirect(std::move(p), text);
+  } else if (error && redirected) {
+    store_.FailAll(p.calls, absl::UnavailableError(
+                                fmt::format("redis: {}: this server is a Redis Cluster node; use "
+                                            "redis+cluster:// to follow its redirections",
+                                            text)));
+  } else if (error) {
+    // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
+    // deciding.
+    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
+  } else {
+    store_.CompleteBatch(p.calls, reply);
+  }
+  store_.Dispatch();
+}
+
+}  // namespace sluice

@@ -1,0 +1,90 @@
+#pragma once
+
+// One TCP connection of RedisStore's to one Redis server: handshake (AUTH, SELECT, SCRIPT
+// LOAD), then pipelined script calls, their replies read back in order by hiredis's
+// redisReader and handed to the store. A connection that fails closes, fails what it carried,
+// and reconnects after a backoff that doubles up to options.backoff_max.
+//
+// Not thread-safe: a connection lives on its store's I/O thread (redis_store_impl.h), and
+// every function here runs there.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include <hiredis/hiredis.h>
+
+#include "src/redis/call.h"
+#include "src/redis/redis_store_impl.h"
+#include "src/redis/resp.h"
+
+namespace sluice {
+
+class RedisStore::Impl::Connection {
+ public:
+  // Both must outlive the connection: the store owns its nodes, and each node its connections.
+  Connection(Impl& store, Node& node);
+  ~Connection();
+
+  bool ready() const { return state_ == State::kReady; }
+  bool opening() const { return state_ == State::kOpening; }
+  int batches() const { return batches_; }
+
+  // The deadline of the oldest thing this connection waits for. A NOSCRIPT or ASK resend puts
+  // an older batch behind newer ones, so look at them all (at most `pipeline`, and a few
+  // commands of the store's own).
+  std::optional<SteadyTime> deadline() const;
+
+  // Resolves the node's host, connects, and starts the handshake.
+  void Connect();
+  // Sends a batch; after ASKING when an ASK redirected it here.
+  void Send(Pending batch, bool asking);
+  // Asks for the cluster's slot map; the store hears the answer (OnSlots).
+  void AskSlots();
+  // Closes the socket and fails everything in flight with `status`; reconnects after the
+  // backoff unless the store is stopping.
+  void Fail(const absl::Status& status);
+  // The first half of Fail, and all of it when the store shuts down: closes the socket and
+  // fails everything in flight with `status`.
+  void Close(const absl::Status& status);
+
+ private:
+  enum class State { kClosed, kOpening, kReady };
+
+  void OnConnected();
+  // A command of the store's own (not a batch), answered in order with the rest.
+  void Control(Pending::Kind kind, std::string command, SteadyTime deadline);
+  void Flush();
+  void Read();
+  // A reply, to the oldest command in flight.
+  void OnReply(internal::ReplyPtr reply);
+  // A reply to a batch: its decisions, a NOSCRIPT, a redirection or a failure of the batch.
+  // `error` and `text` are the reply's: whether it is an error, and its text.
+  void OnBatchReply(Pending p, const redisReply& reply, bool error, std::string_view text);
+
+  Impl& store_;
+  Node& node_;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::ip::tcp::resolver resolver_;
+  boost::asio::steady_timer retry_;
+  std::chrono::milliseconds backoff_;
+  State state_ = State::kClosed;
+  uint64_t generation_ = 0;
+  SteadyTime open_deadline_;
+  std::deque<Pending> pending_;
+  int batches_ = 0;
+  std::string out_;      // Commands not yet written.
+  std::string writing_;  // Commands being written.
+  bool writing_now_ = false;
+  std::array<char, 16384> in_;
+  redisReader* reader_ = nullptr;
+};
+
+}  // namespace sluice

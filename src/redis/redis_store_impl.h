@@ -1,0 +1,164 @@
+#pragma once
+
+// RedisStore::Impl, the engine behind RedisStore: one I/O thread, its io_context, the Redis
+// servers (nodes) with their connections and queues. Declared here so that the files that
+// define it share one declaration; read it as their table of contents:
+//   redis_store.cc  the store: calls in, routing to nodes, batching, deadlines, the failure
+//                   policy, and RedisStore's own functions;
+//   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
+//   connection.cc   one TCP connection: handshake, pipelined script calls, replies;
+// with call.h (a request on its way, and the script's calling convention), keys.h (key names
+// and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
+//
+// Threads: callers reach the engine from any thread through Submit and SubmitLeases, which
+// hand their call over under incoming_mu_, and through Stats, which reads atomics (RedisKey,
+// LeaseKey and local() read only what is constant or thread-safe). Everything else, the
+// connections included, runs on the I/O thread alone and takes no lock.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include <hiredis/hiredis.h>
+
+#include "sluice/memory_store.h"
+#include "sluice/redis_store.h"
+#include "src/core/mutex.h"
+#include "src/redis/call.h"
+
+namespace sluice {
+
+class RedisStore::Impl {
+ public:
+  // Starts the I/O thread, which begins connecting to every endpoint.
+  explicit Impl(RedisStoreOptions options);
+  // Fails the calls still waiting (Cancelled) and joins the I/O thread.
+  ~Impl();
+
+  // From any thread.
+  const MemoryStore& local() const { return local_; }
+  std::string RedisKey(const Limit& limit, std::string_view key) const;
+  std::string LeaseKey(std::string_view key) const;
+  // Frame a request as one Call and queue it for the I/O thread, which completes it by
+  // `done`; or complete it at once on this thread (InvalidArgument) when its keys are in
+  // different cluster slots.
+  void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+              std::span<Decision> each, DecideDone done);
+  void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
+                    Timestamp now, std::span<Decision> each, DecideDone done);
+  RedisStoreStats Stats() const;
+
+ private:
+  class Connection;  // connection.h
+
+  using Call = internal::Call;
+  using CallPtr = internal::CallPtr;
+  using Pending = internal::Pending;
+  using SteadyClock = internal::SteadyClock;
+  using SteadyTime = internal::SteadyTime;
+
+  // One Redis server: a standalone server, or a cluster node, with its connections and the
+  // calls waiting to be sent to it.
+  struct Node {
+    RedisEndpoint endpoint;
+    std::vector<std::unique_ptr<Connection>> connections;
+    std::deque<CallPtr> queue;
+    std::deque<Pending> asked;  // Batches an ASK sent here, to go first, after ASKING.
+  };
+
+  // redis_store.cc: calls in and out. NewCall, SameSlot and Enqueue run on the caller's
+  // thread (from Submit), the rest on the I/O thread.
+  CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                  DecideDone done) const;
+  bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
+  void Enqueue(CallPtr call);
+  void TakeIncoming();
+  void Complete(Call& call, absl::StatusOr<Decision> result);
+  void CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply);
+  template <typename Calls>
+  void FailAll(Calls& calls, const absl::Status& status);
+
+  // redis_store.cc: nodes, routing and batching; I/O thread.
+  Node& NodeAt(const RedisEndpoint& endpoint);
+  void Route(CallPtr call);
+  void Dispatch();
+  void DispatchTo(Node& node);
+  bool AnyConnectionUsable() const;
+  absl::Status NoConnection() const;
+
+  // redis_store.cc: deadlines and shutdown; I/O thread.
+  void ArmTimer();
+  void OnTimer();
+  void Shutdown();
+
+  // cluster.cc: the slot map and redirections; I/O thread.
+  void RefreshSlots();
+  void OnSlots(const redisReply& reply, const RedisEndpoint& asked);
+  void OnSlotsRefused(std::string_view error);
+  void Redirect(Pending batch, std::string_view error);
+
+  // Constant after construction; read on any thread.
+  const RedisStoreOptions options_;
+  const std::string margin_ms_;  // options_.expiry_margin, as ARGV carries it.
+
+  // The I/O thread and its loop. The loop is declared before everything that waits on it
+  // (sockets, timers), so that it is destroyed after them.
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::thread thread_;
+  MemoryStore local_;  // The `local` policy's fallback. Thread-safe itself.
+
+  // Calls made on other threads, taken into the queues by the I/O thread.
+  internal::Mutex incoming_mu_;
+  std::vector<CallPtr> incoming_ ABSL_GUARDED_BY(incoming_mu_);
+  bool take_scheduled_ ABSL_GUARDED_BY(incoming_mu_) = false;
+
+  // The I/O thread's own (its connections' too): read and written there only, unlocked.
+  std::vector<std::unique_ptr<Node>> nodes_;    // Never shrinks: connections point at nodes.
+  std::vector<Node*> slot_owner_;               // Cluster: the node serving each slot.
+  std::deque<CallPtr> unrouted_;                // Cluster: calls whose slot has no known owner.
+  bool slots_asked_ = false;                    // A CLUSTER SLOTS is in flight.
+  bool slots_known_ = false;                    // One has been answered.
+  SteadyTime slots_asked_at_;                   // When the last one was asked.
+  boost::asio::steady_timer slots_timer_{io_};  // Waits out kSlotsInterval before the next.
+  bool slots_timer_armed_ = false;
+  boost::asio::steady_timer timer_;  // The earliest deadline of all (ArmTimer).
+  bool timer_armed_ = false;
+  bool stopping_ = false;
+  std::string sha_;                               // The script's, from SCRIPT LOAD.
+  std::string last_error_ = "not connected yet";  // For NoConnection's message.
+
+  // Counters for Stats(): written on the I/O thread (calls_ on the callers'), read on any.
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> script_calls_{0};
+  std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> fallbacks_{0};
+  std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> redirects_{0};
+  std::atomic<uint64_t> asks_{0};
+  std::atomic<int> ready_{0};
+};
+
+// Completes every call of `calls` with `status`, leaving `calls` empty.
+template <typename Calls>
+void RedisStore::Impl::FailAll(Calls& calls, const absl::Status& status) {
+  Calls failing;
+  failing.swap(calls);
+  for (CallPtr& c : failing) {
+    Complete(*c, status);
+  }
+}
+
+}  // namespace sluice

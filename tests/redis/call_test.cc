@@ -1,0 +1,178 @@
+// The script's calling convention as the Redis store keeps it (src/redis/decide.lua's header):
+// a batch of calls framed as one EVALSHA, and the script's reply read back into each call's
+// decisions. Read as Redis and the store read them, by hiredis, without a server.
+
+#include "src/redis/call.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "sluice/limit.h"
+#include "sluice/store.h"
+#include "tests/redis/resp_reader.h"
+#include "tests/testing/util.h"
+
+namespace sluice::internal {
+namespace {
+
+using testing::At;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using testing::kEpoch;
+using testing::MustLimit;
+using testing::ReadResp;
+using namespace std::chrono_literals;
+
+// The bulk strings of a RESP array, as text.
+std::vector<std::string> Strings(const redisReply& reply) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < reply.elements; ++i) {
+    out.emplace_back(reply.element[i]->str, reply.element[i]->len);
+  }
+  return out;
+}
+
+// A reply of integers, as the script answers: "*<n>\r\n:<v>\r\n...".
+std::string IntegerReply(const std::vector<int64_t>& values) {
+  std::string out = "*" + std::to_string(values.size()) + "\r\n";
+  for (int64_t v : values) {
+    out += ":" + std::to_string(v) + "\r\n";
+  }
+  return out;
+}
+
+TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
+  // A request on one limit, at Redis's time ('').
+  Call limited;
+  limited.cost = 1;
+  AppendHead(limited, std::nullopt, 1);
+  const Limit gcra =
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = 20});
+  AppendLimit(limited, "sluice:g10/1000000b20:{alice}", {&gcra, "alice"});
+  // A request of leases on two keys, at the caller's time.
+  Call leases;
+  leases.cost = static_cast<int64_t>(LeaseOp::kTake);
+  leases.lease_id = "job-7";
+  leases.lease_ttl = Micros{5'000'000};
+  AppendHead(leases, At(kEpoch), 2);
+  AppendLease(leases, "sluice:lease:{jobs}", {"jobs", 3});
+  AppendLease(leases, "sluice:lease:{mail}", {"mail", 1});
+
+  std::vector<CallPtr> calls;
+  calls.push_back(std::make_unique<Call>(std::move(limited)));
+  calls.push_back(std::make_unique<Call>(std::move(leases)));
+  const ReplyPtr command = ReadResp(BatchCommand(calls, "0123abcd", "1000"));
+  ASSERT_NE(command, nullptr);
+  ASSERT_EQ(command->type, REDIS_REPLY_ARRAY);
+  EXPECT_THAT(Strings(*command),
+              ElementsAreArray<std::string>({
+                  "EVALSHA", "0123abcd", "3",  // The script, and the number of keys.
+                  "sluice:g10/1000000b20:{alice}", "sluice:lease:{jobs}", "sluice:lease:{mail}",
+                  "1000", "2",  // margin_ms, and the number of requests.
+                  // time, cost, limit count; then algorithm (kGcra), N, P, B, K, N', P'.
+                  "", "1", "1", "5", "10", "1000000", "20", "1", "1", "100000",
+                  // time, op (kTake), key count; then per key 7, capacity, ttl, id, 0, 0, 0.
+                  "1700000000000000", "1", "2",                 //
+                  "7", "3", "5000000", "job-7", "0", "0", "0",  //
+                  "7", "1", "5000000", "job-7", "0", "0", "0",  //
+              }));
+}
+
+// Beside their framing, a call keeps its caller's keys (the reply's size, the local fallback's
+// keys) and its limits or capacities (the local fallback's).
+TEST(CallTest, KeepsWhatTheLocalFallbackAndTheReplyNeed) {
+  Call limited;
+  const Limit window = MustLimit({.limit = 5, .period = 1min});
+  AppendLimit(limited, "k1", {&window, "alice"});
+  AppendLimit(limited, "k2", {&window, "{alice}:ip"});
+  EXPECT_THAT(limited.keys, ElementsAre("alice", "{alice}:ip"));
+  EXPECT_THAT(limited.limits, ElementsAre(window, window));
+  Call leases;
+  AppendLease(leases, "k", {"jobs", 3});
+  EXPECT_THAT(leases.keys, ElementsAre("jobs"));
+  EXPECT_THAT(leases.capacities, ElementsAre(3));
+  EXPECT_TRUE(leases.limits.empty());
+}
+
+// A call with a key for each of `each`, to which its decisions go.
+Call CallOf(std::vector<Decision>& each) {
+  Call call;
+  call.keys.assign(each.size(), "k");
+  call.each = each;
+  return call;
+}
+
+TEST(ReadReplyTest, GivesEachCallItsDecisionsInOrder) {
+  // 1, then five figures per key: allowed, remaining, reset_after, retry_after, delay.
+  const ReplyPtr reply = ReadResp(IntegerReply({1, 1, 4, 100, 0, 0,  //
+                                                1, 1, 2, 500, 0, 0, 0, 0, 900, 300, 7}));
+  ASSERT_NE(reply, nullptr);
+  std::vector<Decision> one(1);
+  std::vector<Decision> two(2);
+  Call first = CallOf(one);
+  Call second = CallOf(two);
+  size_t at = 0;
+  const absl::StatusOr<Decision> a = ReadReply(*reply, at, first);
+  EXPECT_EQ(at, 6u);
+  const absl::StatusOr<Decision> b = ReadReply(*reply, at, second);
+  EXPECT_EQ(at, 17u);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(one[0], (Decision{.allowed = true, .remaining = 4, .reset_after = Micros{100}}));
+  EXPECT_EQ(*a, one[0]);
+  EXPECT_EQ(two[0], (Decision{.allowed = true, .remaining = 2, .reset_after = Micros{500}}));
+  EXPECT_EQ(two[1], (Decision{.allowed = false,
+                              .remaining = 0,
+                              .reset_after = Micros{900},
+                              .retry_after = Micros{300},
+                              .delay = Micros{7}}));
+  EXPECT_EQ(*b, Combine(two));
+  EXPECT_FALSE(b->allowed);
+}
+
+// A request the script refused (0 and a message) fails alone; the next is read after it.
+TEST(ReadReplyTest, FailsOnlyTheCallTheScriptRefused) {
+  const ReplyPtr reply =
+      ReadResp("*8\r\n:0\r\n$20\r\nWRONGTYPE wrong kind\r\n:1\r\n:1\r\n:2\r\n:3\r\n:0\r\n:0\r\n");
+  ASSERT_NE(reply, nullptr);
+  std::vector<Decision> one(1);
+  std::vector<Decision> other(1);
+  Call refused = CallOf(one);
+  Call next = CallOf(other);
+  size_t at = 0;
+  const absl::StatusOr<Decision> a = ReadReply(*reply, at, refused);
+  EXPECT_TRUE(absl::IsInternal(a.status())) << a.status();
+  EXPECT_EQ(a.status().message(), "redis: WRONGTYPE wrong kind");
+  EXPECT_EQ(at, 2u);
+  const absl::StatusOr<Decision> b = ReadReply(*reply, at, next);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->remaining, 2);
+  EXPECT_EQ(at, 8u);
+}
+
+TEST(ReadReplyTest, RefusesAReplyOfAnotherShape) {
+  std::vector<Decision> one(1);
+  Call call = CallOf(one);
+  auto read = [&](std::string_view bytes) {
+    const ReplyPtr reply = ReadResp(bytes);
+    if (reply == nullptr) {
+      return std::string("not RESP");
+    }
+    size_t at = 0;
+    absl::StatusOr<Decision> d = ReadReply(*reply, at, call);
+    EXPECT_TRUE(absl::IsInternal(d.status())) << bytes;
+    return std::string(d.status().message());
+  };
+  EXPECT_EQ(read(":1\r\n"), "redis: the script's reply is malformed");  // Not an array.
+  EXPECT_EQ(read("*0\r\n"), "redis: the script's reply is malformed");  // Nothing for it.
+  EXPECT_EQ(read("*1\r\n$1\r\n1\r\n"), "redis: the script's reply is malformed");  // No integer.
+  EXPECT_EQ(read("*3\r\n:1\r\n:1\r\n:4\r\n"), "redis: the script's reply is short");
+  EXPECT_EQ(read("*1\r\n:0\r\n"), "redis: script error");  // Refused, without a message.
+}
+
+}  // namespace
+}  // namespace sluice::internal

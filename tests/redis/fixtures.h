@@ -1,0 +1,34 @@
+#pragma once
+
+// What the tests of RedisStore against a real redis-server share: a store that must be
+// created, and the options for a test's own server (its URL, the caller's time, generous
+// timeouts and expiries).
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "gtest/gtest.h"
+
+#include "sluice/redis_store.h"
+#include "tests/testing/redis_server.h"
+
+namespace sluice::testing {
+
+inline std::unique_ptr<RedisStore> MustStore(RedisStoreOptions options) {
+  absl::StatusOr<std::unique_ptr<RedisStore>> store = RedisStore::Create(std::move(options));
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+inline RedisStoreOptions OptionsFor(const RedisServer& server) {
+  using namespace std::chrono_literals;
+  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(server.url());
+  EXPECT_TRUE(options.ok()) << options.status();
+  options->use_caller_time = true;
+  options->timeout = 2s;          // Sanitizer builds on a busy machine can be slow.
+  options->expiry_margin = 600s;  // Test time runs ahead of real time: keep keys meanwhile.
+  return *options;
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,417 @@
+// RedisStore shared: a fleet of 4 processes x 4 threads on one key of one redis-server, and a
+// Redis Cluster of three masters the tests create, with a slot migrated during traffic.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "sluice/algorithms.h"
+#include "sluice/memory_store.h"
+#include "sluice/redis_store.h"
+#include "tests/redis/fixtures.h"
+#include "tests/testing/random.h"
+#include "tests/testing/redis_server.h"
+#include "tests/testing/util.h"
+
+namespace sluice {
+namespace {
+
+using testing::At;
+using testing::kEpoch;
+using testing::MustLimit;
+using testing::MustStore;
+using testing::RedisServer;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Exactness across processes: a fleet of 4 processes x 4 threads on one key.
+
+struct Admission {
+  int64_t window;     // Which window admitted it (fixed_window), or 0.
+  int64_t remaining;  // Its remaining: each admission in a window has its own.
+};
+
+// Runs `work` in `processes` child processes (each builds its own store and threads after the
+// fork) and gathers what each admitted.
+std::vector<Admission> InChildren(int processes,
+                                  const std::function<std::vector<Admission>()>& work) {
+  std::vector<std::pair<pid_t, int>> children;
+  for (int i = 0; i < processes; ++i) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      const std::vector<Admission> admitted = work();
+      const char* data = reinterpret_cast<const char*>(admitted.data());
+      size_t left = admitted.size() * sizeof(Admission);
+      while (left > 0) {
+        const ssize_t n = write(fds[1], data, left);
+        if (n <= 0) {
+          _exit(1);
+        }
+        data += n;
+        left -= static_cast<size_t>(n);
+      }
+      _exit(0);
+    }
+    close(fds[1]);
+    children.emplace_back(pid, fds[0]);
+  }
+  std::vector<Admission> all;
+  for (auto [pid, fd] : children) {
+    std::string bytes;
+    char buffer[65536];
+    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) {
+      bytes.append(buffer, static_cast<size_t>(n));
+    }
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const size_t count = bytes.size() / sizeof(Admission);
+    const size_t at = all.size();
+    all.resize(at + count);
+    std::memcpy(all.data() + at, bytes.data(), count * sizeof(Admission));
+  }
+  return all;
+}
+
+// `threads` threads calling `decide` until `until`; the admissions they saw.
+std::vector<Admission> Hammer(int threads, std::chrono::steady_clock::time_point until,
+                              const std::function<std::optional<Admission>()>& decide) {
+  std::vector<std::vector<Admission>> each(static_cast<size_t>(threads));
+  std::vector<std::thread> running;
+  for (auto& admitted : each) {
+    running.emplace_back([&] {
+      while (std::chrono::steady_clock::now() < until) {
+        if (std::optional<Admission> a = decide()) {
+          admitted.push_back(*a);
+        }
+      }
+    });
+  }
+  std::vector<Admission> all;
+  for (size_t i = 0; i < running.size(); ++i) {
+    running[i].join();
+    all.insert(all.end(), each[i].begin(), each[i].end());
+  }
+  return all;
+}
+
+TEST(RedisFleetTest, FourProcessesOfFourThreadsAdmitExactlyTheLimitPerWindow) {
+  RedisServer server;
+  constexpr int64_t kLimit = 1000;
+  constexpr int64_t kPeriod = 250'000;  // 250 ms windows on Redis's clock.
+  const Limit limit = MustLimit({.limit = kLimit, .period = Micros{kPeriod}});
+  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  const std::vector<Admission> admitted = InChildren(4, [&] {
+    RedisStoreOptions options = *ParseRedisUrl(server.url());
+    std::unique_ptr<RedisStore> redis = *RedisStore::Create(options);
+    return Hammer(4, until, [&]() -> std::optional<Admission> {
+      absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, Timestamp{});
+      if (!d.ok() || !d->allowed) {
+        return std::nullopt;
+      }
+      // Redis's clock is this machine's: the window ends at now + reset_after, give or take
+      // the round trip.
+      const int64_t now =
+          std::chrono::duration_cast<Micros>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      return Admission{.window = (now + d->reset_after.count() + kPeriod / 2) / kPeriod,
+                       .remaining = d->remaining};
+    });
+  });
+  std::map<int64_t, std::vector<int64_t>> by_window;
+  for (const Admission& a : admitted) {
+    by_window[a.window].push_back(a.remaining);
+  }
+  ASSERT_GE(by_window.size(), 5u);
+  int full = 0;
+  for (auto& [window, remaining] : by_window) {
+    std::sort(remaining.begin(), remaining.end());
+    // Never more than the limit, and each admission its own place in the window.
+    EXPECT_LE(static_cast<int64_t>(remaining.size()), kLimit) << "window " << window;
+    EXPECT_EQ(std::adjacent_find(remaining.begin(), remaining.end()), remaining.end());
+    if (window != by_window.begin()->first && window != by_window.rbegin()->first) {
+      // A window the run covered from end to end: exactly the limit.
+      EXPECT_EQ(static_cast<int64_t>(remaining.size()), kLimit) << "window " << window;
+      ++full;
+    }
+  }
+  EXPECT_GE(full, 3);
+}
+
+TEST(RedisFleetTest, FourProcessesOfFourThreadsShareOneGcraBurstAtAFrozenTime) {
+  RedisServer server;
+  constexpr int64_t kBurst = 1000;
+  const Limit limit =
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = kBurst});
+  const auto until = std::chrono::steady_clock::now() + 500ms;
+  const std::vector<Admission> admitted = InChildren(4, [&] {
+    RedisStoreOptions options = *ParseRedisUrl(server.url());
+    options.use_caller_time = true;  // Frozen: no token comes back during the run.
+    std::unique_ptr<RedisStore> redis = *RedisStore::Create(options);
+    return Hammer(4, until, [&]() -> std::optional<Admission> {
+      absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, At(kEpoch));
+      if (!d.ok() || !d->allowed) {
+        return std::nullopt;
+      }
+      return Admission{.window = 0, .remaining = d->remaining};
+    });
+  });
+  std::vector<int64_t> remaining;
+  for (const Admission& a : admitted) {
+    remaining.push_back(a.remaining);
+  }
+  std::sort(remaining.begin(), remaining.end());
+  ASSERT_EQ(static_cast<int64_t>(remaining.size()), kBurst);
+  for (int64_t i = 0; i < kBurst; ++i) {
+    EXPECT_EQ(remaining[static_cast<size_t>(i)], i);  // 999, 998, ... 0: each once.
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: three masters the test creates, and a slot migrated during traffic.
+
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string create = "redis-cli --cluster create";
+    for (int i = 0; i < 3; ++i) {
+      nodes_[i] = new RedisServer({"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes.conf", "--cluster-node-timeout", "5000"});
+      create += " 127.0.0.1:" + std::to_string(nodes_[i]->port());
+    }
+    ASSERT_EQ(std::system((create + " --cluster-replicas 0 --cluster-yes >/dev/null").c_str()), 0);
+    for (int i = 0; i < 3; ++i) {
+      testing::Client client(nodes_[i]->port());
+      for (int tries = 0; tries < 500; ++tries) {
+        testing::Reply info = client.Run({"CLUSTER", "INFO"});
+        if (info && std::string(info->str).find("cluster_state:ok") != std::string::npos) {
+          break;
+        }
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    for (RedisServer*& node : nodes_) {
+      delete node;
+      node = nullptr;
+    }
+  }
+
+  static std::string Url() {
+    return "redis+cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
+  }
+  static RedisStoreOptions ClusterOptions() {
+    absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(Url());
+    EXPECT_TRUE(options.ok()) << options.status();
+    options->use_caller_time = true;
+    options->timeout = 2s;
+    options->expiry_margin = 600s;
+    return *options;
+  }
+  static std::string Id(int node) {
+    testing::Client client(nodes_[node]->port());
+    return client.Run({"CLUSTER", "MYID"})->str;
+  }
+  // The node serving `slot`, by its index here.
+  static int Owner(int slot) {
+    for (int i = 0; i < 3; ++i) {
+      testing::Client client(nodes_[i]->port());
+      testing::Reply count = client.Run({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
+      testing::Reply nodes = client.Run({"CLUSTER", "NODES"});
+      // This node's own line ("myself") lists the slot ranges it serves.
+      std::istringstream lines(nodes->str);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("myself") == std::string::npos) {
+          continue;
+        }
+        std::istringstream fields(line);
+        std::string field;
+        for (int f = 0; fields >> field; ++f) {
+          if (f < 8) {
+            continue;
+          }
+          const size_t dash = field.find('-');
+          const int first = std::stoi(field.substr(0, dash));
+          const int last = dash == std::string::npos ? first : std::stoi(field.substr(dash + 1));
+          if (slot >= first && slot <= last) {
+            return i;
+          }
+        }
+      }
+    }
+    return -1;
+  }
+
+  static inline RedisServer* nodes_[3] = {};
+};
+
+TEST_F(RedisClusterTest, DecidesAsTheMemoryStoreWithKeysOnEveryNode) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  MemoryStore memory;
+  const Limit gcra = MustLimit({.algorithm = Algorithm::kGcra, .limit = 3, .period = 1s});
+  const Limit daily = MustLimit({.limit = 5, .period = 24h});
+  testing::Random rnd(testing::Seed(17));
+  int64_t t = kEpoch;
+  for (int i = 0; i < 600; ++i) {
+    t += rnd.Between(0, 400'000);
+    const std::string key = "user" + std::to_string(rnd.Between(0, 59));
+    // Both limits on one key: one slot, decided all or nothing.
+    const LimitedKey requests[] = {{&gcra, key}, {&daily, key}};
+    Decision got_each[2];
+    Decision want_each[2];
+    absl::StatusOr<Decision> got = redis->DecideAll(requests, 1, At(t), got_each);
+    absl::StatusOr<Decision> want = memory.DecideAll(requests, 1, At(t), want_each);
+    ASSERT_TRUE(got.ok() && want.ok()) << got.status() << want.status();
+    ASSERT_EQ(*got, *want) << "step " << i << " key " << key;
+  }
+  // The 60 keys landed on all three masters.
+  for (RedisServer* node : nodes_) {
+    testing::Client client(node->port());
+    EXPECT_GT(client.Run({"DBSIZE"})->integer, 0) << node->port();
+  }
+  EXPECT_EQ(redis->Stats().failures, 0u);
+}
+
+TEST_F(RedisClusterTest, OneRequestMustKeepToOneSlot) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  const Limit other = MustLimit({.limit = 9, .period = 1h});
+  Decision each[2];
+  const LimitedKey apart[] = {{&limit, "alice"}, {&other, "bob"}};
+  absl::StatusOr<Decision> d = redis->DecideAll(apart, 1, At(kEpoch), each);
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("same {tag}"));
+  const LimitedKey tagged[] = {{&limit, "{alice}:ip"}, {&other, "{alice}:user"}};
+  d = redis->DecideAll(tagged, 1, At(kEpoch), each);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(each[0].remaining, 4);
+  EXPECT_EQ(each[1].remaining, 8);
+}
+
+// redis:// at a cluster node: keys on other nodes are refused with a hint, never followed.
+TEST_F(RedisClusterTest, APlainUrlToAClusterNodeSaysToUseTheClusterUrl) {
+  RedisStoreOptions options = ClusterOptions();
+  options.cluster = false;
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  int refused = 0;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<Decision> d = redis->Decide(limit, "user" + std::to_string(i), 1, At(kEpoch));
+    if (!d.ok()) {
+      EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
+      EXPECT_THAT(d.status().message(), ::testing::HasSubstr("use redis+cluster://"));
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);  // Two thirds of the slots are elsewhere.
+  EXPECT_LT(refused, 20);
+}
+
+// redis+cluster:// at a server without cluster support: calls fail at once, saying why.
+TEST(RedisStoreTest, AClusterUrlToAPlainServerFailsSayingWhy) {
+  RedisServer server;
+  absl::StatusOr<RedisStoreOptions> options =
+      ParseRedisUrl("redis+cluster://127.0.0.1:" + std::to_string(server.port()));
+  ASSERT_TRUE(options.ok());
+  options->timeout = 5s;
+  std::unique_ptr<RedisStore> redis = MustStore(*options);
+  const Limit limit = MustLimit({.limit = 5, .period = 1h});
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch));
+  EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("CLUSTER SLOTS"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // Well before the 5 s timeout.
+}
+
+TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
+  std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
+  constexpr int64_t kLimit = 1'000'000;
+  const Limit limit = MustLimit({.limit = kLimit, .period = 24h});
+  const std::string key = "{migrating}";
+  testing::Client any(nodes_[0]->port());
+  const int slot = static_cast<int>(any.Run({"CLUSTER", "KEYSLOT", key})->integer);
+  ASSERT_TRUE(redis->Decide(limit, key, 1, At(kEpoch)).ok());  // The key exists before.
+  const int from = Owner(slot);
+  ASSERT_GE(from, 0);
+  const int to = (from + 1) % 3;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> admitted{1};
+  std::atomic<int64_t> errors{0};
+  std::mutex first_error_mutex;
+  std::string first_error;
+  std::vector<std::thread> traffic;
+  for (int i = 0; i < 4; ++i) {
+    traffic.emplace_back([&] {
+      while (!stop) {
+        absl::StatusOr<Decision> d = redis->Decide(limit, key, 1, At(kEpoch));
+        if (!d.ok()) {
+          if (errors++ == 0) {
+            std::lock_guard lock(first_error_mutex);
+            first_error = d.status().ToString();
+          }
+        } else if (d->allowed) {
+          ++admitted;
+        }
+      }
+    });
+  }
+  // The slot moves as redis-cli --cluster reshard moves it: importing, migrating, the keys,
+  // then the new owner announced to every node. Traffic runs throughout.
+  testing::Client source(nodes_[from]->port());
+  testing::Client target(nodes_[to]->port());
+  const std::string slot_text = std::to_string(slot);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(std::string(target.Run({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", Id(from)})->str),
+            "OK");
+  ASSERT_EQ(std::string(source.Run({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", Id(to)})->str),
+            "OK");
+  std::this_thread::sleep_for(100ms);
+  testing::Reply keys = source.Run({"CLUSTER", "GETKEYSINSLOT", slot_text, "100"});
+  ASSERT_EQ(keys->elements, 1u);
+  testing::Reply moved = source.Run({"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()),
+                                     keys->element[0]->str, "0", "5000"});
+  ASSERT_EQ(std::string(moved->str), "OK");
+  std::this_thread::sleep_for(100ms);  // ASK now sends the calls to the target.
+  for (RedisServer* node : nodes_) {
+    testing::Client client(node->port());
+    client.Run({"CLUSTER", "SETSLOT", slot_text, "NODE", Id(to)});
+  }
+  std::this_thread::sleep_for(200ms);  // MOVED now, and a new slot map.
+  stop = true;
+  for (std::thread& t : traffic) {
+    t.join();
+  }
+  EXPECT_EQ(errors.load(), 0) << "the first: " << first_error;
+  EXPECT_EQ(Owner(slot), to);
+  // Calls followed ASK while the key had moved and the slot had not, then MOVED.
+  const RedisStoreStats stats = redis->Stats();
+  EXPECT_GT(stats.asks, 0u);
+  EXPECT_GT(stats.redirects, stats.asks);
+  // Every admission counted once, wherever it was decided.
+  absl::StatusOr<Decision> query = redis->Decide(limit, key, 0, At(kEpoch));
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->remaining, kLimit - admitted.load());
+  EXPECT_GT(admitted.load(), 100);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,125 @@
+// ParseRedisUrl, RedactRedisUrl and the failure policy's names, beyond what
+// redis_store_test.cc's RedisUrlTest covers: the corners of user info, IPv6, databases and
+// host lists.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "sluice/redis_store.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The message of the error ParseRedisUrl gives `url`, failing the test if it gives none.
+std::string Error(std::string_view url) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl(url);
+  EXPECT_TRUE(absl::IsInvalidArgument(o.status())) << url << ": " << o.status();
+  return std::string(o.status().message());
+}
+
+// As redis-cli reads it: user info without a ':' is a password.
+TEST(ParseRedisUrlTest, ReadsUserInfoWithoutAColonAsThePassword) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("redis://s3cret@host:7000");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->user, "");
+  EXPECT_EQ(o->password, "s3cret");
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"host", 7000}}));
+}
+
+// The user ends at the first ':', the user info at the last '@', and escapes are decoded after
+// splitting: a password may hold ':' and '@', and a user may hold them escaped.
+TEST(ParseRedisUrlTest, SplitsUserInfoBeforeDecodingIt) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("redis://us%3Aer:p@ss:w%25rd@host");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->user, "us:er");
+  EXPECT_EQ(o->password, "p@ss:w%rd");
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"host", 6379}}));
+  o = ParseRedisUrl("redis://%41%62c:%7e@host");  // Hex digits of either case.
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->user, "Abc");
+  EXPECT_EQ(o->password, "~");
+}
+
+TEST(ParseRedisUrlTest, RefusesAnEscapeWithoutTwoHexDigits) {
+  for (const char* url : {"redis://u:abc%@host", "redis://u:abc%4@host", "redis://u%g1:p@host"}) {
+    EXPECT_THAT(Error(url), HasSubstr("two hex digits")) << url;
+  }
+}
+
+TEST(ParseRedisUrlTest, ReadsIpv6WithOrWithoutAPort) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("redis://[2001:db8::1]");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"2001:db8::1", 6379}}));
+  o = ParseRedisUrl("redis+cluster://[::1]:7000,[::2]:7001");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"::1", 7000}, {"::2", 7001}}));
+  EXPECT_THAT(Error("redis://[::1:7000"), HasSubstr("closing ']'"));
+  EXPECT_THAT(Error("redis://[::1]7000"), HasSubstr("expected ':port' after ']'"));
+  EXPECT_THAT(Error("redis://[]:7000"), HasSubstr("no host"));
+}
+
+TEST(ParseRedisUrlTest, ReadsTheDatabaseAsANumberThatFitsAnInt) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("redis://host/");  // Empty: database 0.
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->database, 0);
+  o = ParseRedisUrl("redis://host/2147483647");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->database, 2147483647);
+  o = ParseRedisUrl("redis+cluster://host/");  // A cluster may say database 0 by saying none.
+  ASSERT_TRUE(o.ok()) << o.status();
+  for (const char* url : {"redis://host/2147483648", "redis://host/99999999999", "redis://host/-1",
+                          "redis://host/+1", "redis://host/ 1", "redis://host/1x"}) {
+    EXPECT_THAT(Error(url), HasSubstr("is not a number")) << url;
+  }
+}
+
+TEST(ParseRedisUrlTest, RefusesAnEmptyHostInAList) {
+  EXPECT_THAT(Error("redis+cluster://a:1,,b:2"), HasSubstr("no host"));
+  EXPECT_THAT(Error("redis+cluster://a:1,"), HasSubstr("no host"));
+  EXPECT_THAT(Error("redis://"), HasSubstr("no host"));
+  EXPECT_THAT(Error("redis://user:pw@"), HasSubstr("no host"));
+  EXPECT_THAT(Error("redis+cluster://a:1,b:x"), HasSubstr("port 'x'"));
+}
+
+TEST(RedactRedisUrlTest, HidesThePasswordAndKeepsTheRest) {
+  EXPECT_EQ(RedactRedisUrl("redis://:pw@host:1/2"), "redis://:***@host:1/2");
+  EXPECT_EQ(RedactRedisUrl("redis://pw@host"), "redis://:***@host");  // A password alone.
+  EXPECT_EQ(RedactRedisUrl("redis://u:p@ss@host"), "redis://u:***@host");
+  EXPECT_EQ(RedactRedisUrl("redis+cluster://u:pw@a:1,b:2"), "redis+cluster://u:***@a:1,b:2");
+  EXPECT_EQ(RedactRedisUrl("redis+cluster://a:1,b:2"), "redis+cluster://a:1,b:2");
+  EXPECT_EQ(RedactRedisUrl("not a url@all"), "not a url@all");
+}
+
+TEST(ParseRedisUrlTest, NeverNamesThePasswordInAnError) {
+  for (const char* url :
+       {"redis://u:hunter2@host:99999", "redis://hunter2@host/db", "redis://u:hunter2@[::1",
+        "redis://u:hunter2@a:1,b:2", "redis+cluster://u:hunter2@a:1/3", "redis://u:hunter2@"}) {
+    const std::string error = Error(url);
+    EXPECT_THAT(error, HasSubstr("***")) << url;
+    EXPECT_THAT(error, ::testing::Not(HasSubstr("hunter2"))) << url;
+  }
+}
+
+TEST(FailurePolicyTest, NamesReadBackAndOthersAreRefused) {
+  for (FailurePolicy policy :
+       {FailurePolicy::kAllow, FailurePolicy::kDeny, FailurePolicy::kLocal}) {
+    absl::StatusOr<FailurePolicy> read = ParseFailurePolicy(FailurePolicyName(policy));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, policy);
+  }
+  EXPECT_EQ(FailurePolicyName(FailurePolicy::kLocal), "local");
+  for (const char* name : {"", "Allow", "fail-open", "deny "}) {
+    absl::StatusOr<FailurePolicy> read = ParseFailurePolicy(name);
+    EXPECT_TRUE(absl::IsInvalidArgument(read.status())) << name;
+    EXPECT_THAT(read.status().message(), HasSubstr("use allow, deny or local")) << name;
+  }
+}
+
+}  // namespace
+}  // namespace sluice
