@@ -52,17 +52,78 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
 
 }  // namespace
 
-RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
-                                                     Timestamp now, bool denied_elsewhere,
-                                                     bool count) {
+// Decide's state, shared by its steps: the limits planned, an outcome for each, and whether
+// the request is admitted so far. Lives in Decide's frame, so the steps' awaits may use it.
+struct RateLimitService::Deciding {
+  // One outcome per planned limit, in order, and which store call decides it: the
+  // enforced limits' or the shadow limits' (unlimited rules and limits that allow nothing
+  // need none; a repeat takes its first's).
+  void Classify();
+  // The enforced limits (hard, soft, elastic), charged together.
+  internal::Task<absl::Status> DecideEnforced(int64_t cost);
+  // Elastic mode, after the enforced limits denied.
+  internal::Task<absl::Status> BorrowFromPools(int64_t cost);
+  // Shadow mode: decided, reported, never denying.
+  internal::Task<absl::Status> DecideShadow(int64_t cost);
+  // Each repeat reported as the limit it repeats.
+  void CopyRepeats();
+  // Soft mode: the client is told of the nominal limit, not the larger one stored.
+  void ApplySoft();
+  // The request's answer (the Combine of what clients are told) and each limit's counters;
+  // counted in /metrics when `count`.
+  CheckResult Summarise(bool count);
+
+  // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
+  auto StoreCall(const std::vector<size_t>& group, int64_t group_cost,
+                 const std::vector<const Pool*>& pools);
+  // Whether the store call admitted the request, counting the store's failures.
+  absl::StatusOr<bool> AdmittedBy(const absl::StatusOr<Decision>& combined);
+
+  RateLimitService& service;
+  std::vector<Planned>& planned;
+  const Timestamp now;
   CheckResult result;
-  result.limits.reserve(planned.size() + 1);
   std::vector<size_t> enforced;
   std::vector<size_t> shadow;
   // A limit on a key that an earlier entry already has (a descriptor given twice) is decided
   // once, and reported as that earlier entry.
   std::vector<std::pair<size_t, size_t>> repeats;
   bool always_denied = false;
+  bool admitted = false;
+  // A store call's keys (a pool's key held in pool_keys) and each key's decision.
+  std::vector<LimitedKey> keys;
+  std::vector<std::string> pool_keys;
+  std::vector<Decision> each;
+};
+
+RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
+                                                     Timestamp now, bool denied_elsewhere,
+                                                     bool count) {
+  Deciding deciding{.service = *this, .planned = planned, .now = now};
+  deciding.Classify();
+  deciding.admitted = !deciding.always_denied && !denied_elsewhere;
+  if (!deciding.enforced.empty()) {
+    if (absl::Status s = co_await deciding.DecideEnforced(cost); !s.ok()) {
+      co_return s;
+    }
+    if (!deciding.admitted && !deciding.always_denied && !denied_elsewhere) {
+      if (absl::Status s = co_await deciding.BorrowFromPools(cost); !s.ok()) {
+        co_return s;
+      }
+    }
+  }
+  if (!deciding.shadow.empty()) {
+    if (absl::Status s = co_await deciding.DecideShadow(cost); !s.ok()) {
+      co_return s;
+    }
+  }
+  deciding.CopyRepeats();
+  deciding.ApplySoft();
+  co_return deciding.Summarise(count);
+}
+
+void RateLimitService::Deciding::Classify() {
+  result.limits.reserve(planned.size() + 1);
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
     const auto earlier = std::find_if(
@@ -90,115 +151,119 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
       (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
     }
   }
+}
 
-  std::vector<LimitedKey> keys;
-  std::vector<std::string> pool_keys;
-  std::vector<Decision> each;
-  // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
-  auto store_call = [&](const std::vector<size_t>& group, int64_t group_cost,
-                        const std::vector<const Pool*>& pools) {
-    keys.clear();
-    for (size_t i : group) {
-      keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
-    }
-    pool_keys.clear();
-    pool_keys.reserve(pools.size());
-    for (const Pool* pool : pools) {
-      pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
-      keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
-    }
-    each.assign(keys.size(), Decision{});
-    return StoreDecision(store_, keys, group_cost, now, each);
-  };
-  // Whether the store call admitted the request, counting the store's failures.
-  auto admitted_by = [&](const absl::StatusOr<Decision>& combined) -> absl::StatusOr<bool> {
-    if (!combined.ok()) {
-      CountStoreFailure(combined.status());
-      return combined.status();
-    }
-    return combined->allowed;
-  };
+auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int64_t group_cost,
+                                           const std::vector<const Pool*>& pools) {
+  keys.clear();
+  for (size_t i : group) {
+    keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
+  }
+  pool_keys.clear();
+  pool_keys.reserve(pools.size());
+  for (const Pool* pool : pools) {
+    pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
+    keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
+  }
+  each.assign(keys.size(), Decision{});
+  return StoreDecision(service.store_, keys, group_cost, now, each);
+}
 
-  bool admitted = !always_denied && !denied_elsewhere;
-  if (!enforced.empty()) {
-    const absl::StatusOr<Decision> combined =
-        co_await store_call(enforced, always_denied ? 0 : cost, {});
-    const absl::StatusOr<bool> allowed = admitted_by(combined);
-    if (!allowed.ok()) {
-      co_return allowed.status();
-    }
-    for (size_t j = 0; j < enforced.size(); ++j) {
-      result.limits[enforced[j]].decision = each[j];
-    }
-    admitted = admitted && *allowed;
-    if (!admitted && !always_denied && !denied_elsewhere) {
-      // Elastic: when only elastic limits denied, and each can borrow, decide again with their
-      // pools in their place.
-      std::vector<size_t> kept;
-      std::vector<size_t> borrowing;
-      std::vector<const Pool*> pools;
-      bool can_borrow = true;
-      for (size_t i : enforced) {
-        const Decision& d = result.limits[i].decision;
-        if (d.allowed) {
-          kept.push_back(i);
-        } else if (planned[i].pool != nullptr && !d.never_allowed()) {
-          borrowing.push_back(i);
-          if (std::find(pools.begin(), pools.end(), planned[i].pool) == pools.end()) {
-            pools.push_back(planned[i].pool);
-          }
-        } else {
-          can_borrow = false;
-        }
+absl::StatusOr<bool> RateLimitService::Deciding::AdmittedBy(
+    const absl::StatusOr<Decision>& combined) {
+  if (!combined.ok()) {
+    service.CountStoreFailure(combined.status());
+    return combined.status();
+  }
+  return combined->allowed;
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::DecideEnforced(int64_t cost) {
+  const absl::StatusOr<Decision> combined =
+      co_await StoreCall(enforced, always_denied ? 0 : cost, {});
+  const absl::StatusOr<bool> allowed = AdmittedBy(combined);
+  if (!allowed.ok()) {
+    co_return allowed.status();
+  }
+  for (size_t j = 0; j < enforced.size(); ++j) {
+    result.limits[enforced[j]].decision = each[j];
+  }
+  admitted = admitted && *allowed;
+  co_return absl::OkStatus();
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::BorrowFromPools(int64_t cost) {
+  // Elastic: when only elastic limits denied, and each can borrow, decide again with their
+  // pools in their place.
+  std::vector<size_t> kept;
+  std::vector<size_t> borrowing;
+  std::vector<const Pool*> pools;
+  bool can_borrow = true;
+  for (size_t i : enforced) {
+    const Decision& d = result.limits[i].decision;
+    if (d.allowed) {
+      kept.push_back(i);
+    } else if (planned[i].pool != nullptr && !d.never_allowed()) {
+      borrowing.push_back(i);
+      if (std::find(pools.begin(), pools.end(), planned[i].pool) == pools.end()) {
+        pools.push_back(planned[i].pool);
       }
-      if (can_borrow && !borrowing.empty()) {
-        const absl::StatusOr<Decision> with_pools = co_await store_call(kept, cost, pools);
-        const absl::StatusOr<bool> pooled = admitted_by(with_pools);
-        if (!pooled.ok()) {
-          co_return pooled.status();
-        }
-        if (*pooled) {
-          admitted = true;
-          for (size_t j = 0; j < kept.size(); ++j) {
-            result.limits[kept[j]].decision = each[j];
-          }
-          for (size_t i : borrowing) {
-            result.limits[i].borrowed = true;
-          }
-          for (size_t j = 0; j < pools.size(); ++j) {
-            LimitOutcome& outcome = result.limits.emplace_back();
-            const RuleLimit& pool_limit = pools[j]->limit;
-            outcome.name = pool_limit.name;
-            outcome.named = true;
-            outcome.limit = pool_limit.limit;
-            outcome.nominal = pool_limit.nominal;
-            outcome.unit = pool_limit.unit;
-            outcome.pool = true;
-            outcome.descriptor = planned[borrowing.front()].descriptor;
-            outcome.decision = each[kept.size() + j];
-          }
-        }
+    } else {
+      can_borrow = false;
+    }
+  }
+  if (can_borrow && !borrowing.empty()) {
+    const absl::StatusOr<Decision> with_pools = co_await StoreCall(kept, cost, pools);
+    const absl::StatusOr<bool> pooled = AdmittedBy(with_pools);
+    if (!pooled.ok()) {
+      co_return pooled.status();
+    }
+    if (*pooled) {
+      admitted = true;
+      for (size_t j = 0; j < kept.size(); ++j) {
+        result.limits[kept[j]].decision = each[j];
+      }
+      for (size_t i : borrowing) {
+        result.limits[i].borrowed = true;
+      }
+      for (size_t j = 0; j < pools.size(); ++j) {
+        LimitOutcome& outcome = result.limits.emplace_back();
+        const RuleLimit& pool_limit = pools[j]->limit;
+        outcome.name = pool_limit.name;
+        outcome.named = true;
+        outcome.limit = pool_limit.limit;
+        outcome.nominal = pool_limit.nominal;
+        outcome.unit = pool_limit.unit;
+        outcome.pool = true;
+        outcome.descriptor = planned[borrowing.front()].descriptor;
+        outcome.decision = each[kept.size() + j];
       }
     }
   }
-  if (!shadow.empty()) {
-    // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
-    const absl::StatusOr<Decision> combined = co_await store_call(shadow, admitted ? cost : 0, {});
-    const absl::StatusOr<bool> allowed = admitted_by(combined);
-    if (!allowed.ok()) {
-      co_return allowed.status();
-    }
-    for (size_t j = 0; j < shadow.size(); ++j) {
-      result.limits[shadow[j]].decision = each[j];
-    }
-  }
+  co_return absl::OkStatus();
+}
 
+internal::Task<absl::Status> RateLimitService::Deciding::DecideShadow(int64_t cost) {
+  // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
+  const absl::StatusOr<Decision> combined = co_await StoreCall(shadow, admitted ? cost : 0, {});
+  const absl::StatusOr<bool> allowed = AdmittedBy(combined);
+  if (!allowed.ok()) {
+    co_return allowed.status();
+  }
+  for (size_t j = 0; j < shadow.size(); ++j) {
+    result.limits[shadow[j]].decision = each[j];
+  }
+  co_return absl::OkStatus();
+}
+
+void RateLimitService::Deciding::CopyRepeats() {
   for (const auto& [repeat, first] : repeats) {
     result.limits[repeat].decision = result.limits[first].decision;
     result.limits[repeat].borrowed = result.limits[first].borrowed;
   }
+}
 
-  std::vector<Decision> views;
+void RateLimitService::Deciding::ApplySoft() {
   for (size_t i = 0; i < result.limits.size(); ++i) {
     LimitOutcome& outcome = result.limits[i];
     const RuleLimit* rule_limit = i < planned.size() ? planned[i].rule_limit : nullptr;
@@ -207,6 +272,12 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
       outcome.over_soft = admitted && d.allowed && d.remaining < rule_limit->soft_extra;
       d.remaining = std::max<int64_t>(0, d.remaining - rule_limit->soft_extra);
     }
+  }
+}
+
+CheckResult RateLimitService::Deciding::Summarise(bool count) {
+  std::vector<Decision> views;
+  for (const LimitOutcome& outcome : result.limits) {
     if (outcome.unlimited || outcome.borrowed) {
       continue;
     }
@@ -238,7 +309,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   if (count) {
     CountOutcomes(result);
   }
-  co_return std::move(result);
+  return std::move(result);
 }
 
 }  // namespace sluice::server

@@ -24,12 +24,12 @@
 
 #include "server/metrics.h"
 #include "server/rules/rules.h"
+#include "server/task.h"
 #include "server/waiting.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
 #include "src/core/mutex.h"
-#include "server/task.h"
 
 namespace sluice::server {
 
@@ -237,6 +237,7 @@ class RateLimitService {
  private:
   struct Planned;
   struct PlannedLease;
+  struct Deciding;  // Decide's steps, one per mode (decide.cc).
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
 
