@@ -12,7 +12,6 @@
 #include "sluice/duration.h"
 
 namespace sluice::server {
-
 namespace {
 
 // The line an acquire waits in: waiters that would ask the store about the same keys (the
@@ -35,6 +34,64 @@ std::string LineKey(const RuleSet& rules, const AcquireRequest& request) {
     key += part;
   }
   return key;
+}
+
+// Makes `result` the answer to an acquire that could go ahead only past its max_wait: denied,
+// to come back after `retry_after`.
+void TooFarOff(CheckResult& result, Micros retry_after) {
+  result.combined.allowed = false;
+  result.combined.retry_after = retry_after;
+  result.combined.delay = Micros{0};
+}
+
+// Takes `waiter` out of its line when it goes out of scope.
+struct LeaveLine {
+  WaitLines& lines;
+  const std::shared_ptr<Waiter>& waiter;
+  ~LeaveLine() { lines.Leave(waiter); }
+};
+
+// After an acquire's try was denied, `decided` when the store answered: waits until it may try
+// again and returns true, or returns false at once when that would pass `deadline` (or never
+// comes). Before a wait for a concurrency slot, `lease_keys` becomes the keys of the
+// concurrency limits that applied, for the next try to watch.
+internal::Task<bool> WaitToRetry(WaitLines& lines, const std::shared_ptr<Waiter>& waiter,
+                                 const CheckResult& result, Timestamp decided, Timestamp deadline,
+                                 std::vector<std::string>& lease_keys) {
+  const Decision& decision = result.combined;
+  // A concurrency slot may come back before the lease that retry_after counts on expires:
+  // a holder may give it back at any time. Only the rate limits' waits are known.
+  Micros rate_wait{0};
+  bool slot_wait = false;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.decision.allowed || outcome.mode == Mode::kShadow || outcome.borrowed) {
+      continue;
+    }
+    if (outcome.concurrency > 0) {
+      slot_wait = true;
+    } else if (outcome.decision.never_allowed() || rate_wait == kNeverAllowed) {
+      rate_wait = kNeverAllowed;
+    } else {
+      rate_wait = std::max(rate_wait, outcome.decision.retry_after);
+    }
+  }
+  if (!slot_wait) {
+    rate_wait = decision.retry_after;  // As the request was answered (always-denied rules...).
+  }
+  if (rate_wait == kNeverAllowed || decided + rate_wait > deadline ||
+      (slot_wait && decided >= deadline)) {
+    co_return false;
+  }
+  if (!slot_wait) {
+    co_await lines.Sleep(waiter, decided + rate_wait);
+    co_return true;
+  }
+  // At least 1 ms: a store that answered "full" with no wait must not make this a spin.
+  const Micros poll = std::clamp(decision.retry_after, Micros{1000}, kLeasePoll);
+  const Timestamp wake = std::min(decided + std::max(rate_wait, poll), deadline);
+  lease_keys = result.lease_keys;
+  co_await lines.SleepOnLeases(waiter, wake, lease_keys);
+  co_return true;
 }
 
 }  // namespace
@@ -61,11 +118,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
   const Timestamp deadline = start + request.max_wait;
   // Out of the line however this ends, an exception included: a waiter left at the head
   // would hold its line for good.
-  struct LeaveLine {
-    WaitLines& lines;
-    const std::shared_ptr<Waiter>& waiter;
-    ~LeaveLine() { lines.Leave(waiter); }
-  } leave{*lines_, waiter};
+  const LeaveLine leave{*lines_, waiter};
   co_await lines_->Join(waiter, deadline);
   absl::StatusOr<CheckResult> result;
   bool shaped = true;                   // Some limit is a leaky_bucket; known after the first try.
@@ -80,9 +133,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       // here: it is told to come back after as long as it waited (at least 1 ms).
       result = co_await Attempt(request, 0);
       if (result.ok()) {
-        result->combined.allowed = false;
-        result->combined.retry_after = std::max(request.max_wait, Micros{1000});
-        result->combined.delay = Micros{0};
+        TooFarOff(*result, std::max(request.max_wait, Micros{1000}));
       }
       break;
     }
@@ -102,9 +153,7 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
       if (const Micros delay = probe->combined.delay; delay > Micros{0}) {
         if (now + delay > deadline) {
           result = std::move(probe);
-          result->combined.allowed = false;
-          result->combined.retry_after = delay - (deadline - now);
-          result->combined.delay = Micros{0};
+          TooFarOff(*result, delay - (deadline - now));
           break;
         }
         co_await lines_->Sleep(waiter, clock_.Now() + delay);
@@ -118,63 +167,39 @@ internal::Task<absl::StatusOr<AcquireResult>> RateLimitService::DecideAcquire(
     }
     // Waits count from the answer, not from before the store calls: never a wake-up early.
     const Timestamp decided = clock_.Now();
-    const Decision& decision = result->combined;
-    if (decision.allowed) {
-      // Another server's waiter may have been admitted between the probe and this: this one
-      // then has a delay after all, and waits it out before the caller goes ahead.
-      if (decision.delay > Micros{0}) {
-        co_await lines_->Sleep(waiter, decided + decision.delay);
-        result->combined.delay = Micros{0};  // Waited out: the caller may go ahead now.
-      }
-      if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
-        // Gone (or the server stops) meanwhile: charged, and not to be told "go ahead" early;
-        // a lease it took goes back rather than hold its slot for lease_ttl.
-        CountOutcomes(*result);
-        if (!result->lease.empty()) {
-          (void)co_await DecideRelease(std::move(result->lease));
-        }
-        result = std::move(why);
-      }
+    if (result->combined.allowed) {
+      result = co_await GoAhead(waiter, *std::move(result), decided);
       break;
     }
-    // A concurrency slot may come back before the lease that retry_after counts on expires:
-    // a holder may give it back at any time. Only the rate limits' waits are known.
-    Micros rate_wait{0};
-    bool slot_wait = false;
-    for (const LimitOutcome& outcome : result->limits) {
-      if (outcome.decision.allowed || outcome.mode == Mode::kShadow || outcome.borrowed) {
-        continue;
-      }
-      if (outcome.concurrency > 0) {
-        slot_wait = true;
-      } else if (outcome.decision.never_allowed() || rate_wait == kNeverAllowed) {
-        rate_wait = kNeverAllowed;
-      } else {
-        rate_wait = std::max(rate_wait, outcome.decision.retry_after);
-      }
-    }
-    if (!slot_wait) {
-      rate_wait = decision.retry_after;  // As the request was answered (always-denied rules...).
-    }
-    if (rate_wait == kNeverAllowed || decided + rate_wait > deadline ||
-        (slot_wait && decided >= deadline)) {
+    if (!co_await WaitToRetry(*lines_, waiter, *result, decided, deadline, lease_keys)) {
       break;
     }
-    if (!slot_wait) {
-      co_await lines_->Sleep(waiter, decided + rate_wait);
-      continue;
-    }
-    // At least 1 ms: a store that answered "full" with no wait must not make this a spin.
-    const Micros poll = std::clamp(decision.retry_after, Micros{1000}, kLeasePoll);
-    const Timestamp wake = std::min(decided + std::max(rate_wait, poll), deadline);
-    lease_keys = result->lease_keys;
-    co_await lines_->SleepOnLeases(waiter, wake, lease_keys);
   }
   if (!result.ok()) {
     co_return result.status();
   }
   CountOutcomes(*result);  // Once, as it is answered: not each try.
   co_return AcquireResult{.check = *std::move(result), .waited = clock_.Now() - start};
+}
+
+internal::Task<absl::StatusOr<CheckResult>> RateLimitService::GoAhead(
+    const std::shared_ptr<Waiter>& waiter, CheckResult result, Timestamp decided) {
+  // Another server's waiter may have been admitted between the probe and this: this one
+  // then has a delay after all, and waits it out before the caller goes ahead.
+  if (result.combined.delay > Micros{0}) {
+    co_await lines_->Sleep(waiter, decided + result.combined.delay);
+    result.combined.delay = Micros{0};  // Waited out: the caller may go ahead now.
+  }
+  if (absl::Status why = lines_->Cancelled(*waiter); !why.ok()) {
+    // Gone (or the server stops) meanwhile: charged, and not to be told "go ahead" early;
+    // a lease it took goes back rather than hold its slot for lease_ttl.
+    CountOutcomes(result);
+    if (!result.lease.empty()) {
+      (void)co_await DecideRelease(std::move(result.lease));
+    }
+    co_return why;
+  }
+  co_return std::move(result);
 }
 
 RateLimitService::CancelWait RateLimitService::AcquireAsync(
