@@ -71,7 +71,7 @@ struct RateLimitService::Deciding {
   void ApplySoft();
   // The request's answer (the Combine of what clients are told) and each limit's counters;
   // counted in /metrics when `count`.
-  CheckResult Summarise(bool count);
+  void Summarise(bool count);
 
   // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
   auto StoreCall(const std::vector<size_t>& group, int64_t group_cost,
@@ -119,7 +119,8 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   }
   deciding.CopyRepeats();
   deciding.ApplySoft();
-  co_return deciding.Summarise(count);
+  deciding.Summarise(count);
+  co_return std::move(deciding.result);
 }
 
 void RateLimitService::Deciding::Classify() {
@@ -275,7 +276,7 @@ void RateLimitService::Deciding::ApplySoft() {
   }
 }
 
-CheckResult RateLimitService::Deciding::Summarise(bool count) {
+void RateLimitService::Deciding::Summarise(bool count) {
   std::vector<Decision> views;
   for (const LimitOutcome& outcome : result.limits) {
     if (outcome.unlimited || outcome.borrowed) {
@@ -309,7 +310,6 @@ CheckResult RateLimitService::Deciding::Summarise(bool count) {
   if (count) {
     CountOutcomes(result);
   }
-  return std::move(result);
 }
 
 }  // namespace sluice::server

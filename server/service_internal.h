@@ -2,20 +2,19 @@
 
 // The private parts of RateLimitService (service.h), shared by the files that implement it:
 //
-//   service.cc   the entry points: requests validated, the *Async calls and their waiting
-//                twins, the rules in force, ad hoc checks, Envoy's per-descriptor decisions
+//   service.cc   the entry points: the rules in force, requests validated, checks (rules,
+//                Envoy's per descriptor, ad hoc) both async and waiting, WaitIdle
 //   plan.cc      Plan: the limits that apply to a request, each with the key it counts under
 //   decide.cc    Decide: those limits in their modes, one step each (enforce, borrow from a
 //                pool, shadow, soft, summarise), and their counting for /metrics
-//   leases.cc    concurrency limits: leases taken beside the rate limits, given back, and
-//                the tokens clients hold them by
+//   leases.cc    concurrency limits: leases taken beside the rate limits, given back
+//                (ReleaseAsync), and the tokens clients hold them by
 //   acquire.cc   AcquireAsync: a request waiting in line until it may go ahead
 //
 // The store is awaited through store_answer.h. A Planned or PlannedLease belongs to one
 // decision and is used by one thread at a time; the service itself is thread-safe as
 // service.h says.
 
-#include <algorithm>
 #include <exception>
 #include <memory>
 #include <optional>
