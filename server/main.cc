@@ -64,6 +64,15 @@ struct HostPort {
   uint16_t port = 0;
 };
 
+// The flags that take parsing, parsed (Daemon::ParseFlags).
+struct Settings {
+  Micros snapshot_interval{0};
+  Micros watch_interval{0};
+  Micros drain{0};
+  HostPort http;
+  HostPort grpc;
+};
+
 // "127.0.0.1:8080", "[::1]:8080", ":8080" (all addresses of loopback's family default).
 absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text) {
   const size_t colon = text.rfind(':');
@@ -107,96 +116,135 @@ class Daemon {
     // Signals are caught from here on, before anything is served: a SIGTERM that arrives
     // while the server starts still stops it cleanly (drain, snapshot).
     asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
-    if (absl::Status s = OpenStore(); !s.ok()) {
+    if (absl::Status s = Open(); !s.ok()) {
       return Refuse(internal::Message(s));
+    }
+    absl::StatusOr<Settings> settings = ParseFlags();
+    if (!settings.ok()) {
+      return Refuse(internal::Message(settings.status()));
+    }
+    LoadSnapshot();
+    if (absl::Status s = Start(*settings); !s.ok()) {
+      return Refuse(internal::Message(s));
+    }
+    Serve(signals, *settings);
+    Drain(settings->drain);
+    return 0;
+  }
+
+ private:
+  // The store, the service over it, and the rules of --config.
+  absl::Status Open() {
+    if (absl::Status s = OpenStore(); !s.ok()) {
+      return s;
     }
     service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_, &timers_);
     if (!flags_.config.empty()) {
       absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
       if (!rules.ok()) {
-        return Refuse(internal::Message(rules.status()));
+        return rules.status();
       }
       config_version_ = Version();
       service_->SetRules(*std::move(rules));
     }
+    return absl::OkStatus();
+  }
+
+  // The flags that take parsing, after Open: --snapshot needs the memory store.
+  absl::StatusOr<Settings> ParseFlags() const {
     absl::StatusOr<Micros> snapshot_interval = ParseDuration(flags_.snapshot_interval);
     absl::StatusOr<Micros> watch_interval = ParseDuration(flags_.watch_interval);
     absl::StatusOr<Micros> drain = ParseDuration(flags_.drain);
     for (const auto* parsed : {&snapshot_interval, &watch_interval, &drain}) {
       if (!parsed->ok()) {
-        return Refuse(internal::Message(parsed->status()));
+        return parsed->status();
       }
     }
     if (*snapshot_interval > Micros{0} && flags_.snapshot.empty()) {
-      return Refuse("--snapshot-interval needs --snapshot FILE");
+      return absl::InvalidArgumentError("--snapshot-interval needs --snapshot FILE");
     }
     if (!flags_.snapshot.empty() && memory_ == nullptr) {
-      return Refuse("--snapshot is for the memory store: Redis keeps its own state");
+      return absl::InvalidArgumentError(
+          "--snapshot is for the memory store: Redis keeps its own state");
     }
     absl::StatusOr<HostPort> http = ParseHostPort("--http", flags_.http);
     if (!http.ok()) {
-      return Refuse(internal::Message(http.status()));
+      return http.status();
     }
     absl::StatusOr<HostPort> grpc = ParseHostPort("--grpc", flags_.grpc);
     if (!grpc.ok()) {
-      return Refuse(internal::Message(grpc.status()));
+      return grpc.status();
     }
-    LoadSnapshot();
+    return Settings{.snapshot_interval = *snapshot_interval,
+                    .watch_interval = *watch_interval,
+                    .drain = *drain,
+                    .http = *std::move(http),
+                    .grpc = *std::move(grpc)};
+  }
 
+  // The HTTP and gRPC servers, listening. When gRPC cannot start, HTTP is stopped first.
+  absl::Status Start(const Settings& settings) {
+    const HostPort& http = settings.http;
+    const HostPort& grpc = settings.grpc;
     api_ = std::make_unique<HttpApi>(*service_, metrics_, SystemClock(),
                                      [this] { return StoreMetrics(); });
     const int threads = flags_.threads > 0
                             ? flags_.threads
                             : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
     server_ = std::make_unique<HttpServer>(
-        *api_, HttpServerOptions{.host = http->host, .port = http->port, .threads = threads});
+        *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
     if (absl::Status s = server_->Start(); !s.ok()) {
-      return Refuse(internal::Message(s));
+      return s;
     }
     spdlog::info(
         "sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
-        http->host, server_->port(), threads, service_->rules()->domains().size(),
+        http.host, server_->port(), threads, service_->rules()->domains().size(),
         flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
     envoy_ = std::make_unique<EnvoyGrpcService>(
         *service_, EnvoyOptions{.shadow_mode = flags_.shadow_mode,
                                 .response_headers = flags_.response_headers});
     int grpc_port = 0;
     absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
-        grpc->host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc->host, grpc->port)
-                                                  : fmt::format("[{}]:{}", grpc->host, grpc->port),
+        grpc.host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc.host, grpc.port)
+                                                 : fmt::format("[{}]:{}", grpc.host, grpc.port),
         *envoy_, grpc_port);
     if (!grpc_server.ok()) {
       service_->StopWaiting();
       server_->Stop(Micros{0});
       service_->WaitIdle();
-      return Refuse(internal::Message(grpc_server.status()));
+      return grpc_server.status();
     }
     grpc_server_ = *std::move(grpc_server);
-    spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", grpc->host, grpc_port,
+    spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", grpc.host, grpc_port,
                  flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
+    return absl::OkStatus();
+  }
 
+  // Runs the control loop until SIGTERM or SIGINT: signals, the rules file watch, snapshots.
+  void Serve(asio::signal_set& signals, const Settings& settings) {
     WaitForSignal(signals);
-    if (!flags_.config.empty() && *watch_interval > Micros{0}) {
-      Watch(*watch_interval);
+    if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
+      Watch(settings.watch_interval);
     }
-    if (*snapshot_interval > Micros{0}) {
-      SnapshotEvery(*snapshot_interval);
+    if (settings.snapshot_interval > Micros{0}) {
+      SnapshotEvery(settings.snapshot_interval);
     }
     control_.run();
+  }
 
-    spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(*drain));
+  // Stops taking requests, lets those in flight finish (up to `drain`), writes the snapshot.
+  void Drain(Micros drain) {
+    spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(drain));
     service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + *drain);
-    server_->Stop(*drain);
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + drain);
+    server_->Stop(drain);
     // A decision still waiting for Redis past the drain ends (within --redis-timeout) before
     // anything its callback uses is torn down.
     service_->WaitIdle();
     SaveSnapshot();
     spdlog::info("stopped");
-    return 0;
   }
 
- private:
   // The store --store names: the memory store, or Redis (connecting in the background: until
   // it answers, the failure policy decides).
   absl::Status OpenStore() {

@@ -24,12 +24,12 @@
 
 #include "server/metrics.h"
 #include "server/rules/rules.h"
+#include "server/task.h"
 #include "server/waiting.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
 #include "src/core/mutex.h"
-#include "server/task.h"
 
 namespace sluice::server {
 
@@ -237,6 +237,7 @@ class RateLimitService {
  private:
   struct Planned;
   struct PlannedLease;
+  struct Deciding;  // Decide's steps, one per mode (decide.cc).
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
 
@@ -249,6 +250,10 @@ class RateLimitService {
                                                               std::shared_ptr<Waiter> waiter);
   // One try of an acquire: its check at `cost`.
   CheckTask Attempt(const AcquireRequest& request, int64_t cost);
+  // An acquire's try that was admitted, `decided` when the store answered: waits out a delay
+  // it still has, then answers, unless the waiter was cancelled meanwhile.
+  internal::Task<absl::StatusOr<CheckResult>> GoAhead(const std::shared_ptr<Waiter>& waiter,
+                                                      CheckResult result, Timestamp decided);
   // Runs `task` for an *Async call: counted in in_flight_ until `done` has returned.
   template <typename T>
   internal::Detached Run(internal::Task<T> task, Done<T> done);

@@ -1,0 +1,315 @@
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/service_internal.h"
+#include "server/store_answer.h"
+
+namespace sluice::server {
+namespace {
+
+// The decision a request is denied with when its rule allows nothing (requests_per_unit: 0).
+constexpr Decision kAlwaysDenied{.allowed = false, .retry_after = kNeverAllowed};
+
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted);
+
+}  // namespace
+
+void CountOutcomes(const CheckResult& result) {
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.counters != nullptr) {
+      Count(outcome, *outcome.counters, result.combined.allowed);
+    }
+  }
+}
+
+namespace {
+
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
+  counters.checks.fetch_add(1, std::memory_order_relaxed);
+  if (admitted) {
+    counters.admitted.fetch_add(1, std::memory_order_relaxed);
+    // Near the limit: less than a fifth of it left (envoyproxy/ratelimit's 0.8 ratio).
+    if (!outcome.unlimited && !outcome.pool && outcome.decision.remaining * 5 < outcome.nominal) {
+      counters.near_limit.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {
+    counters.denied.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (admitted && outcome.mode == Mode::kShadow && !outcome.decision.allowed) {
+    counters.shadow_denied.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (outcome.over_soft) {
+    counters.over_soft.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (outcome.borrowed) {
+    counters.borrowed.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+// Decide's state, shared by its steps: the limits planned, an outcome for each, and whether
+// the request is admitted so far. Lives in Decide's frame, so the steps' awaits may use it.
+struct RateLimitService::Deciding {
+  // One outcome per planned limit, in order, and which store call decides it: the
+  // enforced limits' or the shadow limits' (unlimited rules and limits that allow nothing
+  // need none; a repeat takes its first's).
+  void Classify();
+  // The enforced limits (hard, soft, elastic), charged together.
+  internal::Task<absl::Status> DecideEnforced(int64_t cost);
+  // Elastic mode, after the enforced limits denied.
+  internal::Task<absl::Status> BorrowFromPools(int64_t cost);
+  // Shadow mode: decided, reported, never denying.
+  internal::Task<absl::Status> DecideShadow(int64_t cost);
+  // Each repeat reported as the limit it repeats.
+  void CopyRepeats();
+  // Soft mode: the client is told of the nominal limit, not the larger one stored.
+  void ApplySoft();
+  // The request's answer (the Combine of what clients are told) and each limit's counters;
+  // counted in /metrics when `count`.
+  void Summarise(bool count);
+
+  // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
+  auto StoreCall(const std::vector<size_t>& group, int64_t group_cost,
+                 const std::vector<const Pool*>& pools);
+  // Whether the store call admitted the request, counting the store's failures.
+  absl::StatusOr<bool> AdmittedBy(const absl::StatusOr<Decision>& combined);
+
+  RateLimitService& service;
+  std::vector<Planned>& planned;
+  const Timestamp now;
+  CheckResult result;
+  std::vector<size_t> enforced;
+  std::vector<size_t> shadow;
+  // A limit on a key that an earlier entry already has (a descriptor given twice) is decided
+  // once, and reported as that earlier entry.
+  std::vector<std::pair<size_t, size_t>> repeats;
+  bool always_denied = false;
+  bool admitted = false;
+  // A store call's keys (a pool's key held in pool_keys) and each key's decision.
+  std::vector<LimitedKey> keys;
+  std::vector<std::string> pool_keys;
+  std::vector<Decision> each;
+};
+
+RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
+                                                     Timestamp now, bool denied_elsewhere,
+                                                     bool count) {
+  Deciding deciding{.service = *this, .planned = planned, .now = now};
+  deciding.Classify();
+  deciding.admitted = !deciding.always_denied && !denied_elsewhere;
+  if (!deciding.enforced.empty()) {
+    if (absl::Status s = co_await deciding.DecideEnforced(cost); !s.ok()) {
+      co_return s;
+    }
+    if (!deciding.admitted && !deciding.always_denied && !denied_elsewhere) {
+      if (absl::Status s = co_await deciding.BorrowFromPools(cost); !s.ok()) {
+        co_return s;
+      }
+    }
+  }
+  if (!deciding.shadow.empty()) {
+    if (absl::Status s = co_await deciding.DecideShadow(cost); !s.ok()) {
+      co_return s;
+    }
+  }
+  deciding.CopyRepeats();
+  deciding.ApplySoft();
+  deciding.Summarise(count);
+  co_return std::move(deciding.result);
+}
+
+void RateLimitService::Deciding::Classify() {
+  result.limits.reserve(planned.size() + 1);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Planned& p = planned[i];
+    const auto earlier = std::find_if(
+        planned.begin(), planned.begin() + static_cast<ptrdiff_t>(i), [&](const Planned& q) {
+          return q.rule_limit->limit == p.rule_limit->limit && q.key == p.key && q.mode == p.mode;
+        });
+    const RuleLimit& rule_limit = *p.rule_limit;
+    LimitOutcome& outcome = result.limits.emplace_back();
+    outcome.name = rule_limit.name;
+    outcome.named = rule_limit.named;
+    outcome.limit = rule_limit.limit;
+    outcome.nominal = rule_limit.nominal;
+    outcome.unit = rule_limit.unit;
+    outcome.mode = p.mode;
+    outcome.descriptor = p.descriptor;
+    outcome.unlimited = rule_limit.unlimited;
+    if (rule_limit.unlimited) {
+      outcome.decision.allowed = true;
+    } else if (earlier != planned.begin() + static_cast<ptrdiff_t>(i) && rule_limit.limit) {
+      repeats.emplace_back(i, static_cast<size_t>(earlier - planned.begin()));
+    } else if (!rule_limit.limit) {
+      outcome.decision = kAlwaysDenied;
+      always_denied = always_denied || p.mode != Mode::kShadow;
+    } else {
+      (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
+    }
+  }
+}
+
+auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int64_t group_cost,
+                                           const std::vector<const Pool*>& pools) {
+  keys.clear();
+  for (size_t i : group) {
+    keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
+  }
+  pool_keys.clear();
+  pool_keys.reserve(pools.size());
+  for (const Pool* pool : pools) {
+    pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
+    keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
+  }
+  each.assign(keys.size(), Decision{});
+  return StoreDecision(service.store_, keys, group_cost, now, each);
+}
+
+absl::StatusOr<bool> RateLimitService::Deciding::AdmittedBy(
+    const absl::StatusOr<Decision>& combined) {
+  if (!combined.ok()) {
+    service.CountStoreFailure(combined.status());
+    return combined.status();
+  }
+  return combined->allowed;
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::DecideEnforced(int64_t cost) {
+  const absl::StatusOr<Decision> combined =
+      co_await StoreCall(enforced, always_denied ? 0 : cost, {});
+  const absl::StatusOr<bool> allowed = AdmittedBy(combined);
+  if (!allowed.ok()) {
+    co_return allowed.status();
+  }
+  for (size_t j = 0; j < enforced.size(); ++j) {
+    result.limits[enforced[j]].decision = each[j];
+  }
+  admitted = admitted && *allowed;
+  co_return absl::OkStatus();
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::BorrowFromPools(int64_t cost) {
+  // Elastic: when only elastic limits denied, and each can borrow, decide again with their
+  // pools in their place.
+  std::vector<size_t> kept;
+  std::vector<size_t> borrowing;
+  std::vector<const Pool*> pools;
+  bool can_borrow = true;
+  for (size_t i : enforced) {
+    const Decision& d = result.limits[i].decision;
+    if (d.allowed) {
+      kept.push_back(i);
+    } else if (planned[i].pool != nullptr && !d.never_allowed()) {
+      borrowing.push_back(i);
+      if (std::find(pools.begin(), pools.end(), planned[i].pool) == pools.end()) {
+        pools.push_back(planned[i].pool);
+      }
+    } else {
+      can_borrow = false;
+    }
+  }
+  if (can_borrow && !borrowing.empty()) {
+    const absl::StatusOr<Decision> with_pools = co_await StoreCall(kept, cost, pools);
+    const absl::StatusOr<bool> pooled = AdmittedBy(with_pools);
+    if (!pooled.ok()) {
+      co_return pooled.status();
+    }
+    if (*pooled) {
+      admitted = true;
+      for (size_t j = 0; j < kept.size(); ++j) {
+        result.limits[kept[j]].decision = each[j];
+      }
+      for (size_t i : borrowing) {
+        result.limits[i].borrowed = true;
+      }
+      for (size_t j = 0; j < pools.size(); ++j) {
+        LimitOutcome& outcome = result.limits.emplace_back();
+        const RuleLimit& pool_limit = pools[j]->limit;
+        outcome.name = pool_limit.name;
+        outcome.named = true;
+        outcome.limit = pool_limit.limit;
+        outcome.nominal = pool_limit.nominal;
+        outcome.unit = pool_limit.unit;
+        outcome.pool = true;
+        outcome.descriptor = planned[borrowing.front()].descriptor;
+        outcome.decision = each[kept.size() + j];
+      }
+    }
+  }
+  co_return absl::OkStatus();
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::DecideShadow(int64_t cost) {
+  // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
+  const absl::StatusOr<Decision> combined = co_await StoreCall(shadow, admitted ? cost : 0, {});
+  const absl::StatusOr<bool> allowed = AdmittedBy(combined);
+  if (!allowed.ok()) {
+    co_return allowed.status();
+  }
+  for (size_t j = 0; j < shadow.size(); ++j) {
+    result.limits[shadow[j]].decision = each[j];
+  }
+  co_return absl::OkStatus();
+}
+
+void RateLimitService::Deciding::CopyRepeats() {
+  for (const auto& [repeat, first] : repeats) {
+    result.limits[repeat].decision = result.limits[first].decision;
+    result.limits[repeat].borrowed = result.limits[first].borrowed;
+  }
+}
+
+void RateLimitService::Deciding::ApplySoft() {
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    LimitOutcome& outcome = result.limits[i];
+    const RuleLimit* rule_limit = i < planned.size() ? planned[i].rule_limit : nullptr;
+    if (rule_limit != nullptr && rule_limit->soft_extra > 0) {
+      Decision& d = outcome.decision;
+      outcome.over_soft = admitted && d.allowed && d.remaining < rule_limit->soft_extra;
+      d.remaining = std::max<int64_t>(0, d.remaining - rule_limit->soft_extra);
+    }
+  }
+}
+
+void RateLimitService::Deciding::Summarise(bool count) {
+  std::vector<Decision> views;
+  for (const LimitOutcome& outcome : result.limits) {
+    if (outcome.unlimited || outcome.borrowed) {
+      continue;
+    }
+    Decision view = outcome.decision;
+    if (outcome.mode == Mode::kShadow) {
+      view.allowed = true;
+      view.retry_after = Micros{0};
+    }
+    views.push_back(view);
+  }
+  if (!views.empty()) {
+    result.limited = true;
+    result.combined = Combine(views);
+  }
+  result.combined.allowed = admitted;
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    RuleCounters* counters = i < planned.size() ? planned[i].counters : nullptr;
+    LimitOutcome& outcome = result.limits[i];
+    if (outcome.pool) {
+      // A pool counts as a rule of its own.
+      for (const Planned& p : planned) {
+        if (p.pool != nullptr && p.pool->limit.name == outcome.name) {
+          counters = p.pool->limit.counters;
+        }
+      }
+    }
+    outcome.counters = counters;
+  }
+  if (count) {
+    CountOutcomes(result);
+  }
+}
+
+}  // namespace sluice::server

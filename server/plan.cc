@@ -1,0 +1,193 @@
+#include <algorithm>
+#include <atomic>
+#include <iterator>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#include "server/ip.h"
+#include "server/service_internal.h"
+
+namespace sluice::server {
+namespace {
+
+void AppendEscaped(std::string& key, std::string_view part) {
+  for (char c : part) {
+    if (c >= kEscape && c <= kValueSeparator) {
+      key.push_back(kEscape);
+    }
+    key.push_back(c);
+  }
+}
+
+}  // namespace
+
+std::string PoolKey(std::string_view domain, std::string_view pool) {
+  std::string key(1, kDomainMark);
+  AppendEscaped(key, domain);
+  key.push_back(kPoolSeparator);
+  AppendEscaped(key, pool);
+  return key;
+}
+
+std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) {
+  std::string key(1, kDomainMark);
+  AppendEscaped(key, domain);
+  for (const Entry& entry : entries) {
+    key.push_back(kEntrySeparator);
+    AppendEscaped(key, entry.key);
+    key.push_back(kValueSeparator);
+    AppendEscaped(key, entry.value);
+  }
+  return key;
+}
+
+bool CallerLimits::Admit(const Limit& limit) {
+  const uint64_t hash = absl::Hash<Limit>{}(limit) | 1;  // Never 0, the empty slot.
+  for (size_t probe = 0, i = hash & (kSlots - 1); probe < kSlots;
+       ++probe, i = (i + 1) & (kSlots - 1)) {
+    uint64_t seen = slots_[i].load(std::memory_order_acquire);
+    if (seen == hash) {
+      return true;
+    }
+    if (seen != 0) {
+      continue;
+    }
+    if (count_.fetch_add(1, std::memory_order_relaxed) >= kMaxCallerLimits) {
+      count_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (slots_[i].compare_exchange_strong(seen, hash, std::memory_order_acq_rel)) {
+      return true;
+    }
+    count_.fetch_sub(1, std::memory_order_relaxed);  // Another thread took the slot first.
+    if (seen == hash) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status RateLimitService::AdmitCallerLimit(const Limit& limit) {
+  if (caller_limits_.Admit(limit)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("callers have already used {} distinct limits; {} is refused (use a limit "
+                  "already in use, or a rule)",
+                  kMaxCallerLimits, limit.ToString()));
+}
+
+// envoyproxy/ratelimit's detailed_metric: the rule's limit counted under the request's own
+// values, "api.user_alice.path_/search" where the rule's path is "api.user.path_/search" (a
+// limit with a name of its own keeps it after a colon). Past CounterRegistry::kMaxDetailed
+// such names, the rule's own counters.
+RuleCounters* RateLimitService::DetailedCounters(const Domain& domain, const Rule& rule,
+                                                 const RuleLimit& rule_limit,
+                                                 const std::vector<Entry>& entries) {
+  std::string name = domain.name;
+  for (const Entry& entry : entries) {
+    fmt::format_to(std::back_inserter(name), ".{}_{}", entry.key, entry.value);
+  }
+  if (rule_limit.name != rule.path) {
+    fmt::format_to(std::back_inserter(name), ":{}", rule_limit.name);
+  }
+  RuleCounters* counters = metrics_.rules().GetDetailed(name);
+  if (counters == nullptr) {
+    if (!detailed_full_.exchange(true)) {
+      spdlog::warn(
+          "detailed_metric: {} names in use; '{}' and later ones are counted under their "
+          "rule",
+          CounterRegistry::kMaxDetailed, name);
+    }
+    return rule_limit.counters;
+  }
+  return counters;
+}
+
+std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entries) {
+  for (Entry& entry : entries) {
+    if (std::find(domain.ip_keys.begin(), domain.ip_keys.end(), entry.key) !=
+        domain.ip_keys.end()) {
+      entry.value = GroupAddress(entry.value, domain.ipv6_prefix);
+    }
+  }
+  return entries;
+}
+
+absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
+    const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases) {
+  std::vector<Planned> planned;
+  for (size_t d = 0; d < request.descriptors.size(); ++d) {
+    const RequestDescriptor& descriptor = request.descriptors[d];
+    // Rules match the values as sent (a rule may name one exact address); the count is kept
+    // per grouped address.
+    const std::vector<Entry> entries = CountedEntries(domain, descriptor.entries);
+    std::string key = RuleKey(domain.name, entries);
+    if (descriptor.limit) {
+      // Envoy's override: a fixed window of its own, never in shadow mode, never replaced.
+      auto owned = std::make_unique<RuleLimit>();
+      owned->name = fmt::format("{}.override", domain.name);
+      owned->nominal = descriptor.limit->requests_per_unit;
+      owned->unit = descriptor.limit->unit;
+      if (owned->nominal > 0) {
+        owned->limit = Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                                      .limit = owned->nominal,
+                                      .period = UnitPeriod(owned->unit)})
+                           .value();  // Validate() bounded both.
+        if (absl::Status s = AdmitCallerLimit(*owned->limit); !s.ok()) {
+          return s;
+        }
+      }
+      owned->counters = metrics_.rules().Get(owned->name);
+      Planned& p = planned.emplace_back();
+      p.counters = owned->counters;
+      p.rule_limit = owned.get();
+      p.owned = std::move(owned);
+      p.domain = &domain;
+      p.key = std::move(key);
+      p.descriptor = d;
+      continue;
+    }
+    const Rule* rule = RuleSet::Match(domain, descriptor.entries);
+    if (rule == nullptr) {
+      continue;
+    }
+    if (leases != nullptr && rule->concurrency &&
+        std::none_of(leases->begin(), leases->end(),
+                     [&](const PlannedLease& l) { return l.key == key; })) {
+      leases->push_back({.limit = &*rule->concurrency, .key = key, .descriptor = d});
+    }
+    for (const RuleLimit& rule_limit : rule->limits) {
+      Planned& p = planned.emplace_back();
+      p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
+                                         : rule_limit.counters;
+      p.rule_limit = &rule_limit;
+      p.mode = rule->mode;
+      p.pool = rule->pool;
+      p.domain = &domain;
+      p.key = key;
+      p.descriptor = d;
+    }
+  }
+  // `replaces`, as envoyproxy/ratelimit: a limit named in any matched limit's replaces list is
+  // dropped, whichever descriptor it came from.
+  std::set<std::string_view> replaced;
+  for (const Planned& p : planned) {
+    replaced.insert(p.rule_limit->replaces.begin(), p.rule_limit->replaces.end());
+  }
+  if (!replaced.empty()) {
+    std::erase_if(planned, [&](const Planned& p) {
+      return !p.owned && replaced.contains(p.rule_limit->name);
+    });
+  }
+  return planned;
+}
+
+}  // namespace sluice::server
