@@ -16,7 +16,6 @@
 #include "sluice/algorithms.h"
 #include "src/core/mutex.h"
 #include "src/core/status.h"
-#include "src/memory/compact_state.h"
 #include "src/memory/eviction.h"
 #include "src/memory/leases.h"
 #include "src/memory/shards.h"
@@ -30,58 +29,17 @@ namespace {
 using internal::Budget;
 using internal::HashedKey;
 using internal::HashOf;
-using internal::kCompactUntil;
 using internal::MakeTable;
 using internal::Mode;
 using internal::Mutex;
 using internal::MutexLock;
+using internal::Plausible;
 using internal::ShardOf;
 using internal::SnapshotReader;
 using internal::SnapshotWriter;
 using internal::SpinLock;
 using internal::Storable;
 using internal::Table;
-
-// Whether a state read from a snapshot could have been made by this store under `limit`:
-// counts within the limit, times within the store's range, log entries no newer than the
-// last admission. A file can pass its checksum and still be crafted; the algorithms assume
-// these bounds (sums within int64, products within 128 bits), so a state outside them is
-// refused rather than decided on.
-bool InRange(int64_t last) { return last == kNoTime || (last >= 0 && last < kCompactUntil); }
-bool Plausible(const Limit& l, const FixedWindowState& s) {
-  return InRange(s.last) && s.count >= 0 && s.count <= l.limit();
-}
-bool Plausible(const Limit& l, const SlidingWindowState& s) {
-  return InRange(s.last) && s.cur >= 0 && s.cur <= l.limit() && s.prev >= 0 && s.prev <= l.limit();
-}
-bool PlausibleQueue(const Limit& l, int64_t last, const CountQueue& q, int64_t width) {
-  if (!InRange(last) || (last == kNoTime && !q.empty())) {
-    return false;
-  }
-  int64_t total = 0;
-  for (const CountQueue::Entry& e : q.entries()) {
-    if (e.index < 0 || e.index > last / width || e.count > l.limit() - total) {
-      return false;
-    }
-    total += e.count;
-  }
-  return true;
-}
-bool Plausible(const Limit& l, const SlidingLogState& s) {
-  return PlausibleQueue(l, s.last, s.log, 1);
-}
-bool Plausible(const Limit& l, const SlidingBucketsState& s) {
-  return PlausibleQueue(l, s.last, s.buckets, l.period().count() / l.buckets());
-}
-bool Plausible(const Limit& l, const TokenBucketState& s) {
-  return InRange(s.last) && s.level >= 0 && s.level <= Int128{l.burst()} * l.rate_period_us();
-}
-bool PlausibleTat(const Limit& l, Int128 tat) {
-  return tat == kNoTat || (tat >= 0 && tat <= Int128{kCompactUntil} * l.rate_units() +
-                                                  Int128{l.burst()} * l.rate_period_us());
-}
-bool Plausible(const Limit& l, const GcraState& s) { return PlausibleTat(l, s.tat); }
-bool Plausible(const Limit& l, const LeakyBucketState& s) { return PlausibleTat(l, s.tat); }
 
 }  // namespace
 
