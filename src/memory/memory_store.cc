@@ -168,10 +168,69 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   return (*table)->Decide({key, HashOf(key)}, cost, now);
 }
 
+namespace {
+
+// A request's key, with its limit's table.
+struct Target {
+  Table* table;
+  HashedKey key;
+};
+
+// The shard locks of one DecideAll, held until the end of the call, however it ends.
+class Held {
+ public:
+  // One global order (by address) for taking several shard locks, so two requests that share
+  // shards can never wait on each other.
+  explicit Held(absl::InlinedVector<SpinLock*, 4>& locks) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : locks_(locks) {
+    std::sort(locks_.begin(), locks_.end());
+    locks_.erase(std::unique(locks_.begin(), locks_.end()), locks_.end());
+    for (SpinLock* lock : locks_) {
+      lock->Lock();
+    }
+  }
+  ~Held() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (SpinLock* lock : locks_) {
+      lock->Unlock();
+    }
+  }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+
+ private:
+  absl::InlinedVector<SpinLock*, 4>& locks_;
+};
+
+// DecideAll's decisions, made while Held holds every target's shard: a dry run of each, then
+// the change on all of them if all are allowed, or on none.
+Decision DecideHeldAll(std::span<const Target> targets, int64_t cost, Timestamp now,
+                       std::span<Decision> each) {
+  absl::InlinedVector<HashedKey, 4> keys;
+  for (const Target& target : targets) {
+    keys.push_back(target.key);
+  }
+  bool all_allowed = true;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun, {});
+    all_allowed = all_allowed && each[i].allowed;
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (all_allowed) {
+      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply, keys);
+    } else if (each[i].allowed) {
+      // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
+      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun, {});
+    } else {
+      targets[i].table->MarkDeniedHeld(targets[i].key);
+    }
+  }
+  return Combine(each);
+}
+
+}  // namespace
+
 absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
-                                                Timestamp now,
-                                                std::span<Decision> each)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks a runtime set of shard mutexes, in address order.
+                                                Timestamp now, std::span<Decision> each) {
   assert(each.size() == requests.size());
   if (requests.size() == 1) {
     // One limit is all or nothing by itself: decided in one pass, as Decide does, rather than
@@ -188,10 +247,6 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   if (absl::Status s = CheckTime(now); !s.ok()) {
     return s;
   }
-  struct Target {
-    Table* table;
-    HashedKey key;
-  };
   absl::InlinedVector<Target, 4> targets;
   absl::InlinedVector<SpinLock*, 4> locks;
   for (const LimitedKey& r : requests) {
@@ -210,50 +265,8 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
     targets.push_back({*table, key});
     locks.push_back(&(*table)->ShardLock(ShardOf(key.hash)));
   }
-  // One global order (by address) for taking several shard locks, so two requests that share
-  // shards can never wait on each other.
-  std::sort(locks.begin(), locks.end());
-  locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
-  // Held until the end of the call, however it ends.
-  class Held {
-   public:
-    explicit Held(absl::InlinedVector<SpinLock*, 4>& locks) ABSL_NO_THREAD_SAFETY_ANALYSIS
-        : locks_(locks) {
-      for (SpinLock* lock : locks_) {
-        lock->Lock();
-      }
-    }
-    ~Held() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      for (SpinLock* lock : locks_) {
-        lock->Unlock();
-      }
-    }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-
-   private:
-    absl::InlinedVector<SpinLock*, 4>& locks_;
-  } held(locks);
-  absl::InlinedVector<HashedKey, 4> keys;
-  for (const Target& target : targets) {
-    keys.push_back(target.key);
-  }
-  bool all_allowed = true;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun, {});
-    all_allowed = all_allowed && each[i].allowed;
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (all_allowed) {
-      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply, keys);
-    } else if (each[i].allowed) {
-      // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
-      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun, {});
-    } else {
-      targets[i].table->MarkDeniedHeld(targets[i].key);
-    }
-  }
-  return Combine(each);
+  const Held held(locks);
+  return DecideHeldAll(targets, cost, now, each);
 }
 
 absl::StatusOr<Decision> MemoryStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
