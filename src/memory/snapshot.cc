@@ -13,6 +13,8 @@
 
 #include "fmt/format.h"
 
+#include "src/memory/compact_state.h"
+
 namespace sluice::internal {
 namespace {
 
@@ -56,6 +58,26 @@ void EncodeQueue(int64_t last, const CountQueue& queue, SnapshotWriter& w) {
     w.I64(e.index);
     w.I64(e.count);
   }
+}
+
+// The bounds Plausible checks (see snapshot.h).
+bool InRange(int64_t last) { return last == kNoTime || (last >= 0 && last < kCompactUntil); }
+bool PlausibleQueue(const Limit& l, int64_t last, const CountQueue& q, int64_t width) {
+  if (!InRange(last) || (last == kNoTime && !q.empty())) {
+    return false;
+  }
+  int64_t total = 0;
+  for (const CountQueue::Entry& e : q.entries()) {
+    if (e.index < 0 || e.index > last / width || e.count > l.limit() - total) {
+      return false;
+    }
+    total += e.count;
+  }
+  return true;
+}
+bool PlausibleTat(const Limit& l, Int128 tat) {
+  return tat == kNoTat || (tat >= 0 && tat <= Int128{kCompactUntil} * l.rate_units() +
+                                                  Int128{l.burst()} * l.rate_period_us());
 }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
@@ -151,6 +173,24 @@ bool Decode(SnapshotReader& r, GcraState& s) { return r.I128(s.tat); }
 
 void Encode(const LeakyBucketState& s, SnapshotWriter& w) { w.I128(s.tat); }
 bool Decode(SnapshotReader& r, LeakyBucketState& s) { return r.I128(s.tat); }
+
+bool Plausible(const Limit& l, const FixedWindowState& s) {
+  return InRange(s.last) && s.count >= 0 && s.count <= l.limit();
+}
+bool Plausible(const Limit& l, const SlidingWindowState& s) {
+  return InRange(s.last) && s.cur >= 0 && s.cur <= l.limit() && s.prev >= 0 && s.prev <= l.limit();
+}
+bool Plausible(const Limit& l, const SlidingLogState& s) {
+  return PlausibleQueue(l, s.last, s.log, 1);
+}
+bool Plausible(const Limit& l, const SlidingBucketsState& s) {
+  return PlausibleQueue(l, s.last, s.buckets, l.period().count() / l.buckets());
+}
+bool Plausible(const Limit& l, const TokenBucketState& s) {
+  return InRange(s.last) && s.level >= 0 && s.level <= Int128{l.burst()} * l.rate_period_us();
+}
+bool Plausible(const Limit& l, const GcraState& s) { return PlausibleTat(l, s.tat); }
+bool Plausible(const Limit& l, const LeakyBucketState& s) { return PlausibleTat(l, s.tat); }
 
 absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
   SnapshotWriter file;

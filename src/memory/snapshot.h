@@ -3,7 +3,7 @@
 // The memory store's snapshot format: how each algorithm's state is written and read back,
 // and the file around it. The format describes states as the algorithms define them, not as
 // the store lays them out in memory, so the store's tables can change without old snapshots
-// becoming unreadable.
+// becoming unreadable. Plausible checks what a decoded state may hold before the store keeps it.
 //
 // File: "SLUICESNAP" + version (u32) + body length (u64) + body + CRC-32 of everything before
 // it (u32). Numbers are little-endian. Body: a table per limit,
@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 
 #include "sluice/algorithms.h"
+#include "sluice/limit.h"
 
 namespace sluice::internal {
 
@@ -83,6 +84,19 @@ bool Decode(SnapshotReader& r, SlidingBucketsState& s);
 bool Decode(SnapshotReader& r, TokenBucketState& s);
 bool Decode(SnapshotReader& r, GcraState& s);
 bool Decode(SnapshotReader& r, LeakyBucketState& s);
+
+// Whether a state read from a snapshot could have been made by this store under `limit`:
+// counts within the limit, times within the store's range, log entries no newer than the
+// last admission. A file can pass its checksum and still be crafted; the algorithms assume
+// these bounds (sums within int64, products within 128 bits), so a state outside them is
+// refused rather than decided on.
+bool Plausible(const Limit& l, const FixedWindowState& s);
+bool Plausible(const Limit& l, const SlidingLogState& s);
+bool Plausible(const Limit& l, const SlidingWindowState& s);
+bool Plausible(const Limit& l, const SlidingBucketsState& s);
+bool Plausible(const Limit& l, const TokenBucketState& s);
+bool Plausible(const Limit& l, const GcraState& s);
+bool Plausible(const Limit& l, const LeakyBucketState& s);
 
 // Writes `body`, framed and checksummed, to `path` atomically: to a temporary file beside it,
 // fsync'd, then renamed over `path`, so a crash leaves the old snapshot or the new, never half

@@ -1,0 +1,315 @@
+// The shard table: TableOf, the Table of one algorithm's states in one encoding, and the
+// choice between encodings that MakeTable makes. TableOf stays in this file's unnamed
+// namespace, so the whole of a decision (probe, decide, reclaim, evict) is compiled together.
+
+#include "src/memory/table.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cassert>
+#include <type_traits>
+#include <variant>
+
+#include "absl/container/inlined_vector.h"
+
+#include "src/memory/compact_map.h"
+#include "src/memory/compact_state.h"
+#include "src/memory/inline_key.h"
+
+namespace sluice::internal {
+namespace {
+
+template <typename State, typename Storage = AsIs<State>>
+class TableOf final : public Table {
+ public:
+  using Table::Table;
+  using Stored = typename Storage::Stored;
+
+  Decision Decide(HashedKey key, int64_t cost, Timestamp now) override {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    SpinLockHolder lock(shard.mu);
+    return DecideInShard(shard, key, cost, now, Mode::kApply, {});
+  }
+
+  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
+                      std::span<const HashedKey> keep) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
+    return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, keep);
+  }
+
+  void MarkDeniedHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      slot->key.mark_denied();
+    }
+  }
+
+  size_t KeyCount() override {
+    size_t n = 0;
+    for (Shard& shard : shards_) {
+      SpinLockHolder lock(shard.mu);
+      n += shard.states.size();
+    }
+    return n;
+  }
+
+  void Save(SnapshotWriter& w) override {
+    for (Shard& shard : shards_) {
+      SpinLockHolder lock(shard.mu);
+      shard.states.ForEach([&](const Slot& slot) {
+        w.U8(1);
+        w.U32(static_cast<uint32_t>(slot.key.view().size()));
+        w.Bytes(slot.key.view());
+        Encode(Storage::Unpack(slot.value), w);
+      });
+    }
+  }
+
+  void Put(std::string_view key, const AnyState& state) override {
+    const auto& s = std::get<State>(state);
+    assert(Storage::Fits(s));
+    const size_t hash = HashOf(key);
+    Shard& shard = shards_[ShardOf(hash)];
+    SpinLockHolder lock(shard.mu);
+    if (Slot* slot = shard.states.Find(key, hash); slot != nullptr) {
+      slot->value = Storage::Pack(s);
+    } else {
+      shard.states.Insert(InlineKey(key), hash, Storage::Pack(s));
+      StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  static bool Fits(const State& s) { return Storage::Fits(s); }
+
+ private:
+  using Map = internal::CompactMap<Stored>;
+  using Slot = typename Map::Slot;
+
+  struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
+    SpinLock mu;
+    Map states ABSL_GUARDED_BY(mu);
+    size_t cursor ABSL_GUARDED_BY(mu) = 0;  // The slot where the walk of MakeRoom resumes.
+  };
+
+  Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode,
+                         std::span<const HashedKey> keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      Decision d;
+      if constexpr (std::is_same_v<Stored, State>) {
+        if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
+          d = sluice::Decide(limit(), slot->value, now, cost);
+        }
+      }
+      if (!std::is_same_v<Stored, State> || mode == Mode::kDryRun) {
+        State state = Storage::Unpack(slot->value);
+        d = sluice::Decide(limit(), state, now, cost);
+        if (mode == Mode::kApply && d.allowed && cost > 0) {
+          slot->value = Storage::Pack(state);
+        }
+      }
+      if (mode == Mode::kApply && !d.allowed) {
+        slot->key.mark_denied();  // Its owner is being limited: evict it last.
+      }
+      return d;
+    }
+    // A key is created only by an admission that changes its state.
+    State fresh;
+    const Decision d = sluice::Decide(limit(), fresh, now, cost);
+    if (mode == Mode::kApply && d.allowed && cost > 0) {
+      MakeRoom(shard, now, keep);
+      shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
+      StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
+    }
+    return d;
+  }
+
+  // The figures a cost-0 query would get for a stored state: what eviction weighs. A cost-0
+  // decision changes nothing, so a state stored as is is decided on in place, not copied (a
+  // sliding log can be large).
+  Decision Probe(Stored& stored, Timestamp now) {
+    if constexpr (std::is_same_v<Stored, State>) {
+      return sluice::Decide(limit(), stored, now, 0);
+    } else {
+      State state = Storage::Unpack(stored);
+      return sluice::Decide(limit(), state, now, 0);
+    }
+  }
+
+  Budget::Stripe& StripeOf(const Shard& shard) { return budget().stripe(&shard - shards_.data()); }
+
+  void Drop(Shard& shard, Slot* slot, std::atomic<uint64_t>& counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    shard.states.Erase(slot);
+    StripeOf(shard).keys.fetch_sub(1, std::memory_order_relaxed);
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The next `n` keys of the shard's walk round its slots (fewer if it holds fewer). Erasing
+  // one of them leaves the others where they are.
+  absl::InlinedVector<Slot*, kEvictionSample> Walk(Shard& shard, int n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    Map& map = shard.states;
+    absl::InlinedVector<Slot*, kEvictionSample> walked;
+    const size_t capacity = map.capacity();
+    const size_t wanted = std::min(static_cast<size_t>(n), map.size());
+    size_t i = shard.cursor < capacity ? shard.cursor : 0;
+    for (size_t looked = 0; walked.size() < wanted && looked < capacity; ++looked) {
+      if (Slot* slot = map.At(i); slot != nullptr) {
+        walked.push_back(slot);
+      }
+      i = i + 1 == capacity ? 0 : i + 1;
+    }
+    shard.cursor = i;
+    return walked;
+  }
+
+  // Before a new key goes in: when the shard's map nears the point where it would grow, or
+  // the store is full, drop reset keys met on the walk; when the store is full, also evict one
+  // (see MemoryStore's comment for the policy). Reclaiming only under pressure matters: a key
+  // requested less often than it resets would otherwise be dropped and made again each time.
+  void MakeRoom(Shard& shard, Timestamp now, std::span<const HashedKey> keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    const auto index = static_cast<size_t>(&shard - shards_.data());
+    const bool full = budget().Full(index);
+    const bool nearing_growth = shard.states.NearingGrowth();
+    if (!full && !nearing_growth) {
+      return;
+    }
+    for (Slot* slot : Walk(shard, kReclaimPerInsert)) {
+      if (Probe(slot->value, now).reset_after == Micros{0}) {
+        Drop(shard, slot, StripeOf(shard).reclaimed);
+      }
+    }
+    if (!budget().Full(index)) {
+      return;
+    }
+    EvictOne(index, now, keep);
+  }
+
+  // Evicts the best victim among this table's keys in shard `index` and those of a few other
+  // tables' shards of the same index (they count against the same stripe). Their locks are
+  // only tried, never waited for: two new keys evicting across each other's tables cannot
+  // deadlock, and a busy shard is simply not asked this time. REQUIRES: the caller holds this
+  // table's lock of shard `index`. The analysis cannot follow locks taken in a loop and held
+  // across its iterations, hence the exemption.
+  void EvictOne(size_t index, Timestamp now,
+                std::span<const HashedKey> keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::optional<Nominee> best = Nominate(index, now, keep);
+    SpinLock* other_lock = nullptr;  // Held while `best` is another table's.
+    const size_t tables = budget().table_count();
+    size_t t = round_robin_.fetch_add(1, std::memory_order_relaxed);
+    for (size_t k = 0; k < std::min(kOtherTablesAsked, tables); ++k) {
+      Table* other = budget().table(t++ % tables);
+      if (other == this) {
+        continue;
+      }
+      SpinLock& lock = other->ShardLock(index);
+      if (!lock.TryLock()) {
+        continue;
+      }
+      // Another table's shard that this request holds cannot be try-locked: its keys are safe.
+      std::optional<Nominee> nominee = other->Nominate(index, now, {});
+      if (nominee && (!best || BetterVictim(*nominee, *best))) {
+        if (other_lock != nullptr) {
+          other_lock->Unlock();
+        }
+        other_lock = &lock;
+        best = nominee;
+      } else {
+        lock.Unlock();
+      }
+    }
+    if (best) {
+      best->table->Evict(index, best->slot);
+    }
+    if (other_lock != nullptr) {
+      other_lock->Unlock();
+    }
+  }
+
+ public:
+  SpinLock& ShardLock(size_t index) override { return shards_[index].mu; }
+
+  std::optional<Nominee> Nominate(size_t index, Timestamp now, std::span<const HashedKey> keep)
+      override ABSL_NO_THREAD_SAFETY_ANALYSIS {  // The caller holds the shard's lock (by index).
+    std::optional<Nominee> best;
+    for (Slot* slot : Walk(shards_[index], kEvictionSample)) {
+      if (std::any_of(keep.begin(), keep.end(),
+                      [&](const HashedKey& k) { return k.key == slot->key.view(); })) {
+        continue;
+      }
+      const Decision figures = Probe(slot->value, now);
+      const Nominee n{.table = this,
+                      .slot = slot,
+                      .denied = slot->key.denied(),
+                      .remaining = figures.remaining,
+                      .capacity = limit().burst(),
+                      .reset_after = figures.reset_after};
+      if (!best || BetterVictim(n, *best)) {
+        best = n;
+      }
+    }
+    return best;
+  }
+
+  void Evict(size_t index, void* slot) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[index];
+    Drop(shard, static_cast<Slot*>(slot), StripeOf(shard).evicted);
+  }
+
+ private:
+  std::array<Shard, kShards> shards_;
+  std::atomic<size_t> round_robin_{0};  // Where eviction starts asking other tables.
+};
+
+}  // namespace
+
+// Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
+// (a state written by this store always does; a crafted snapshot might not).
+bool Storable(const Limit& limit, const AnyState& state) {
+  switch (limit.algorithm()) {
+    case Algorithm::kTokenBucket:
+      return !LevelFitsCompact(limit) ||
+             CompactTokenBucket::Fits(std::get<TokenBucketState>(state));
+    case Algorithm::kGcra:
+      return !TatFitsCompact(limit) || CompactTat<GcraState>::Fits(std::get<GcraState>(state));
+    case Algorithm::kLeakyBucket:
+      return !TatFitsCompact(limit) ||
+             CompactTat<LeakyBucketState>::Fits(std::get<LeakyBucketState>(state));
+    default:
+      return true;
+  }
+}
+
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget) {
+  switch (limit.algorithm()) {
+    case Algorithm::kFixedWindow:
+      return std::make_unique<TableOf<FixedWindowState>>(limit, budget);
+    case Algorithm::kSlidingLog:
+      return std::make_unique<TableOf<SlidingLogState>>(limit, budget);
+    case Algorithm::kSlidingWindow:
+      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget);
+    case Algorithm::kSlidingBuckets:
+      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget);
+    case Algorithm::kTokenBucket:
+      if (LevelFitsCompact(limit)) {
+        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget);
+      }
+      return std::make_unique<TableOf<TokenBucketState>>(limit, budget);
+    case Algorithm::kGcra:
+      if (TatFitsCompact(limit)) {
+        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit, budget);
+      }
+      return std::make_unique<TableOf<GcraState>>(limit, budget);
+    case Algorithm::kLeakyBucket:
+      if (TatFitsCompact(limit)) {
+        return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit,
+                                                                                         budget);
+      }
+      return std::make_unique<TableOf<LeakyBucketState>>(limit, budget);
+  }
+  return nullptr;  // Unreachable: the switch covers every enumerator.
+}
+
+}  // namespace sluice::internal
