@@ -36,11 +36,11 @@ namespace sluice::server {
 // --- Planning (plan.cc) ---
 
 // Separators of RuleKey, and the escape byte that precedes any of them inside a part.
-constexpr char kEscape = '\x1b';
-constexpr char kPoolSeparator = '\x1c';
-constexpr char kDomainMark = '\x1d';
-constexpr char kEntrySeparator = '\x1e';
-constexpr char kValueSeparator = '\x1f';
+inline constexpr char kEscape = '\x1b';
+inline constexpr char kPoolSeparator = '\x1c';
+inline constexpr char kDomainMark = '\x1d';
+inline constexpr char kEntrySeparator = '\x1e';
+inline constexpr char kValueSeparator = '\x1f';
 
 // The key an elastic pool of `domain` counts under.
 std::string PoolKey(std::string_view domain, std::string_view pool);

@@ -131,6 +131,7 @@ def run(args):
         procs.append(sluiced)
         log = os.path.join(workdir, "calls.log")
         open(log, "w").close()
+        started = time.time()  # The clock of the workers' marks ($EPOCHREALTIME).
         workers = [subprocess.Popen([os.path.join(HERE, "worker.sh"), str(i),
                                      f"http://127.0.0.1:{port}", log, args.sluice])
                    for i in range(args.workers)]
@@ -164,8 +165,14 @@ def run(args):
     times = [t for t, _ in calls]
     gaps = [b - a for a, b in zip(times, times[1:])]
     span = times[-1] - times[0] if len(times) > 1 else 0.0
+    # The k-th call cannot have been granted before k - 1 intervals after the start (burst 1),
+    # and a worker marks its call only after the grant: how far the earliest call ran ahead of
+    # that pace (0 or less when it never did), whatever delays the workers' marks had.
+    interval = 1.0 / args.per_second
+    ahead = max(((k * interval - (t - started)) for k, t in enumerate(times)), default=0.0)
     figures = {
         "calls": len(calls),
+        "ahead_of_pace_ms": ahead * 1000,
         "daily_count": used,
         "rate_per_second": (len(calls) - 1) / span if span > 0 else None,
         "span_s": span,

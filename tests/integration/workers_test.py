@@ -19,16 +19,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.join(HERE, "..", "..", "examples", "workers", "run.py")
 ARGS = None
 
-# How much earlier than 1/N a worker may see the next call start. sluiced answers a waiter
-# only once the leaky_bucket has drained, so the calls leave sluiced at least 200 ms apart;
-# the workers timestamp theirs after a `sluice acquire` process has ended, which moves each
-# mark by a few ms (more under ASan, whose leak check runs as each process exits). Measured on
-# a 2-core machine while it also ran a build: shortest gaps 193.2, 195.9 and 196.1 ms in 3
-# runs of the full example (100 calls, 20 s; 4.978 to 4.983 per second); 196.7 to 200.4 ms in
-# 8 runs of this shortened one; 190.2, 198.9 and 199.1 ms in 3 runs of it built with ASan.
-TOLERANCE_MS = 20
-
-
 class WorkersTest(unittest.TestCase):
     def test_four_workers_share_one_paced_quota(self):
         with tempfile.TemporaryDirectory() as out:
@@ -44,13 +34,15 @@ class WorkersTest(unittest.TestCase):
         # The day's quota, exactly: 15 calls, and sluiced counted 15.
         self.assertEqual(figures["calls"], 15, figures)
         self.assertEqual(figures["daily_count"], 15, figures)
-        # Never faster than 5 per second, and never two calls closer than 200 ms (less the
-        # tolerance). Slower only by what a loaded machine adds to the workers' own marks: under
-        # ASan, with both cores busy with other work, 4.89 per second (one gap of 214 ms); a
-        # waiter woken 100 ms late each time would make it 3.3.
-        self.assertLessEqual(figures["rate_per_second"], 5.0 + 0.1, figures)
+        # Never faster than 5 per second: the k-th call comes no sooner than k - 1 intervals of
+        # 200 ms after the workers start, since sluiced grants a turn only once the bucket has
+        # drained and a worker marks its call after the grant (1 ms for the clocks' rounding).
+        # That holds at any load; the gap between two marks does not, as a mark can come late
+        # by what the machine adds to a `sluice acquire` process's exit (a 154 ms gap was seen
+        # under ASan with both cores busy). Slower only by what a loaded machine adds: 4.89 per
+        # second seen under ASan on busy cores; a waiter woken 100 ms late each time makes 3.3.
+        self.assertLessEqual(figures["ahead_of_pace_ms"], 1.0, figures)
         self.assertGreaterEqual(figures["rate_per_second"], 4.5, figures)
-        self.assertGreaterEqual(figures["min_gap_ms"], 200 - TOLERANCE_MS, figures)
         # Every worker got calls (first come, first served: none starves), and each stopped
         # by itself with 75 once told to come back tomorrow.
         self.assertTrue(all(n >= 2 for n in figures["per_worker"].values()), figures)
