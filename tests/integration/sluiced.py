@@ -68,7 +68,10 @@ class Sluiced:
         self.timeouts = 0
         if start:
             Sluiced.started += 1
-            self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "w+")
+            # Appending: sluiced shares this open file (and so its offset) with us, and we seek
+            # to its start to read it; opened "w+", a line sluiced wrote just then went over
+            # the first lines (the port's line once, so the start was never seen).
+            self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "a+")
             self.proc = subprocess.Popen(self._command(0), stdout=self.log, stderr=self.log)
             self.port = self._await_port()
 
