@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -90,16 +91,30 @@ std::vector<Admission> InChildren(int processes,
   return all;
 }
 
-// `threads` threads calling `decide` until `until`; the admissions they saw.
+// What `decide` saw: an admission, a denial (which ends a thread of a run at frozen time,
+// since nothing comes back after it), or nothing to count (an error).
+struct Seen {
+  std::optional<Admission> admitted;
+  bool denied = false;
+};
+
+// When a thread of Hammer stops: at the deadline, or at its first denial (and the deadline).
+enum class Stop { kAtDeadline, kWhenDenied };
+
+// `threads` threads calling `decide` until they stop; the admissions they saw.
 std::vector<Admission> Hammer(int threads, std::chrono::steady_clock::time_point until,
-                              const std::function<std::optional<Admission>()>& decide) {
+                              const std::function<Seen()>& decide, Stop stop = Stop::kAtDeadline) {
   std::vector<std::vector<Admission>> each(static_cast<size_t>(threads));
   std::vector<std::thread> running;
   for (auto& admitted : each) {
     running.emplace_back([&] {
       while (std::chrono::steady_clock::now() < until) {
-        if (std::optional<Admission> a = decide()) {
-          admitted.push_back(*a);
+        const Seen seen = decide();
+        if (seen.admitted) {
+          admitted.push_back(*seen.admitted);
+        }
+        if (seen.denied && stop == Stop::kWhenDenied) {
+          return;
         }
       }
     });
@@ -112,47 +127,73 @@ std::vector<Admission> Hammer(int threads, std::chrono::steady_clock::time_point
   return all;
 }
 
+// Which window a decision's reset_after points to, or kUnsure: Redis decided between `before`
+// and `after` (this machine's clock, which Redis's is), so its window ends between
+// before + reset_after and after + reset_after; rounded to the nearest window end, the two
+// agree unless the call took more than half a window, and then either may be wrong.
+constexpr int64_t kUnsure = -1;
+constexpr int64_t kDenied = -1;  // An Admission's remaining, for a denial.
+
+int64_t WallMicros() {
+  return std::chrono::duration_cast<Micros>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 TEST(RedisFleetTest, FourProcessesOfFourThreadsAdmitExactlyTheLimitPerWindow) {
   RedisServer server;
   constexpr int64_t kLimit = 1000;
   constexpr int64_t kPeriod = 250'000;  // 250 ms windows on Redis's clock.
   const Limit limit = MustLimit({.limit = kLimit, .period = Micros{kPeriod}});
   const auto until = std::chrono::steady_clock::now() + 1500ms;
-  const std::vector<Admission> admitted = InChildren(4, [&] {
+  const std::vector<Admission> seen = InChildren(4, [&] {
     RedisStoreOptions options = *ParseRedisUrl(server.url());
     std::unique_ptr<RedisStore> redis = *RedisStore::Create(options);
-    return Hammer(4, until, [&]() -> std::optional<Admission> {
+    return Hammer(4, until, [&]() -> Seen {
+      const int64_t before = WallMicros();
       absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, Timestamp{});
-      if (!d.ok() || !d->allowed) {
-        return std::nullopt;
+      const int64_t after = WallMicros();
+      if (!d.ok()) {
+        return {};
       }
-      // Redis's clock is this machine's: the window ends at now + reset_after, give or take
-      // the round trip.
-      const int64_t now =
-          std::chrono::duration_cast<Micros>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      return Admission{.window = (now + d->reset_after.count() + kPeriod / 2) / kPeriod,
-                       .remaining = d->remaining};
+      const int64_t reset = d->reset_after.count();
+      const int64_t window = (after + reset + kPeriod / 2) / kPeriod;
+      const bool sure = (before + reset + kPeriod / 2) / kPeriod == window;
+      // Kept whether admitted or denied: a denial is what shows its window was filled.
+      return {.admitted = Admission{.window = sure ? window : kUnsure,
+                                    .remaining = d->allowed ? d->remaining : kDenied}};
     });
   });
   std::map<int64_t, std::vector<int64_t>> by_window;
-  for (const Admission& a : admitted) {
-    by_window[a.window].push_back(a.remaining);
+  std::set<int64_t> denied_in;
+  for (const Admission& a : seen) {
+    if (a.remaining == kDenied) {
+      denied_in.insert(a.window);
+    } else {
+      by_window[a.window].push_back(a.remaining);
+    }
   }
-  ASSERT_GE(by_window.size(), 5u);
+  ASSERT_GE(by_window.size(), 2u);
   int full = 0;
   for (auto& [window, remaining] : by_window) {
+    if (window == kUnsure) {
+      continue;
+    }
     std::sort(remaining.begin(), remaining.end());
     // Never more than the limit, and each admission its own place in the window.
     EXPECT_LE(static_cast<int64_t>(remaining.size()), kLimit) << "window " << window;
     EXPECT_EQ(std::adjacent_find(remaining.begin(), remaining.end()), remaining.end());
-    if (window != by_window.begin()->first && window != by_window.rbegin()->first) {
-      // A window the run covered from end to end: exactly the limit.
+    // A window that denied a request had admitted exactly the limit, when no decision of
+    // unsure window could have been one of its own (the runs are far faster than a window
+    // on an idle machine, so nearly every window is checked; a loaded one checks fewer).
+    if (denied_in.contains(window) && !by_window.contains(kUnsure) &&
+        !denied_in.contains(kUnsure)) {
       EXPECT_EQ(static_cast<int64_t>(remaining.size()), kLimit) << "window " << window;
       ++full;
     }
   }
-  EXPECT_GE(full, 3);
+  if (!by_window.contains(kUnsure) && !denied_in.contains(kUnsure)) {
+    EXPECT_GE(full, 1) << "no window was filled: the fleet decided too few to check exactness";
+  }
 }
 
 TEST(RedisFleetTest, FourProcessesOfFourThreadsShareOneGcraBurstAtAFrozenTime) {
@@ -160,18 +201,26 @@ TEST(RedisFleetTest, FourProcessesOfFourThreadsShareOneGcraBurstAtAFrozenTime) {
   constexpr int64_t kBurst = 1000;
   const Limit limit =
       MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = kBurst});
-  const auto until = std::chrono::steady_clock::now() + 500ms;
+  // Each thread runs until it is denied: at a frozen time nothing comes back, so the burst is
+  // used up however slow the machine is. The deadline is only a watchdog.
+  const auto until = std::chrono::steady_clock::now() + 60s;
   const std::vector<Admission> admitted = InChildren(4, [&] {
     RedisStoreOptions options = *ParseRedisUrl(server.url());
     options.use_caller_time = true;  // Frozen: no token comes back during the run.
     std::unique_ptr<RedisStore> redis = *RedisStore::Create(options);
-    return Hammer(4, until, [&]() -> std::optional<Admission> {
-      absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, At(kEpoch));
-      if (!d.ok() || !d->allowed) {
-        return std::nullopt;
-      }
-      return Admission{.window = 0, .remaining = d->remaining};
-    });
+    return Hammer(
+        4, until,
+        [&]() -> Seen {
+          absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, At(kEpoch));
+          if (!d.ok()) {
+            return {};
+          }
+          if (!d->allowed) {
+            return {.denied = true};
+          }
+          return {.admitted = Admission{.window = 0, .remaining = d->remaining}};
+        },
+        Stop::kWhenDenied);
   });
   std::vector<int64_t> remaining;
   for (const Admission& a : admitted) {
