@@ -98,14 +98,10 @@ class Sluiced:
             if found:
                 return int(found[-1])
             if self.proc.poll() is not None:
-                raise AssertionError(f"sluiced exited with {self.proc.returncode}: {self._said()}")
+                raise AssertionError(
+                    f"sluiced exited with {self.proc.returncode}: {self.output()[-2000:]}")
             time.sleep(0.02)
-        raise AssertionError(f"sluiced did not start in 30 s: {self._said()}")
-
-    def _said(self):
-        """The end of what sluiced wrote, for an error message."""
-        self.log.seek(0)
-        return self.log.read()[-2000:] or "(nothing)"
+        raise AssertionError(f"sluiced did not start in 30 s: {self.output()[-2000:]}")
 
     def start(self, timeout=15.0):
         """Starts sluiced on a free port and waits until /healthz answers; returns self."""
