@@ -58,6 +58,10 @@ struct RateLimitService::Planned {
   std::string key;
   size_t descriptor = 0;
   RuleCounters* counters = nullptr;  // Where it is counted for /metrics.
+  // The Envoy API counting every hit (EnvoySettings::count_over_limit): decided on
+  // rule_limit->counter rather than on its limit.
+  bool counting = false;
+  bool quota_mode = false;  // Its rule's quota_mode, or EnvoySettings::quota_mode.
 };
 
 // A concurrency limit that applies to a request, with the key its leases are held on.

@@ -18,13 +18,16 @@
 
 namespace sluice::server {
 
+// What the answers carry beyond the decision (the decision's own settings, SHADOW_MODE among
+// them, are the service's: EnvoySettings).
 struct EnvoyOptions {
-  // envoyproxy/ratelimit's SHADOW_MODE: an OVER_LIMIT answer's overall_code becomes OK (the
-  // statuses still say OVER_LIMIT).
-  bool shadow_mode = false;
-  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: RateLimit-Limit, -Remaining and
-  // -Reset of the descriptor closest to its limit, in response_headers_to_add.
+  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: the limit, remaining and reset of
+  // the descriptor closest to its limit, in response_headers_to_add, under these names
+  // (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
   bool response_headers = false;
+  std::string limit_header = "RateLimit-Limit";
+  std::string remaining_header = "RateLimit-Remaining";
+  std::string reset_header = "RateLimit-Reset";
 };
 
 class EnvoyGrpcService final

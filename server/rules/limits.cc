@@ -15,6 +15,13 @@
 
 namespace sluice::server {
 
+Limit EnvoyCounter(Micros period) {
+  return Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                        .limit = Limit::kMaxCount,
+                        .period = period})
+      .value();
+}
+
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
                    "period", "burst", "buckets"});
@@ -49,6 +56,13 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   if (const YAML::Node buckets = node["buckets"]) {
     spec.buckets = Integer(buckets, "buckets", 1, Limit::kMaxCount);
+  }
+  if (spec.algorithm == Algorithm::kFixedWindow && spec.period <= Limit::kMaxPeriod &&
+      spec.period > Micros{0}) {
+    rule_limit.counter = EnvoyCounter(spec.period);
+    if (absl::Status s = check_limit_(*rule_limit.counter); !s.ok()) {
+      Fail(node, internal::Message(s));
+    }
   }
   if (spec.limit > 0) {
     absl::StatusOr<Limit> limit = Limit::Create(spec);

@@ -73,6 +73,10 @@ struct RuleLimit {
   // except in soft mode, where it is enlarged by soft_percent.
   int64_t nominal = 0;
   std::optional<Limit> limit;  // Empty when requests_per_unit is 0: every request is denied.
+  // For a fixed window (or requests_per_unit 0): the counter envoyproxy/ratelimit keeps, a
+  // fixed window of the same period with room for any count (EnvoyCounter), so that the Envoy
+  // API can count every hit, over the limit or not, and compare the count with `nominal`.
+  std::optional<Limit> counter;
   // Envoy's view of the limit, for its responses: the unit the rule was written with, or
   // kUnknown when it was written with `period`.
   Unit unit = Unit::kUnknown;
@@ -82,6 +86,12 @@ struct RuleLimit {
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
   RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
 };
+
+// The counter of a fixed window of `period` in envoyproxy/ratelimit's manner: Limit::kMaxCount
+// hits per period, so that every hit is counted. Every limit of one period shares it, as their
+// key is the descriptor and the window alone: a limit override shares the rule's count.
+// REQUIRES: a period Limit::Create accepts.
+Limit EnvoyCounter(Micros period);
 
 // A pool of spare capacity that elastic rules borrow from.
 struct Pool {
@@ -108,6 +118,9 @@ struct Rule {
   std::optional<ConcurrencyLimit> concurrency;  // Always hard: modes apply to `limits`.
   bool unlimited = false;
   Mode mode = Mode::kHard;
+  // envoyproxy/ratelimit's quota_mode: over its limit, the request is over only when every
+  // quota rule it matched is (DescriptorResult::quota_mode).
+  bool quota_mode = false;
   int64_t soft_percent = 0;
   const Pool* pool = nullptr;  // Elastic mode only.
   // envoyproxy/ratelimit's detailed_metric (or value_to_metric): counted under the values of
