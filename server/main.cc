@@ -55,6 +55,7 @@ struct Flags {
   bool shadow_mode = false;
   bool response_headers = false;
   bool quota_mode = false;
+  bool dynamic_metadata = false;
   bool stop_counting_over_limit = false;
   std::string header_limit = "RateLimit-Limit";
   std::string header_remaining = "RateLimit-Remaining";
@@ -214,7 +215,8 @@ class Daemon {
         *service_, EnvoyOptions{.response_headers = flags_.response_headers,
                                 .limit_header = flags_.header_limit,
                                 .remaining_header = flags_.header_remaining,
-                                .reset_header = flags_.header_reset});
+                                .reset_header = flags_.header_reset,
+                                .dynamic_metadata = flags_.dynamic_metadata});
     int grpc_port = 0;
     absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
         grpc.host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc.host, grpc.port)
@@ -506,6 +508,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--quota-mode", flags.quota_mode,
                "Envoy API: every rule in quota mode (over only when all quota rules are)");
+  app.add_flag("--response-dynamic-metadata", flags.dynamic_metadata,
+               "Envoy API: the request and its rules' metadata in dynamic_metadata");
   app.add_flag("--stop-counting-over-limit", flags.stop_counting_over_limit,
                "Envoy API: a hit over the limit counts nothing (theirs counts every hit)");
   app.add_option("--cache-key-prefix", flags.cache_key_prefix,

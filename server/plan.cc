@@ -204,6 +204,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
                                          : rule_limit.counters;
       p.rule_limit = &rule_limit;
+      p.rule = rule;
       p.mode = rule->mode;
       p.pool = rule->pool;
       p.domain = &domain;

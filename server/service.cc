@@ -233,6 +233,9 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     out.unlimited = !result->limited;
     out.quota_mode = !out.unlimited && std::any_of(group.begin(), group.end(),
                                                    [](const Planned& p) { return p.quota_mode; });
+    if (group.front().rule != nullptr) {
+      out.metadata_json = group.front().rule->metadata_json;
+    }
     for (LimitOutcome& outcome : result->limits) {
       if (outcome.unlimited || outcome.pool || outcome.borrowed) {
         continue;

@@ -186,6 +186,7 @@ struct DescriptorResult {
   bool quota_mode = false;
   bool unlimited = false;               // It was an unlimited rule.
   bool over_limit = false;              // Denied (shadow limits never deny).
+  std::string metadata_json;            // Its rule's `metadata` (Rule::metadata_json).
   std::optional<LimitOutcome> closest;  // The limit nearest to denying (fewest remaining).
   // Envoy's view of `closest`, as /json and gRPC answer it:
   // - limit_remaining: its remaining when OK, 0 when over, 4294967295 when unlimited;

@@ -51,6 +51,7 @@ std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entri
 // One limit that applies to a request, with the key it counts under.
 struct RateLimitService::Planned {
   const RuleLimit* rule_limit = nullptr;  // Into the RuleSet, or into `owned`.
+  const Rule* rule = nullptr;             // Its rule in the RuleSet; null for an override.
   std::unique_ptr<RuleLimit> owned;       // An Envoy limit override.
   Mode mode = Mode::kHard;
   const Pool* pool = nullptr;      // The elastic pool of its rule.

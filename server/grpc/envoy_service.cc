@@ -7,6 +7,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
+#include "server/grpc/metadata.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -68,21 +69,22 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // gRPC keeps `response` until Finish; the answer may come on the store's thread.
+  // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
   service_.ShouldRateLimitAsync(
       FromProto(*request),
-      [this, reactor, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
+      [this, reactor, request, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
         if (!results.ok()) {
           reactor->Finish(ToGrpc(results.status()));
           return;
         }
-        Fill(*results, *response);
+        Fill(*request, *results, *response);
         reactor->Finish(grpc::Status::OK);
       });
   return reactor;
 }
 
-void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
+void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
+                            const std::vector<DescriptorResult>& results,
                             rls::RateLimitResponse& response) const {
   const DescriptorResult* closest = nullptr;  // For the response headers.
   for (const DescriptorResult& result : results) {
@@ -123,6 +125,9 @@ void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
     add(options_.remaining_header, closest->limit_remaining);
     add(options_.reset_header,
         (closest->until_reset.count() + kMicrosPerSecond - 1) / kMicrosPerSecond);
+  }
+  if (options_.dynamic_metadata) {
+    *response.mutable_dynamic_metadata() = DynamicMetadata(request, results);
   }
   response.set_overall_code(service_.OverallOverLimit(results) ? rls::RateLimitResponse::OVER_LIMIT
                                                                : rls::RateLimitResponse::OK);

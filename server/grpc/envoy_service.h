@@ -28,6 +28,9 @@ struct EnvoyOptions {
   std::string limit_header = "RateLimit-Limit";
   std::string remaining_header = "RateLimit-Remaining";
   std::string reset_header = "RateLimit-Reset";
+  // RESPONSE_DYNAMIC_METADATA: the request and its rules' `metadata` in dynamic_metadata
+  // (metadata.h).
+  bool dynamic_metadata = false;
 };
 
 class EnvoyGrpcService final
@@ -42,8 +45,9 @@ class EnvoyGrpcService final
       envoy::service::ratelimit::v3::RateLimitResponse* response) override;
 
  private:
-  // The response to a request whose descriptors were decided as `results`.
-  void Fill(const std::vector<DescriptorResult>& results,
+  // The response to `request`, whose descriptors were decided as `results`.
+  void Fill(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+            const std::vector<DescriptorResult>& results,
             envoy::service::ratelimit::v3::RateLimitResponse& response) const;
 
   RateLimitService& service_;

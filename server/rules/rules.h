@@ -121,6 +121,9 @@ struct Rule {
   // envoyproxy/ratelimit's quota_mode: over its limit, the request is over only when every
   // quota rule it matched is (DescriptorResult::quota_mode).
   bool quota_mode = false;
+  // envoyproxy/ratelimit's `metadata`: a JSON object, returned to Envoy as dynamic metadata
+  // when the descriptor is within its limit. Empty when the rule has none.
+  std::string metadata_json;
   int64_t soft_percent = 0;
   const Pool* pool = nullptr;  // Elastic mode only.
   // envoyproxy/ratelimit's detailed_metric (or value_to_metric): counted under the values of
