@@ -26,8 +26,14 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
                    "period", "burst", "buckets"});
   RuleLimit rule_limit;
-  rule_limit.named = static_cast<bool>(node["name"]);
-  rule_limit.name = rule_limit.named ? String(node["name"], "'name'") : std::move(default_name);
+  // An empty name is no name, as envoyproxy/ratelimit reads it.
+  if (const YAML::Node name = node["name"]) {
+    rule_limit.name = String(name, "'name'");
+    rule_limit.named = !rule_limit.name.empty();
+  }
+  if (!rule_limit.named) {
+    rule_limit.name = std::move(default_name);
+  }
   ParseReplaces(node, rule_limit);
   if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
     if (node["unit"] || node["period"]) {
@@ -37,13 +43,16 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
     rule_limit.counters = counters_.Get(rule_limit.name);
     return rule_limit;
   }
-  const YAML::Node count = node["requests_per_unit"];
-  if (!count) {
+  LimitSpec spec;
+  ParsePeriod(node, rule_limit, spec);
+  if (const YAML::Node count = node["requests_per_unit"]) {
+    rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
+  } else if (rule_limit.unit == Unit::kUnknown) {
+    // Envoy's form without a count is 0 (every request denied), as theirs reads it; sluice's
+    // `period` form has no such default.
     Fail(node, "missing 'requests_per_unit'");
   }
-  rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
-  LimitSpec spec{.limit = rule_limit.nominal};
-  ParsePeriod(node, rule_limit, spec);
+  spec.limit = rule_limit.nominal;
   if (const YAML::Node algorithm = node["algorithm"]) {
     const absl::StatusOr<Algorithm> parsed = ParseAlgorithm(String(algorithm, "'algorithm'"));
     if (!parsed.ok()) {

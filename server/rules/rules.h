@@ -122,7 +122,10 @@ struct Rule {
   // quota rule it matched is (DescriptorResult::quota_mode).
   bool quota_mode = false;
   // envoyproxy/ratelimit's `metadata`: a JSON object, returned to Envoy as dynamic metadata
-  // when the descriptor is within its limit. Empty when the rule has none.
+  // when the descriptor is within its limit. Empty when the rule has none (or an empty
+  // mapping), as theirs. Typed as theirs types it (yaml.v2, then google.protobuf.Struct):
+  // plain numbers are numbers, true/false (and YAML 1.1's yes/no/on/off) booleans, null null,
+  // quoted scalars strings, mappings and lists kept.
   std::string metadata_json;
   int64_t soft_percent = 0;
   const Pool* pool = nullptr;  // Elastic mode only.
@@ -142,6 +145,8 @@ struct DescriptorNode;
 // The descriptors of one level of a domain's tree, indexed for matching.
 struct DescriptorLevel {
   struct ByKey {
+    // By value as written: a request's value equal to a wildcard's text matches it here
+    // first, as theirs.
     std::map<std::string, const DescriptorNode*, std::less<>> exact;
     std::vector<const DescriptorNode*> wildcards;  // In file order.
     const DescriptorNode* any = nullptr;           // The node with this key and no value.
@@ -152,11 +157,27 @@ struct DescriptorLevel {
 
 struct DescriptorNode {
   std::string key;
-  std::optional<std::string> value;  // Empty: matches any value of `key`.
-  bool wildcard = false;             // `value` ended with '*': matches values with its prefix.
-  std::optional<Rule> rule;          // Present when this node has a rate_limit (or limits).
+  // The value as written, '*' included; nullopt (`value` absent, null or "") matches any value
+  // of `key`.
+  std::optional<std::string> value;
+  // `value` has a '*': each '*' matches any run of characters, empty included (their
+  // wildcardMatch). `segments` is `value` split at every '*' (one more than the '*'s).
+  bool wildcard = false;
+  std::vector<std::string> segments;
+  // The value as written, '*' included (*value; empty when there is none): with
+  // share_threshold, the part of the counter's key that every matching value shares.
+  std::string pattern;
+  // envoyproxy/ratelimit's share_threshold: every value this wildcard matches shares one
+  // counter (the key built from `pattern`) rather than one counter per value. Only on a
+  // wildcard node: the loader refuses it elsewhere.
+  bool share_threshold = false;
+  std::optional<Rule> rule;  // Present when this node has a rate_limit (or limits).
   DescriptorLevel children;
 };
+
+// Whether `value` matches the segments of a wildcard (DescriptorNode::segments): it begins
+// with the first, ends with the last, and holds the others in order between them.
+bool WildcardMatches(const std::vector<std::string>& segments, std::string_view value);
 
 // Where the descriptors of GET /v1/auth come from: one entry per (key, header).
 struct AuthEntry {
@@ -202,30 +223,45 @@ class CounterRegistry {
 // The store's verdict on a limit (Store::CheckLimit), asked for every limit of a rule file.
 using LimitChecker = std::function<absl::Status(const Limit&)>;
 
+// How a set of rules files is loaded.
+struct RuleLoadOptions {
+  // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a file naming a domain that an earlier file
+  // defined adds its descriptors (and pools and auth descriptors) to that domain, rather than
+  // being an error. A descriptor whose key and value are already at the top level is still
+  // an error, as theirs.
+  bool merge_domains = false;
+};
+
 class RuleSet {
  public:
   // No rules: every rules-mode request matches nothing.
   RuleSet() = default;
 
   // Loads `path`: a YAML file, or a directory whose *.yaml and *.yml files are each loaded
-  // (one domain per file, as envoyproxy/ratelimit). Errors: InvalidArgument
-  // "FILE:LINE:COLUMN: what is wrong", or "FILE: ..." when the file cannot be read.
-  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(const std::string& path,
-                                                             CounterRegistry& counters,
-                                                             const LimitChecker& check_limit);
-  // As Load, from (file name, text) pairs.
+  // in name order (one domain per file, as envoyproxy/ratelimit, unless
+  // options.merge_domains). Errors: InvalidArgument "FILE:LINE:COLUMN: what is wrong", or
+  // "FILE: ..." when the file cannot be read.
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(
+      const std::string& path, CounterRegistry& counters, const LimitChecker& check_limit,
+      const RuleLoadOptions& options = {});
+  // As Load, from (file name, text) pairs, in their order.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Parse(
       const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,
-      const LimitChecker& check_limit);
+      const LimitChecker& check_limit, const RuleLoadOptions& options = {});
 
   const Domain* FindDomain(std::string_view name) const;
   const std::vector<std::unique_ptr<Domain>>& domains() const { return domains_; }
 
   // The rule a request descriptor matches in `domain`, as envoyproxy/ratelimit matches it:
-  // at each level the entry's exact key and value, else a wildcard value, else the key alone;
-  // the rule is the node reached by the last entry, so the request's depth must equal the
-  // rule's. nullptr when nothing matches.
-  static const Rule* Match(const Domain& domain, const std::vector<Entry>& entries);
+  // at each level the entry's key with its exact value, else with the first wildcard value
+  // (in file order) that matches it, else the key alone; the rule is the node reached by the
+  // last entry, so the request's depth must equal the rule's. nullptr when nothing matches.
+  // Key and value are matched as two fields (theirs matches "KEY_VALUE" as one string, so
+  // that source=cluster_proxy hits a rule for source_cluster=proxy; ours does not).
+  // When `path` is given, *path is the node matched for each entry, in order (the last one
+  // holds the rule), if a rule is returned, and empty otherwise.
+  static const Rule* Match(const Domain& domain, const std::vector<Entry>& entries,
+                           std::vector<const DescriptorNode*>* path = nullptr);
 
  private:
   std::vector<std::unique_ptr<Domain>> domains_;
