@@ -91,8 +91,8 @@ void FileParser::ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) co
   if (const YAML::Node replaces = node["replaces"]) {
     for (const YAML::Node& item : Sequence(replaces, "replaces")) {
       CheckKeys(item, {"name"});
-      std::string name = RequiredString(item, "name");
-      if (name.empty()) {
+      std::string name = item["name"] ? String(item["name"], "'name'") : "";
+      if (name.empty()) {  // Also `- name:` with nothing after it.
         Fail(item, "a 'replaces' entry needs a non-empty name");
       }
       if (name == rule_limit.name) {
