@@ -144,13 +144,13 @@ Json ResolvePlain(const YAML::Node& node, const std::string& text) {
 Json Scalar(const YAML::Node& node) {
   const std::string& tag = node.Tag();
   const std::string& text = node.Scalar();
+  if (tag == "?") {
+    return ResolvePlain(node, text);
+  }
   if (tag == "!" || !tag.starts_with(kTagPrefix) || tag == std::string(kTagPrefix) + "str") {
     return text;  // Quoted, a tag of the user's own (yaml.v2 keeps the text), or !!str.
   }
   Json value = ResolvePlain(node, text);
-  if (tag == "?") {
-    return value;
-  }
   const std::string_view type = std::string_view(tag).substr(kTagPrefix.size());
   const bool agrees = (type == "int" && value.is_number_integer()) ||
                       (type == "float" && value.is_number()) ||
