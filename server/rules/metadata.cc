@@ -150,8 +150,11 @@ Json Scalar(const YAML::Node& node) {
   if (tag == "!" || !tag.starts_with(kTagPrefix) || tag == std::string(kTagPrefix) + "str") {
     return text;  // Quoted, a tag of the user's own (yaml.v2 keeps the text), or !!str.
   }
-  Json value = ResolvePlain(node, text);
   const std::string_view type = std::string_view(tag).substr(kTagPrefix.size());
+  if (type == "binary") {
+    throw MetadataError{node, "metadata has no !!binary values (Envoy's metadata holds text)"};
+  }
+  Json value = ResolvePlain(node, text);
   const bool agrees = (type == "int" && value.is_number_integer()) ||
                       (type == "float" && value.is_number()) ||
                       (type == "bool" && value.is_boolean()) || (type == "null" && value.is_null());

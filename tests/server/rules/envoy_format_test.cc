@@ -121,6 +121,7 @@ TEST(EnvoyFormatTest, MetadataThatCannotBeStructIsRefused) {
                                                            "is not a finite number"));
   EXPECT_THAT(ErrorOf(head + "\n      x: !!int abc\n"),
               HasSubstr("r.yaml:5:10: metadata value 'abc' is not a !!int"));
+  EXPECT_THAT(ErrorOf(head + "\n      x: !!binary aGk=\n"), HasSubstr("no !!binary values"));
   EXPECT_THAT(ErrorOf(head + "\n      x: a\xff\n"), HasSubstr("not valid UTF-8"));
   EXPECT_THAT(ErrorOf(head + "\n      [a]: b\n"), HasSubstr("a metadata key must be a scalar"));
   // Without a rate_limit it is checked but goes nowhere, as theirs.
