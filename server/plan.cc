@@ -146,6 +146,39 @@ std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entri
   return entries;
 }
 
+// Envoy's override: a fixed window of its own, never in shadow mode, never replaced. Counting,
+// it shares the count of the rule of its descriptor and unit. Its key and descriptor are the
+// caller's to fill.
+absl::StatusOr<RateLimitService::Planned> RateLimitService::PlanOverride(
+    const Domain& domain, const LimitOverride& override, bool counting) {
+  auto owned = std::make_unique<RuleLimit>();
+  owned->name = fmt::format("{}.override", domain.name);
+  owned->nominal = override.requests_per_unit;
+  owned->unit = override.unit;
+  owned->counter = EnvoyCounter(UnitPeriod(owned->unit));
+  if (owned->nominal > 0) {
+    absl::StatusOr<Limit> limit = Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                                                 .limit = owned->nominal,
+                                                 .period = UnitPeriod(owned->unit)});
+    if (!limit.ok()) {
+      return limit.status();
+    }
+    if (absl::Status s = counting ? absl::OkStatus() : AdmitCallerLimit(*limit); !s.ok()) {
+      return s;
+    }
+    owned->limit = *limit;
+  }
+  owned->counters = metrics_.rules().Get(owned->name);
+  Planned p;
+  p.counters = owned->counters;
+  p.rule_limit = owned.get();
+  p.owned = std::move(owned);
+  p.domain = &domain;
+  p.counting = counting;
+  p.quota_mode = envoy_.quota_mode;
+  return p;
+}
+
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases) {
   std::vector<Planned> planned;
@@ -161,39 +194,35 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     // An override with a unit Envoy's proto does not know falls back to the rules: the
     // descriptor is still limited, and the request answered.
     if (descriptor.limit && descriptor.limit->unit != Unit::kUnknown) {
-      // Envoy's override: a fixed window of its own, never in shadow mode, never replaced.
-      // Counting, it shares the count of the rule of its descriptor and unit.
-      auto owned = std::make_unique<RuleLimit>();
-      owned->name = fmt::format("{}.override", domain.name);
-      owned->nominal = descriptor.limit->requests_per_unit;
-      owned->unit = descriptor.limit->unit;
-      owned->counter = EnvoyCounter(UnitPeriod(owned->unit));
-      if (owned->nominal > 0) {
-        owned->limit = Limit::Create({.algorithm = Algorithm::kFixedWindow,
-                                      .limit = owned->nominal,
-                                      .period = UnitPeriod(owned->unit)})
-                           .value();  // Validate() bounded both.
-        if (absl::Status s = counting ? absl::OkStatus() : AdmitCallerLimit(*owned->limit);
-            !s.ok()) {
-          return s;
-        }
+      absl::StatusOr<Planned> p = PlanOverride(domain, *descriptor.limit, counting);
+      if (!p.ok()) {
+        return p.status();
       }
-      owned->counters = metrics_.rules().Get(owned->name);
-      Planned& p = planned.emplace_back();
-      p.counters = owned->counters;
-      p.rule_limit = owned.get();
-      p.owned = std::move(owned);
-      p.domain = &domain;
-      p.key = std::move(key);
-      p.descriptor = d;
-      p.counting = counting;
-      p.quota_mode = envoy_.quota_mode;
+      p->key = std::move(key);
+      p->descriptor = d;
+      planned.push_back(*std::move(p));
       continue;
     }
-    const Rule* rule = RuleSet::Match(domain, descriptor.entries);
+    std::vector<const DescriptorNode*> path;
+    const Rule* rule = RuleSet::Match(domain, descriptor.entries, &path);
     if (rule == nullptr) {
       continue;
     }
+    // share_threshold: every value a wildcard matches is counted as the wildcard itself, as
+    // envoyproxy/ratelimit keys it, whichever level holds the rule.
+    std::vector<Entry> shared_entries;
+    for (size_t e = 0; e < path.size(); ++e) {
+      if (path[e]->share_threshold) {
+        if (shared_entries.empty()) {
+          shared_entries = entries;
+        }
+        shared_entries[e].value = path[e]->pattern;
+      }
+    }
+    if (!shared_entries.empty()) {
+      key = RuleKey(domain.name, shared_entries);
+    }
+    const std::vector<Entry>& counted = shared_entries.empty() ? entries : shared_entries;
     if (leases != nullptr && rule->concurrency &&
         std::none_of(leases->begin(), leases->end(),
                      [&](const PlannedLease& l) { return l.key == key; })) {
@@ -201,7 +230,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     }
     for (const RuleLimit& rule_limit : rule->limits) {
       Planned& p = planned.emplace_back();
-      p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
+      p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, counted)
                                          : rule_limit.counters;
       p.rule_limit = &rule_limit;
       p.rule = rule;

@@ -76,7 +76,15 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   }
   if (request.envoy) {
     // Whatever Envoy sends is answered: an odd descriptor (no entries, an empty key, a huge
-    // value) matches no rule, or is counted under a bounded key (RuleKey).
+    // value) matches no rule, or is counted under a bounded key (RuleKey). Only what its
+    // protobuf could not carry (POST /json's numbers are wider) is refused.
+    for (size_t d = 0; d < request.descriptors.size(); ++d) {
+      const RequestDescriptor& descriptor = request.descriptors[d];
+      if (descriptor.limit && descriptor.limit->requests_per_unit > Limit::kMaxCount) {
+        return absl::InvalidArgumentError(fmt::format(
+            "descriptors[{}].limit.requests_per_unit must be 0 to {}", d, Limit::kMaxCount));
+      }
+    }
     return absl::OkStatus();
   }
   if (request.descriptors.size() > kMaxDescriptors) {

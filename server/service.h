@@ -299,6 +299,8 @@ class RateLimitService {
   // InvalidArgument when an override would pass kMaxCallerLimits.
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request,
                                             std::vector<PlannedLease>* leases = nullptr);
+  absl::StatusOr<Planned> PlanOverride(const Domain& domain, const LimitOverride& override,
+                                       bool counting);
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,
                                  const RuleLimit& rule_limit, const std::vector<Entry>& entries);
   absl::Status AdmitCallerLimit(const Limit& limit);

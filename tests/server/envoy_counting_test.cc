@@ -38,6 +38,25 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
   - key: smooth
     rate_limit: {algorithm: gcra, requests_per_unit: 3, period: 1m}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /a/*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: top
+    value: t*
+    share_threshold: true
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: quota_left
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
   - key: two
     limits:
       - {requests_per_unit: 3, unit: minute}
@@ -203,6 +222,41 @@ TEST_F(EnvoyCountingTest, QuotaModeIsOverOnlyWhenEveryQuotaDescriptorIs) {
   EXPECT_TRUE(service_.OverallOverLimit(Ask(
       {.domain = "api", .descriptors = {{.entries = {{"banned", "q"}}},
                                         {.entries = {{"ten", "q"}}}}})));
+}
+
+TEST_F(EnvoyCountingTest, ShareThresholdCountsEveryMatchingValueTogether) {
+  EXPECT_EQ(Hit("files", 1, "files/a").limit_remaining, 2U);
+  EXPECT_EQ(Hit("files", 1, "files/b").limit_remaining, 1U);
+  EXPECT_EQ(Hit("files", 1, "files/").limit_remaining, 0U);
+  EXPECT_TRUE(Hit("files", 1, "files/c").over_limit);
+  // Without share_threshold, each value its own count.
+  EXPECT_EQ(Hit("path", 1, "/a/1").limit_remaining, 2U);
+  EXPECT_EQ(Hit("path", 1, "/a/2").limit_remaining, 2U);
+  // Shared at the wildcard's level, though the rule is a level deeper.
+  auto nested = [&](std::string top, std::string leaf) {
+    return Ask({.domain = "api",
+                .descriptors = {{.entries = {{"top", std::move(top)}, {"leaf", std::move(leaf)}}}}})
+        .front();
+  };
+  EXPECT_EQ(nested("t1", "x").limit_remaining, 1U);
+  EXPECT_EQ(nested("t2", "x").limit_remaining, 0U);
+  EXPECT_EQ(nested("t3", "y").limit_remaining, 1U);  // Another leaf value: its own count.
+}
+
+TEST_F(EnvoyCountingTest, QuotaRulesAreOverOnlyWhenAllAre) {
+  auto overall = [&](std::vector<std::string> keys) {
+    CheckRequest request{.domain = "api"};
+    for (const std::string& key : keys) {
+      request.descriptors.push_back({.entries = {{key, "q"}}});
+    }
+    const std::vector<DescriptorResult> results = Ask(request);
+    EXPECT_TRUE(results.front().over_limit);  // Its status says so either way.
+    return service_.OverallOverLimit(results);
+  };
+  EXPECT_TRUE(overall({"quota"}));
+  EXPECT_FALSE(overall({"quota", "quota_left"}));  // Another quota rule still has some.
+  EXPECT_TRUE(overall({"quota", "ten"}));     // Every quota rule is over: theirs says over.
+  EXPECT_TRUE(overall({"quota", "quota_left", "banned"}));  // A rule outside quota mode is.
 }
 
 TEST_F(EnvoyCountingTest, ShadowModeMakesTheOverallCodeOk) {
