@@ -25,6 +25,7 @@ enum class Kind : uint8_t {
   kCount,     // A decimal integer, at least 1.
   kRatio,     // A decimal number.
   kDuration,  // Go's "1m30s", "250ms", "1.5s".
+  kTimeout,   // A duration, where 0 means none to them: sluiced then keeps its own.
   kText,      // As it is.
 };
 
@@ -47,7 +48,7 @@ constexpr Simple kSimple[] = {
     {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "--stop-counting-over-limit", Kind::kSwitch},
     {"CACHE_KEY_PREFIX", "--cache-key-prefix", Kind::kText},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "--health-needs-rules", Kind::kSwitch},
-    {"REDIS_TIMEOUT", "--redis-timeout", Kind::kDuration},
+    {"REDIS_TIMEOUT", "--redis-timeout", Kind::kTimeout},
 };
 
 // Their variables that sluiced reads (a bad value is refused) but needs not act on: what they
@@ -227,6 +228,7 @@ absl::StatusOr<std::string> Convert(std::string_view variable, std::string_view 
       return std::string(value);
     }
     case Kind::kDuration:
+    case Kind::kTimeout:
       if (const std::optional<Micros> d = GoDuration(value)) {
         return FormatDuration(*d);
       }
@@ -644,6 +646,11 @@ absl::Status Reader::Simples() {
     absl::StatusOr<std::string> converted = Convert(simple.variable, *value, simple.kind);
     if (!converted.ok()) {
       return converted.status();
+    }
+    if (simple.kind == Kind::kTimeout && *converted == "0s") {
+      out_.ignored.push_back(
+          fmt::format("{}=0 (no timeout: sluiced keeps its own)", simple.variable));
+      continue;
     }
     Add(simple.flag, *std::move(converted), std::string(simple.variable), false, false);
   }
