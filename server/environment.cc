@@ -3,31 +3,24 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <optional>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 
-#include "sluice/duration.h"
+#include "server/environment_values.h"
 
 namespace sluice::server {
 namespace {
 
-// How a variable's text is read: as their Go settings read it (strconv, time.ParseDuration).
-enum class Kind : uint8_t {
-  kSwitch,    // A bool: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False.
-  kCount,     // A decimal integer, at least 1.
-  kRatio,     // A decimal number.
-  kDuration,  // Go's "1m30s", "250ms", "1.5s".
-  kTimeout,   // A duration, where 0 means none to them: sluiced then keeps its own.
-  kText,      // As it is.
-};
+using env::Convert;
+using env::GoBool;
+using env::Integer;
+using env::Kind;
+using env::Lower;
+using env::Malformed;
+using env::UrlEscape;
 
 // A variable of theirs that sets one flag of ours. To map another, add a row.
 struct Simple {
@@ -62,181 +55,34 @@ constexpr std::string_view kNoEffect[] = {
 
 // Their variables sluiced does not support, logged as ignored when set: these names, and every
 // name with one of these prefixes.
-constexpr std::string_view kIgnored[] = {"GRPC_MAX_CONNECTION_AGE",
-                                         "GRPC_MAX_CONNECTION_AGE_GRACE",
-                                         "LOG_FORMAT",
-                                         "USE_DOG_STATSD",
-                                         "USE_DOG_STATSD_MOGRIFIERS",
-                                         "EXTRA_TAGS",
-                                         "DISABLE_STATS",
-                                         "USE_PROMETHEUS",
-                                         "EXPIRATION_JITTER_MAX_SECONDS",
-                                         "LOCAL_CACHE_SIZE_IN_BYTES",
-                                         "REDIS_PIPELINE_WINDOW",
-                                         "REDIS_PIPELINE_LIMIT",
-                                         "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-                                         "REDIS_SENTINEL_AUTH",
-                                         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
-                                         "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-                                         "REDIS_STARTUP_INITIAL_INTERVAL",
-                                         "REDIS_STARTUP_MAX_INTERVAL",
-                                         "REDIS_STARTUP_MAX_ELAPSED_TIME"};
-constexpr std::string_view kIgnoredPrefixes[] = {"TRACING_",  "CONFIG_GRPC_XDS_", "XDS_CLIENT_",
-                                                 "MEMCACHE_", "REDIS_PERSECOND",  "PROMETHEUS_"};
+// clang-format off
+constexpr std::string_view kIgnored[] = {
+    "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "LOG_FORMAT", "USE_DOG_STATSD",
+    "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS",
+    "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_SENTINEL_AUTH",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
+    "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
+    "REDIS_STARTUP_MAX_ELAPSED_TIME"};
+constexpr std::string_view kIgnoredPrefixes[] = {
+    "TRACING_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "MEMCACHE_", "REDIS_PERSECOND", "PROMETHEUS_"};
 
 // The rest of their names: read by the passes below.
-constexpr std::string_view kComposite[] = {"HOST",
-                                           "PORT",
-                                           "GRPC_HOST",
-                                           "GRPC_PORT",
-                                           "DEBUG_HOST",
-                                           "DEBUG_PORT",
-                                           "GRPC_UDS",
-                                           "GRPC_SERVER_USE_TLS",
-                                           "GRPC_SERVER_TLS_CERT",
-                                           "GRPC_SERVER_TLS_KEY",
-                                           "GRPC_CLIENT_TLS_CACERT",
-                                           "GRPC_CLIENT_TLS_SAN",
-                                           "LOG_LEVEL",
-                                           "CONFIG_TYPE",
-                                           "USE_STATSD",
-                                           "STATSD_HOST",
-                                           "STATSD_PORT",
-                                           "STATS_FLUSH_INTERVAL",
-                                           "RUNTIME_ROOT",
-                                           "RUNTIME_SUBDIRECTORY",
-                                           "RUNTIME_APPDIRECTORY",
-                                           "BACKEND_TYPE",
-                                           "REDIS_SOCKET_TYPE",
-                                           "REDIS_TYPE",
-                                           "REDIS_URL",
-                                           "REDIS_POOL_SIZE",
-                                           "REDIS_AUTH",
-                                           "REDIS_TLS",
-                                           "REDIS_TLS_CLIENT_CERT",
-                                           "REDIS_TLS_CLIENT_KEY",
-                                           "REDIS_TLS_CACERT",
-                                           "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"};
+constexpr std::string_view kComposite[] = {
+    "HOST", "PORT", "GRPC_HOST", "GRPC_PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_UDS",
+    "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+    "GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "CONFIG_TYPE", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
+    "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
+    "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
+    "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"};
+// clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
 constexpr std::string_view kShared[] = {"HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT", "REDIS_URL"};
 
 bool Contains(const auto& list, std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);
-}
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-absl::Status Malformed(std::string_view variable, std::string_view value, std::string_view why) {
-  return absl::InvalidArgumentError(fmt::format("{}={}: {}", variable, value, why));
-}
-
-// Go's strconv.ParseBool.
-std::optional<bool> GoBool(std::string_view text) {
-  for (std::string_view yes : {"1", "t", "T", "TRUE", "true", "True"}) {
-    if (text == yes) {
-      return true;
-    }
-  }
-  for (std::string_view no : {"0", "f", "F", "FALSE", "false", "False"}) {
-    if (text == no) {
-      return false;
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<int64_t> Integer(std::string_view text) {
-  if (text.starts_with('+')) {
-    text.remove_prefix(1);
-  }
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-// Go's time.ParseDuration ("1h2m3.5s", "300ms", "0"), in microseconds rounded up: a timeout of
-// some nanoseconds is not none. Negative durations are refused (every one of theirs is a wait).
-std::optional<Micros> GoDuration(std::string_view text) {
-  if (text == "0") {
-    return Micros{0};
-  }
-  if (text.starts_with('+')) {
-    text.remove_prefix(1);
-  }
-  static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
-      {"ns", 1},         {"us", 1'000},        {"\xC2\xB5s", 1'000},  {"\xCE\xBCs", 1'000},
-      {"ms", 1'000'000}, {"s", 1'000'000'000}, {"m", 60'000'000'000}, {"h", 3'600'000'000'000}};
-  double nanos = 0;
-  while (!text.empty()) {
-    size_t digits = 0;
-    while (digits < text.size() &&
-           (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
-      ++digits;
-    }
-    double number = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, number);
-    if (digits == 0 || ec != std::errc() || end != text.data() + digits) {
-      return std::nullopt;
-    }
-    text.remove_prefix(digits);
-    // In kUnits, "ms" comes before "m": the first unit that fits is the right one.
-    const auto* unit = std::find_if(std::begin(kUnits), std::end(kUnits),
-                                    [&](const auto& u) { return text.starts_with(u.first); });
-    if (unit == std::end(kUnits)) {
-      return std::nullopt;
-    }
-    nanos += number * static_cast<double>(unit->second);
-    text.remove_prefix(unit->first.size());
-  }
-  if (nanos > static_cast<double>(std::numeric_limits<int64_t>::max())) {
-    return std::nullopt;
-  }
-  const auto whole = static_cast<int64_t>(nanos);
-  return Micros{whole / 1000 + (whole % 1000 != 0 ? 1 : 0)};
-}
-
-// A value as its flag reads it, or an error naming the variable.
-absl::StatusOr<std::string> Convert(std::string_view variable, std::string_view value, Kind kind) {
-  switch (kind) {
-    case Kind::kSwitch:
-      if (const std::optional<bool> on = GoBool(value)) {
-        return std::string(*on ? "true" : "false");
-      }
-      return Malformed(variable, value, "expected true or false");
-    case Kind::kCount: {
-      const std::optional<int64_t> n = Integer(value);
-      if (!n || *n < 1) {
-        return Malformed(variable, value, "expected a whole number of at least 1");
-      }
-      return std::to_string(*n);
-    }
-    case Kind::kRatio: {
-      double ratio = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ratio);
-      if (value.empty() || ec != std::errc() || end != value.data() + value.size()) {
-        return Malformed(variable, value, "expected a number");
-      }
-      return std::string(value);
-    }
-    case Kind::kDuration:
-    case Kind::kTimeout:
-      if (const std::optional<Micros> d = GoDuration(value)) {
-        return FormatDuration(*d);
-      }
-      return Malformed(variable, value, "expected a duration such as 10s, 250ms or 1m30s");
-    case Kind::kText:
-      return std::string(value);
-  }
-  return std::string(value);
 }
 
 // What the passes share: the lookup, what the command line gave, and what they found.
@@ -267,7 +113,10 @@ class Reader {
   absl::Status Listeners();
   absl::Status LogLevel();
   absl::Status Runtime();
+  absl::Status PoolSize();
   absl::Status Store();
+  absl::StatusOr<std::string> StoreUrl(bool cluster, bool unix_socket, bool tls);
+  std::string DescribeStore(bool cluster) const;
   absl::Status RedisTls(bool tls);
   absl::Status GrpcTls();
   absl::Status Statsd();
@@ -340,8 +189,8 @@ absl::StatusOr<EnvSettings> Reader::Read() {
       return ok.status();
     }
   }
-  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::Store,
-                    &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
+  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize,
+                    &Reader::Store, &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
     if (absl::Status s = (this->*pass)(); !s.ok()) {
       return s;
     }
@@ -431,20 +280,6 @@ absl::Status Reader::Runtime() {
   return absl::OkStatus();
 }
 
-// A user or password in a URL: percent-escaped but for the characters that need none.
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
-        c == '~') {
-      out += c;
-    } else {
-      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
-    }
-  }
-  return out;
-}
-
 // REDIS_AUTH, "password" or "user:password" (split at the first colon, as theirs), as a
 // URL's "user:password@".
 std::string UserInfo(const std::optional<std::string>& auth) {
@@ -453,26 +288,33 @@ std::string UserInfo(const std::optional<std::string>& auth) {
   }
   const size_t colon = auth->find(':');
   if (colon == std::string::npos) {
-    return Escape(*auth) + "@";
+    return UrlEscape(*auth) + "@";
   }
-  return fmt::format("{}:{}@", Escape(auth->substr(0, colon)), Escape(auth->substr(colon + 1)));
+  return fmt::format("{}:{}@", UrlEscape(auth->substr(0, colon)),
+                     UrlEscape(auth->substr(colon + 1)));
+}
+
+// REDIS_POOL_SIZE as --redis-connections. Their pool holds a connection per call in flight;
+// sluiced pipelines calls on a few, so a pool larger than ours is lowered rather than refused.
+absl::Status Reader::PoolSize() {
+  const std::optional<std::string> size = Get("REDIS_POOL_SIZE");
+  if (!size || given_("--redis-connections")) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> count = Convert("REDIS_POOL_SIZE", *size, Kind::kCount);
+  if (!count.ok()) {
+    return count.status();
+  }
+  const int connections =
+      static_cast<int>(std::min<int64_t>(Integer(*count).value_or(1), kMaxRedisConnections));
+  Add("--redis-connections", std::to_string(connections), "REDIS_POOL_SIZE", false, false);
+  return absl::OkStatus();
 }
 
 // The store: BACKEND_TYPE, REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH and REDIS_TLS
-// as one --store URL; REDIS_POOL_SIZE as --redis-connections. Their default store is Redis on
-// the unix socket /var/run/nutcracker/ratelimit.sock.
+// as one --store URL. Their default store is Redis on the unix socket
+// /var/run/nutcracker/ratelimit.sock.
 absl::Status Reader::Store() {
-  if (const std::optional<std::string> size = Get("REDIS_POOL_SIZE");
-      size && !given_("--redis-connections")) {
-    absl::StatusOr<std::string> count = Convert("REDIS_POOL_SIZE", *size, Kind::kCount);
-    if (!count.ok()) {
-      return count.status();
-    }
-    // Their pool holds a connection per call in flight; sluiced pipelines calls on a few, so
-    // a pool larger than ours is lowered rather than refused.
-    const int connections = std::min(std::stoi(*count), kMaxRedisConnections);
-    Add("--redis-connections", std::to_string(connections), "REDIS_POOL_SIZE", false, false);
-  }
   const bool set = AnySet(
       {"BACKEND_TYPE", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS"});
   if (given_("--store") || !(set || out_.theirs)) {
@@ -504,9 +346,48 @@ absl::Status Reader::Store() {
   if (!tls.ok()) {
     return tls.status();
   }
+  absl::StatusOr<std::string> store = StoreUrl(type == "cluster", socket == "unix", *tls);
+  if (!store.ok()) {
+    return store.status();
+  }
+  Add("--store", *std::move(store), DescribeStore(type == "cluster"), false, !set);
+  return RedisTls(*tls);
+}
+
+// The store's URL from REDIS_URL, REDIS_AUTH and REDIS_TLS.
+absl::StatusOr<std::string> Reader::StoreUrl(bool cluster, bool unix_socket, bool tls) {
   const std::string url = Get("REDIS_URL").value_or("/var/run/nutcracker/ratelimit.sock");
-  // For messages: the variables set, with their values but for REDIS_AUTH's and a whole URL's
-  // (which may hold a password), and the socket type when it is their default.
+  const std::string user_info = UserInfo(Get("REDIS_AUTH"));
+  if (url.find("://") != std::string::npos) {
+    // A whole URL, sluice's own form: used as it is, the other variables of the store aside.
+    if (tls && !url.starts_with("rediss")) {
+      return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "REDIS_URL is a URL without TLS");
+    }
+    for (std::string_view name : {"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH"}) {
+      if (Set(name)) {
+        out_.ignored.push_back(fmt::format("{} (REDIS_URL is a whole URL)", name));
+      }
+    }
+    return url;
+  }
+  if (cluster) {  // Theirs reaches a cluster over TCP whatever the socket type.
+    std::string hosts = url;
+    hosts.erase(std::remove(hosts.begin(), hosts.end(), ' '), hosts.end());
+    return fmt::format("{}://{}{}", tls ? "rediss+cluster" : "redis+cluster", user_info, hosts);
+  }
+  if (unix_socket) {
+    if (tls) {
+      return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "TLS to Redis over a unix socket");
+    }
+    return fmt::format("unix://{}{}", user_info,
+                       std::filesystem::absolute(url).lexically_normal().string());
+  }
+  return fmt::format("{}://{}{}", tls ? "rediss" : "redis", user_info, url);
+}
+
+// For messages about the store: the variables set, with their values but for REDIS_AUTH's and
+// a whole URL's (which may hold a password), and the socket type when it is their default.
+std::string Reader::DescribeStore(bool cluster) const {
   std::vector<std::string> described;
   for (std::string_view name : {"BACKEND_TYPE", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_URL"}) {
     if (const std::optional<std::string> value = Get(name)) {
@@ -518,38 +399,10 @@ absl::Status Reader::Store() {
   if (Set("REDIS_AUTH")) {
     described.emplace_back("REDIS_AUTH");
   }
-  if (!Set("REDIS_SOCKET_TYPE") && type == "single") {
+  if (!Set("REDIS_SOCKET_TYPE") && !cluster) {
     described.emplace_back("REDIS_SOCKET_TYPE unset (unix, their default)");
   }
-  const std::string variables = fmt::format("{}", fmt::join(described, ", "));
-  std::string store;
-  if (url.find("://") != std::string::npos) {
-    // A whole URL, sluice's own form: used as it is, the other variables of the store aside.
-    store = url;
-    if (*tls && !url.starts_with("rediss")) {
-      return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "REDIS_URL is a URL without TLS");
-    }
-    for (std::string_view name : {"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH"}) {
-      if (Set(name)) {
-        out_.ignored.push_back(fmt::format("{} (REDIS_URL is a whole URL)", name));
-      }
-    }
-  } else if (type == "cluster") {  // Theirs reaches a cluster over TCP whatever the socket type.
-    std::string hosts = url;
-    hosts.erase(std::remove(hosts.begin(), hosts.end(), ' '), hosts.end());
-    store = fmt::format("{}://{}{}", *tls ? "rediss+cluster" : "redis+cluster",
-                        UserInfo(Get("REDIS_AUTH")), hosts);
-  } else if (socket == "unix") {
-    if (*tls) {
-      return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "TLS to Redis over a unix socket");
-    }
-    store = fmt::format("unix://{}{}", UserInfo(Get("REDIS_AUTH")),
-                        std::filesystem::absolute(url).lexically_normal().string());
-  } else {
-    store = fmt::format("{}://{}{}", *tls ? "rediss" : "redis", UserInfo(Get("REDIS_AUTH")), url);
-  }
-  Add("--store", std::move(store), variables, false, !set);
-  return RedisTls(*tls);
+  return fmt::format("{}", fmt::join(described, ", "));
 }
 
 // With REDIS_TLS, the files of REDIS_TLS_CACERT, _CLIENT_CERT and _CLIENT_KEY, and
