@@ -14,8 +14,9 @@ namespace {
 
 namespace http = boost::beast::http;
 
-// Their example's shapes (nested descriptors, unlimited, requests_per_unit 0, shadow_mode) and
-// sluice's own (a limit written with `period`, two limits on one descriptor), in two domains.
+// Their example's shapes (nested descriptors, unlimited, requests_per_unit 0, shadow_mode,
+// quota_mode) and sluice's own (a limit written with `period`, two limits on one descriptor), in
+// two domains.
 constexpr char kRules[] = R"(
 domain: rl
 descriptors:
@@ -31,6 +32,10 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 3}
   - key: bay
     rate_limit: {unlimited: true}
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
   - key: slow
     rate_limit: {algorithm: gcra, requests_per_unit: 1, period: 2500ms}
   - key: api_key
@@ -85,6 +90,8 @@ TEST_F(DebugApiTest, RlconfigListsEveryLimitAsEnvoyproxyRatelimitDoes) {
             "rl.foo.baz_shady: unit=MINUTE requests_per_unit=3, shadow_mode: true, "
             "quota_mode: false\n"
             "rl.bay: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+            "rl.service_service_1: unit=MINUTE requests_per_unit=1, shadow_mode: false, "
+            "quota_mode: true\n"
             "rl.slow: unit=UNKNOWN requests_per_unit=1, shadow_mode: false, quota_mode: false, "
             "period: 2500ms\n"
             "rl.api_key: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false\n"
