@@ -6,7 +6,8 @@ then SUBDIRECTORY ratelimit, then config/ with a YAML file), starts a redis-serv
 and sluiced with no flags but what the case says, its settings in the environment only. Then
 /healthcheck (200 "OK", 500 while Redis is down), POST /json, the debug port's /rlconfig, a
 swap of the symlink reloaded, a flag beside its variable winning, a malformed variable
-refused. Python 3 standard library only.
+refused, switches (SHADOW_MODE, MERGE_DOMAIN_CONFIG) reaching their flags. Python 3
+standard library only.
 
     python3 tests/integration/ratelimit_env_test.py --sluiced build/bin/sluiced
 """
@@ -245,6 +246,25 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         # The memory store of --store beats REDIS_URL (a port where no Redis listens).
         self.assertEqual(get(http_port, "/healthcheck"), (200, "OK"))
         self.assertIn("memory store", process.output())
+
+    def test_switches_reach_their_flags(self):
+        # A second file of the same domain: refused unless MERGE_DOMAIN_CONFIG merges it.
+        with open(os.path.join(self.root, "v1", "ratelimit", "config", "more.yaml"), "w") as f:
+            f.write("domain: rl\ndescriptors:\n  - key: bar\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+        variables = self.their_variables(SHADOW_MODE="True", MERGE_DOMAIN_CONFIG="1")
+        process = self.start(variables, ["--store", "memory"])
+        self.assertIsNotNone(process, self.processes[-1].output()[-2000:])
+        port, debug = int(variables["PORT"]), int(variables["DEBUG_PORT"])
+        # Files load in name order: more.yaml, then rules.yaml.
+        self.assertEqual(get(debug, "/rlconfig")[1].splitlines(), [
+            "rl.bar: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false",
+            "rl.foo: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false"])
+        request = {"domain": "rl", "descriptors": [{"entries": [{"key": "foo", "value": "a"}]}]}
+        answers = [post_json(port, request) for _ in range(3)]
+        # Over the limit at the third, but in shadow mode: never OVER_LIMIT overall.
+        self.assertEqual([(status, answer["overallCode"]) for status, answer in answers],
+                         [(200, "OK")] * 3, answers)
 
     def test_malformed_variables_are_refused_by_name(self):
         cases = [({"PORT": "abc"}, "PORT=abc"),
