@@ -17,6 +17,7 @@ namespace {
 using env::Convert;
 using env::GoBool;
 using env::Integer;
+using env::JoinHostPort;
 using env::Kind;
 using env::Lower;
 using env::Malformed;
@@ -237,10 +238,8 @@ absl::Status Reader::Listeners() {
       }
       port = static_cast<int>(*n);
     }
-    Add(pair.flag,
-        host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
-                                            : fmt::format("[{}]:{}", host, port),
-        fmt::format("{}/{}", pair.host, pair.port), false, !set);
+    Add(pair.flag, JoinHostPort(host, port), fmt::format("{}/{}", pair.host, pair.port), false,
+        !set);
   }
   return absl::OkStatus();
 }
@@ -474,10 +473,7 @@ absl::Status Reader::Statsd() {
     }
     port = static_cast<int>(*n);
   }
-  const std::string host = Get("STATSD_HOST").value_or("localhost");
-  Add("--statsd",
-      host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
-                                          : fmt::format("[{}]:{}", host, port),
+  Add("--statsd", JoinHostPort(Get("STATSD_HOST").value_or("localhost"), port),
       "USE_STATSD/STATSD_HOST/STATSD_PORT", false, !set);
   if (const std::optional<std::string> interval = Get("STATS_FLUSH_INTERVAL");
       interval && !given_("--statsd-interval")) {

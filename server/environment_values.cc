@@ -24,6 +24,11 @@ std::string UrlEscape(std::string_view text) {
   return out;
 }
 
+std::string JoinHostPort(std::string_view host, int port) {
+  return host.find(':') == std::string_view::npos ? fmt::format("{}:{}", host, port)
+                                                  : fmt::format("[{}]:{}", host, port);
+}
+
 std::string Lower(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(),

@@ -44,6 +44,9 @@ std::optional<Micros> GoDuration(std::string_view text);
 // ASCII lower case (their enumerations are read case-insensitively).
 std::string Lower(std::string_view text);
 
+// "host:port", "[v6::host]:port": as --http, --grpc, --debug and --statsd read it.
+std::string JoinHostPort(std::string_view host, int port);
+
 // A user or password for a URL: percent-escaped but for the characters that need none.
 std::string UrlEscape(std::string_view text);
 
