@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
+#include "server/environment_values.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
 
@@ -30,12 +31,6 @@ std::string FileVersion(const std::string& path) {
   }
   return fmt::format("{}.{}:{}@{}.{};", info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_size,
                      info.st_dev, info.st_ino);
-}
-
-std::string Address(const HostPort& address) {
-  return address.host.find(':') == std::string::npos
-             ? fmt::format("{}:{}", address.host, address.port)
-             : fmt::format("[{}]:{}", address.host, address.port);
 }
 
 int Refuse(std::string_view message) {
@@ -168,8 +163,8 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .reset_header = flags_.header_reset,
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
-      StartGrpcServer(Address(settings.grpc), *envoy_, grpc_port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
+      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port);
   if (!grpc_server.ok()) {
     StopListeners(Micros{0});
     return grpc_server.status();
