@@ -287,6 +287,12 @@ HttpResponse JsonResponse(http::status status, std::string body, const HttpReque
   return response;
 }
 
+HttpResponse TextResponse(http::status status, std::string body, const HttpRequest& request) {
+  HttpResponse response = JsonResponse(status, std::move(body), request);
+  response.set(http::field::content_type, "text/plain; charset=utf-8");
+  return response;
+}
+
 HttpResponse JsonResponse(http::status status, const Json& body, const HttpRequest& request) {
   return JsonResponse(status, Dump(body), request);
 }

@@ -36,6 +36,10 @@ HttpResponse JsonResponse(boost::beast::http::status status, std::string body,
 HttpResponse JsonResponse(boost::beast::http::status status, const Json& body,
                           const HttpRequest& request);
 
+// `status` with a plain text body (UTF-8), in `request`'s HTTP version and keep-alive.
+HttpResponse TextResponse(boost::beast::http::status status, std::string body,
+                          const HttpRequest& request);
+
 // The answer to a request refused with `status`: its HTTP status and its message.
 HttpResponse Failure(const absl::Status& status, const HttpRequest& request);
 

@@ -22,7 +22,7 @@ std::string_view AllowedMethods(std::string_view path) {
   if (path == "/v1/auth") {
     return "GET, HEAD";
   }
-  if (path == "/healthz" || path == "/metrics" || path == "/v1/rules") {
+  if (path == "/healthz" || path == "/healthcheck" || path == "/metrics" || path == "/v1/rules") {
     return "GET, HEAD";
   }
   return {};
@@ -31,11 +31,12 @@ std::string_view AllowedMethods(std::string_view path) {
 }  // namespace
 
 HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-                 std::function<std::string()> store_metrics)
+                 std::function<std::string()> store_metrics, Health health)
     : service_(service),
       metrics_(metrics),
       clock_(clock),
-      store_metrics_(std::move(store_metrics)) {}
+      store_metrics_(std::move(store_metrics)),
+      health_(std::move(health)) {}
 
 // A decision under way: what building its answer needs, in one allocation that follows it
 // through the service and back to the caller. The callbacks hold only the pointer, which fits
@@ -125,6 +126,8 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   HttpResponse response;
   if (path == "/healthz" && only(http::verb::get)) {
     response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+  } else if (path == "/healthcheck" && only(http::verb::get)) {
+    response = HealthCheck(request);
   } else if (path == "/metrics" && only(http::verb::get)) {
     response = HttpResponse{http::status::ok, request.version()};
     response.set(http::field::server, "sluiced");
@@ -252,6 +255,17 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
   }
   service_.CheckAsync(std::move(check),
                       Deliver<CheckResult>(request, std::move(reply), &AuthAnswer));
+}
+
+// As envoyproxy/ratelimit answers it (Kubernetes probes call it): 200 "OK" in plain text, or
+// 500, here with the reason as the body (theirs has none).
+HttpResponse HttpApi::HealthCheck(const HttpRequest& request) const {
+  const absl::Status health = health_ ? health_() : absl::OkStatus();
+  if (health.ok()) {
+    return TextResponse(http::status::ok, "OK", request);
+  }
+  return TextResponse(http::status::internal_server_error, std::string(health.message()) + "\n",
+                      request);
 }
 
 HttpResponse HttpApi::Rules(const HttpRequest& request) {

@@ -9,6 +9,7 @@
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
 //   GET  /healthz, GET /metrics, GET /v1/rules
+//   GET  /healthcheck envoyproxy/ratelimit's: 200 "OK" while sluiced can decide, else 500
 //
 // docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
 // This file routes and handles; the bodies are read by server/http/request.h and the answers
@@ -22,7 +23,9 @@
 #include <string_view>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 
+#include "server/http/handler.h"
 #include "server/http/request.h"
 #include "server/http/response.h"
 #include "server/metrics.h"
@@ -30,37 +33,30 @@
 
 namespace sluice::server {
 
-class HttpApi {
+class HttpApi final : public HttpHandler {
  public:
+  // Whether sluiced can decide now, for GET /healthcheck: OK, or Unavailable saying why (no
+  // connection to Redis ready, no rules loaded). Called on the event-loop threads.
+  using Health = std::function<absl::Status()>;
+
   // `service` and `metrics` must outlive the api. `store_metrics` returns extra Prometheus
   // lines about the store (keys, evictions), appended to GET /metrics; it may be empty.
+  // `health` may be empty: /healthcheck then always answers OK.
   HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-          std::function<std::string()> store_metrics);
-
-  // Builds a response; run it on the thread that writes the response.
-  using Build = absl::AnyInvocable<HttpResponse() &&>;
-  // Receives the answer to a request, once: a function that builds the response. Called
-  // before Handle returns when the answer is at hand (the memory store, a bad request), else
-  // later on the store's thread (Redis): so building is left to the caller, which runs it on
-  // its own thread and keeps the store's thread free.
-  using Respond = absl::AnyInvocable<void(Build) &&>;
+          std::function<std::string()> store_metrics, Health health = nullptr);
 
   // POST /v1/acquire's wait when the request names none.
   static constexpr Micros kDefaultMaxWait = std::chrono::seconds(30);
 
-  // Gives up a request that waits (/v1/acquire) when its client has gone.
-  using CancelWait = RateLimitService::CancelWait;
-
-  // Answers `request` through `respond`, never waiting for the store. `request` must stay
-  // alive and unchanged until the response is built. `peer` is the client's address, used for
-  // the ":remote_addr" source of /v1/auth. For a request that may wait long (/v1/acquire),
-  // `cancel`, when given, receives the function that gives it up.
+  // Answers `request` through `respond` (HttpHandler), never waiting for the store. `peer` is
+  // used for the ":remote_addr" source of /v1/auth; `cancel` receives the function that gives
+  // up a /v1/acquire.
   void Handle(const HttpRequest& request, std::string_view peer, Respond respond,
-              CancelWait* cancel = nullptr);
+              CancelWait* cancel = nullptr) override;
 
   // Counts a request the server answered 400 before it could be parsed (too large, too slow,
   // not HTTP), as Handle counts its own 400s.
-  void CountMalformed() { metrics_.CountBadRequest(); }
+  void CountMalformed() override { metrics_.CountBadRequest(); }
 
  private:
   // A request being answered: when it came, what it is, where its answer goes.
@@ -90,11 +86,13 @@ class HttpApi {
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
+  HttpResponse HealthCheck(const HttpRequest& request) const;
 
   RateLimitService& service_;
   Metrics& metrics_;
   Clock& clock_;
   std::function<std::string()> store_metrics_;
+  Health health_;
 };
 
 }  // namespace sluice::server

@@ -43,7 +43,7 @@ using Timer = asio::steady_timer::rebind_executor<LoopExecutor>::other;
 // request that timed out can still be told why.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Socket socket, HttpApi& api, const HttpServerOptions& options,
+  Session(Socket socket, HttpHandler& api, const HttpServerOptions& options,
           std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
@@ -231,7 +231,7 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       api_.Handle(
           parser_->get(), peer_,
-          [self = shared_from_this()](HttpApi::Build build) {
+          [self = shared_from_this()](HttpHandler::Build build) {
             // The answer may come from the store's thread: build and write it on this loop.
             asio::dispatch(self->executor(), [self, build = std::move(build)]() mutable {
               self->Answer(std::move(build));
@@ -273,7 +273,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Builds the answer to the request just read and sends it.
-  void Answer(HttpApi::Build build) {
+  void Answer(HttpHandler::Build build) {
     answered_ = true;
     if (cancel_wait_) {
       cancel_wait_ = nullptr;
@@ -338,11 +338,11 @@ class Session : public std::enable_shared_from_this<Session> {
   bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
   std::string wire_;                 // The response being written; its capacity stays for the next.
-  HttpApi::CancelWait cancel_wait_;  // Set while a request waits (acquire).
+  HttpHandler::CancelWait cancel_wait_;  // Set while a request waits (acquire).
   bool answered_ = false;            // The request just read has its answer.
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
-  HttpApi& api_;
+  HttpHandler& api_;
   const HttpServerOptions& options_;
   std::atomic<int64_t>& in_flight_;
   const std::atomic<bool>& stopping_;
@@ -371,7 +371,7 @@ struct HttpServer::Loop {
   }
 };
 
-HttpServer::HttpServer(HttpApi& api, HttpServerOptions options)
+HttpServer::HttpServer(HttpHandler& api, HttpServerOptions options)
     : api_(api), options_(std::move(options)) {}
 
 HttpServer::~HttpServer() {

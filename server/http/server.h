@@ -1,10 +1,11 @@
 #pragma once
 
-// HttpServer: the sockets behind HttpApi. One event loop (an Asio io_context on a thread of its
-// own) per thread asked for; connections are accepted on the first and handed to the loops in
-// turn, so each connection lives on one loop and no lock is shared between them. Keep-alive, a
-// bound on header and body size, and a read timeout per request: a request too large or too slow
-// gets a 400 naming the problem, then the connection closes.
+// HttpServer: the sockets behind an HttpHandler (sluiced's HttpApi, the debug listener's
+// DebugApi). One event loop (an Asio io_context on a thread of its own) per thread asked for;
+// connections are accepted on the first and handed to the loops in turn, so each connection
+// lives on one loop and no lock is shared between them. Keep-alive, a bound on header and body
+// size, and a read timeout per request: a request too large or too slow gets a 400 naming the
+// problem, then the connection closes.
 //
 // Start() and Stop() are called from one control thread.
 
@@ -18,7 +19,8 @@
 #include "absl/status/status.h"
 #include "boost/asio/io_context.hpp"
 
-#include "server/http/api.h"
+#include "server/http/handler.h"
+#include "sluice/clock.h"
 
 namespace sluice::server {
 
@@ -35,7 +37,7 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   // `api` must outlive the server.
-  HttpServer(HttpApi& api, HttpServerOptions options);
+  HttpServer(HttpHandler& api, HttpServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -56,7 +58,7 @@ class HttpServer {
   struct Loop;
   void Accept();  // Accepts the next connection, for the next loop in turn.
 
-  HttpApi& api_;
+  HttpHandler& api_;
   HttpServerOptions options_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<Loop>> loops_;

@@ -267,4 +267,9 @@ class RuleSet {
   std::vector<std::unique_ptr<Domain>> domains_;
 };
 
+// The rules in force as envoyproxy/ratelimit's debug port shows them (GET /rlconfig): one line
+// per limit, "rl.foo_bar: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode:
+// false", domains and descriptors in file order (server/rules/dump.cc).
+std::string DumpRules(const RuleSet& rules);
+
 }  // namespace sluice::server

@@ -46,11 +46,13 @@ def metric(server, name):
 
 
 class Redis:
-    """A redis-server of the test's own, stopped and started again on the same port."""
+    """A redis-server of the test's own, stopped and started again on the same port.
+    `options` go to redis-server as they are (a unix socket: "--unixsocket", PATH)."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, *options):
         self.workdir = workdir
         self.port = free_port()
+        self.options = list(options)
         self.proc = None
         self.start()
 
@@ -58,7 +60,7 @@ class Redis:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.workdir, "--logfile",
-             os.path.join(self.workdir, "redis.log")])
+             os.path.join(self.workdir, "redis.log"), *self.options])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

@@ -285,5 +285,30 @@ TEST_F(HttpApiTest, OperationalEndpoints) {
   EXPECT_EQ(Header(wrong, "Allow"), "GET, HEAD");
 }
 
+// envoyproxy/ratelimit's /healthcheck: "OK" while the daemon's health says so, else 500 and
+// why; /healthz, a liveness probe, stays 200 either way.
+TEST_F(HttpApiTest, HealthCheckAnswersAsTheHealthItIsGiven) {
+  absl::Status health = absl::OkStatus();
+  HttpApi api(service_, metrics_, clock_, nullptr, [&health] { return health; });
+  auto get = [&api](std::string target) {
+    const HttpRequest request{http::verb::get, target, 11};
+    std::optional<HttpResponse> response;
+    api.Handle(request, "192.0.2.9", [&](HttpApi::Build build) { response = std::move(build)(); });
+    return response ? *std::move(response) : HttpResponse{};
+  };
+  HttpResponse ok = get("/healthcheck");
+  EXPECT_EQ(ok.result(), http::status::ok);
+  EXPECT_EQ(ok.body(), "OK");
+  EXPECT_EQ(Header(ok, "Content-Type"), "text/plain; charset=utf-8");
+  health = absl::UnavailableError("no connection to Redis is ready");
+  HttpResponse down = get("/healthcheck");
+  EXPECT_EQ(down.result(), http::status::internal_server_error);
+  EXPECT_EQ(down.body(), "no connection to Redis is ready\n");
+  EXPECT_EQ(get("/healthz").result(), http::status::ok);
+  // Without a health function (the api of the tests above), always OK.
+  EXPECT_EQ(Send(http::verb::get, "/healthcheck").body(), "OK");
+  EXPECT_EQ(Send(http::verb::post, "/healthcheck").result(), http::status::method_not_allowed);
+}
+
 }  // namespace
 }  // namespace sluice::server

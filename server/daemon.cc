@@ -1,0 +1,435 @@
+#include "server/daemon.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#include "server/environment_values.h"
+#include "sluice/duration.h"
+#include "src/core/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace asio = boost::asio;
+
+// What identifies a version of a rules file or directory: its modification time and size (a
+// directory's time changes when a file is added or removed; its files' are checked too), and
+// its inode, so that a directory swapped in through a symlink (envoyproxy/ratelimit's
+// deployments swap RUNTIME_ROOT's `current`) is seen even when its times and sizes are the old
+// one's, as a copy that keeps times makes them.
+std::string FileVersion(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    return "missing";
+  }
+  return fmt::format("{}.{}:{}@{}.{};", info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_size,
+                     info.st_dev, info.st_ino);
+}
+
+int Refuse(std::string_view message) {
+  spdlog::error("{}", message);
+  return 2;
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError(fmt::format("{} '{}': expected HOST:PORT", flag, text));
+  }
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port_text = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned port = 0;
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} '{}': '{}' is not a port number", flag, text, port_text));
+  }
+  return HostPort{.host = host.empty() ? "0.0.0.0" : std::string(host),
+                  .port = static_cast<uint16_t>(port)};
+}
+
+int Daemon::Run() {
+  spdlog::set_level(spdlog::level::from_str(flags_.log_level));
+  // Signals are caught from here on, before anything is served: a SIGTERM that arrives
+  // while the server starts still stops it cleanly (drain, snapshot).
+  asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
+  if (absl::Status s = Open(); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  absl::StatusOr<Settings> settings = ParseFlags();
+  if (!settings.ok()) {
+    return Refuse(internal::Message(settings.status()));
+  }
+  LoadSnapshot();
+  if (absl::Status s = Start(*settings); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  Serve(signals, *settings);
+  Drain(settings->drain);
+  return 0;
+}
+
+// The store, the service over it, and the rules of --config.
+absl::Status Daemon::Open() {
+  if (absl::Status s = OpenStore(); !s.ok()) {
+    return s;
+  }
+  service_ = std::make_unique<RateLimitService>(
+      *store_, SystemClock(), metrics_, &timers_,
+      EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
+                    .quota_mode = flags_.quota_mode,
+                    .shadow_mode = flags_.shadow_mode});
+  if (!flags_.config.empty()) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+    if (!rules.ok()) {
+      return rules.status();
+    }
+    config_version_ = Version();
+    service_->SetRules(*std::move(rules));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
+  absl::StatusOr<Micros> snapshot_interval = ParseDuration(flags_.snapshot_interval);
+  absl::StatusOr<Micros> watch_interval = ParseDuration(flags_.watch_interval);
+  absl::StatusOr<Micros> drain = ParseDuration(flags_.drain);
+  for (const auto* parsed : {&snapshot_interval, &watch_interval, &drain}) {
+    if (!parsed->ok()) {
+      return parsed->status();
+    }
+  }
+  if (*snapshot_interval > Micros{0} && flags_.snapshot.empty()) {
+    return absl::InvalidArgumentError("--snapshot-interval needs --snapshot FILE");
+  }
+  if (!flags_.snapshot.empty() && memory_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "--snapshot is for the memory store: Redis keeps its own state");
+  }
+  Settings settings{
+      .snapshot_interval = *snapshot_interval, .watch_interval = *watch_interval, .drain = *drain};
+  for (const auto& [flag, text, address] : {std::tuple{"--http", flags_.http, &settings.http},
+                                            std::tuple{"--grpc", flags_.grpc, &settings.grpc}}) {
+    absl::StatusOr<HostPort> parsed = ParseHostPort(flag, text);
+    if (!parsed.ok()) {
+      return parsed.status();
+    }
+    *address = *std::move(parsed);
+  }
+  if (!flags_.debug.empty()) {
+    absl::StatusOr<HostPort> debug = ParseHostPort("--debug", flags_.debug);
+    if (!debug.ok()) {
+      return debug.status();
+    }
+    settings.debug = *std::move(debug);
+  }
+  return settings;
+}
+
+// The HTTP, gRPC and debug listeners. When one cannot start, those started are stopped.
+absl::Status Daemon::Start(const Settings& settings) {
+  const HostPort& http = settings.http;
+  api_ = std::make_unique<HttpApi>(
+      *service_, metrics_, SystemClock(), [this] { return StoreMetrics(); },
+      [this] { return Health(); });
+  const int threads = flags_.threads > 0
+                          ? flags_.threads
+                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  server_ = std::make_unique<HttpServer>(
+      *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
+  if (absl::Status s = server_->Start(); !s.ok()) {
+    return s;
+  }
+  spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
+               http.host, server_->port(), threads, service_->rules()->domains().size(),
+               flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
+  envoy_ = std::make_unique<EnvoyGrpcService>(
+      *service_, EnvoyOptions{.response_headers = flags_.response_headers,
+                              .limit_header = flags_.header_limit,
+                              .remaining_header = flags_.header_remaining,
+                              .reset_header = flags_.header_reset,
+                              .dynamic_metadata = flags_.dynamic_metadata});
+  int grpc_port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
+      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port);
+  if (!grpc_server.ok()) {
+    StopListeners(Micros{0});
+    return grpc_server.status();
+  }
+  grpc_server_ = *std::move(grpc_server);
+  spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", settings.grpc.host,
+               grpc_port, flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
+  if (settings.debug) {
+    if (absl::Status s = StartDebug(*settings.debug); !s.ok()) {
+      StopListeners(Micros{0});
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The debug listener: an HttpServer of its own, one event loop, over DebugApi.
+absl::Status Daemon::StartDebug(const HostPort& debug) {
+  debug_api_ = std::make_unique<DebugApi>(*service_);
+  debug_server_ = std::make_unique<HttpServer>(
+      *debug_api_, HttpServerOptions{.host = debug.host, .port = debug.port, .threads = 1});
+  if (absl::Status s = debug_server_->Start(); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("--debug: {}", internal::Message(s)));
+  }
+  spdlog::info("sluiced debug pages (/rlconfig) on http://{}:{}", debug.host,
+               debug_server_->port());
+  return absl::OkStatus();
+}
+
+// Stops what Start started: the gRPC server (up to `drain`), then the HTTP listeners.
+void Daemon::StopListeners(Micros drain) {
+  service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + drain);
+  }
+  server_->Stop(drain);
+  if (debug_server_ != nullptr) {
+    debug_server_->Stop(Micros{0});
+  }
+  // A decision still waiting for Redis past the drain ends (within --redis-timeout) before
+  // anything its callback uses is torn down.
+  service_->WaitIdle();
+}
+
+// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots.
+void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
+  WaitForSignal(signals);
+  if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
+    Watch(settings.watch_interval);
+  }
+  if (settings.snapshot_interval > Micros{0}) {
+    SnapshotEvery(settings.snapshot_interval);
+  }
+  control_.run();
+}
+
+// Stops taking requests, lets those in flight finish (up to `drain`), writes the snapshot.
+void Daemon::Drain(Micros drain) {
+  spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(drain));
+  StopListeners(drain);
+  SaveSnapshot();
+  spdlog::info("stopped");
+}
+
+// The store --store names: the memory store, or Redis (connecting in the background: until
+// it answers, the failure policy decides).
+absl::Status Daemon::OpenStore() {
+  if (flags_.store == "memory") {
+    auto memory = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
+    memory_ = memory.get();
+    store_ = std::move(memory);
+    return absl::OkStatus();
+  }
+  if (!flags_.store.starts_with("redis://") && !flags_.store.starts_with("redis+cluster://")) {
+    return absl::InvalidArgumentError(
+        fmt::format("--store '{}': expected memory or redis://[user:password@]host:port[/db]",
+                    RedactRedisUrl(flags_.store)));
+  }
+  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
+  if (!options.ok()) {
+    return options.status();
+  }
+  absl::StatusOr<Micros> timeout = ParseDuration(flags_.redis_timeout);
+  if (!timeout.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-timeout: {}", internal::Message(timeout.status())));
+  }
+  absl::StatusOr<FailurePolicy> policy = ParseFailurePolicy(flags_.redis_on_failure);
+  if (!policy.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-on-failure: {}", internal::Message(policy.status())));
+  }
+  options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
+  options->on_failure = *policy;
+  options->connections = flags_.redis_connections;
+  if (flags_.cache_key_prefix) {
+    options->key_prefix = *flags_.cache_key_prefix;
+  }
+  absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
+  if (!redis.ok()) {
+    return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),
+                                                  internal::Message(redis.status())));
+  }
+  redis_ = redis->get();
+  store_ = *std::move(redis);
+  return absl::OkStatus();
+}
+
+std::string Daemon::StoreDescription() const {
+  if (memory_ != nullptr) {
+    return fmt::format("memory store (max {} keys)", flags_.max_keys);
+  }
+  return fmt::format("Redis store {} ({} connection(s), timeout {}, on failure {})",
+                     RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
+                     flags_.redis_on_failure);
+}
+
+// Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
+// stops (SIGTERM), not without a connection to Redis ready (their health check with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), and, with --health-needs-rules (their
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), not before a domain is loaded. /healthz, a
+// liveness probe, stays 200 throughout.
+absl::Status Daemon::Health() const {
+  if (stopping_.load()) {
+    return absl::UnavailableError("stopping");
+  }
+  if (redis_ != nullptr && redis_->Stats().connections_ready == 0) {
+    return absl::UnavailableError("no connection to Redis is ready");
+  }
+  if (flags_.health_needs_rules && service_->rules()->domains().empty()) {
+    return absl::UnavailableError("no rules are loaded");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
+  return RuleSet::Load(
+      flags_.config, metrics_.rules(),
+      [this](const Limit& limit) { return store_->CheckLimit(limit); },
+      RuleLoadOptions{.merge_domains = flags_.merge_domains});
+}
+
+std::string Daemon::Version() const {
+  std::string version = FileVersion(flags_.config);
+  struct stat info {};
+  if (stat(flags_.config.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(flags_.config, ec)) {
+      version += FileVersion(entry.path().string());
+    }
+  }
+  return version;
+}
+
+void Daemon::Reload(std::string_view why) {
+  // The version before the load: an edit made while loading is then seen by the next look.
+  config_version_ = Version();
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+  if (!rules.ok()) {
+    metrics_.CountReload(false);
+    spdlog::error("reload ({}) refused, keeping the rules in force: {}", why,
+                  internal::Message(rules.status()));
+    return;
+  }
+  service_->SetRules(*std::move(rules));
+  metrics_.CountReload(true);
+  spdlog::info("reloaded {} ({}): {} domain(s)", flags_.config, why,
+               service_->rules()->domains().size());
+}
+
+void Daemon::WaitForSignal(asio::signal_set& signals) {
+  signals.async_wait([this, &signals](const boost::system::error_code& ec, int signal) {
+    if (ec) {
+      return;
+    }
+    if (signal == SIGHUP) {
+      if (!flags_.config.empty()) {
+        Reload("SIGHUP");
+      }
+      WaitForSignal(signals);
+      return;
+    }
+    spdlog::info("received {}", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    stopping_.store(true);
+    control_.stop();
+  });
+}
+
+void Daemon::Watch(Micros interval) {
+  watch_timer_.expires_after(interval);
+  watch_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+    if (ec) {
+      return;
+    }
+    if (Version() != config_version_) {
+      Reload("file changed");
+    }
+    Watch(interval);
+  });
+}
+
+void Daemon::SnapshotEvery(Micros interval) {
+  snapshot_timer_.expires_after(interval);
+  snapshot_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+    if (ec) {
+      return;
+    }
+    SaveSnapshot();
+    SnapshotEvery(interval);
+  });
+}
+
+void Daemon::LoadSnapshot() {
+  if (flags_.snapshot.empty()) {
+    return;
+  }
+  absl::StatusOr<size_t> loaded = memory_->LoadSnapshot(flags_.snapshot, SystemClock().Now());
+  if (loaded.ok()) {
+    spdlog::info("loaded {} key(s) from snapshot {}", *loaded, flags_.snapshot);
+  } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
+    spdlog::info("no snapshot at {} yet: starting empty", flags_.snapshot);
+  } else {
+    spdlog::warn("ignoring snapshot: {}", internal::Message(loaded.status()));
+  }
+}
+
+void Daemon::SaveSnapshot() {
+  if (flags_.snapshot.empty()) {
+    return;
+  }
+  if (absl::Status s = memory_->SaveSnapshot(flags_.snapshot); !s.ok()) {
+    spdlog::error("snapshot failed: {}", internal::Message(s));
+    return;
+  }
+  spdlog::debug("snapshot written to {}", flags_.snapshot);
+}
+
+std::string Daemon::StoreMetrics() const {
+  if (redis_ != nullptr) {
+    const RedisStoreStats stats = redis_->Stats();
+    return fmt::format(
+        "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
+        "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
+        "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
+        "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total {}\n"
+        "# HELP sluice_redis_failures_total Decisions Redis did not answer in time.\n"
+        "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
+        "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local policy.\n"
+        "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
+        "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
+        "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
+        "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
+        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n",
+        stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
+        stats.connections_ready);
+  }
+  const MemoryStoreStats stats = memory_->Stats();
+  return fmt::format(
+      "# HELP sluice_store_keys Keys holding state in the memory store.\n"
+      "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
+      "# HELP sluice_store_reclaimed_total Keys dropped because their state had reset.\n"
+      "# TYPE sluice_store_reclaimed_total counter\nsluice_store_reclaimed_total {}\n"
+      "# HELP sluice_store_evicted_total Keys evicted, still holding state, to make room.\n"
+      "# TYPE sluice_store_evicted_total counter\nsluice_store_evicted_total {}\n",
+      stats.keys, stats.reclaimed, stats.evicted);
+}
+
+}  // namespace sluice::server

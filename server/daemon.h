@@ -1,0 +1,135 @@
+#pragma once
+
+// Daemon: sluiced's life once its flags are read (main.cc reads them, from the command line
+// and envoyproxy/ratelimit's environment): the store opened, the rules loaded, the HTTP, gRPC
+// and debug listeners started, then the control loop until SIGTERM, then the drain.
+//
+// The main thread runs the control loop: signals (SIGTERM/SIGINT drain and stop, SIGHUP
+// reloads the rules), the rules' watch, the snapshot timer. The HTTP event loops run on
+// threads of their own (HttpServer); Health is called on them.
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/signal_set.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "grpcpp/server.h"
+
+#include "server/grpc/envoy_service.h"
+#include "server/http/api.h"
+#include "server/http/debug.h"
+#include "server/http/server.h"
+#include "server/metrics.h"
+#include "server/rules/rules.h"
+#include "server/service.h"
+#include "sluice/memory_store.h"
+#include "sluice/redis_store.h"
+
+namespace sluice::server {
+
+// The flags as given (docs/server.md has each).
+struct Flags {
+  std::string config;
+  std::string http = "127.0.0.1:8080";
+  std::string grpc = "127.0.0.1:8081";
+  std::string debug;  // Empty: no debug listener.
+  std::string store = "memory";
+  int threads = 0;
+  size_t max_keys = 10'000'000;
+  std::string snapshot;
+  std::string snapshot_interval = "0";
+  std::string watch_interval = "1s";
+  std::string drain = "5s";
+  std::string log_level = "info";
+  bool shadow_mode = false;
+  bool response_headers = false;
+  bool quota_mode = false;
+  bool dynamic_metadata = false;
+  bool stop_counting_over_limit = false;
+  bool merge_domains = false;
+  std::string header_limit = "RateLimit-Limit";
+  std::string header_remaining = "RateLimit-Remaining";
+  std::string header_reset = "RateLimit-Reset";
+  std::optional<std::string> cache_key_prefix;
+  bool health_needs_rules = false;
+  std::string redis_timeout = "100ms";
+  std::string redis_on_failure = "deny";
+  int redis_connections = 2;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "127.0.0.1:8080", "[::1]:8080", ":8080" (all addresses of loopback's family default).
+// Errors name `flag`.
+absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text);
+
+class Daemon {
+ public:
+  explicit Daemon(Flags flags) : flags_(std::move(flags)) {}
+
+  // Serves until SIGTERM or SIGINT; 0 after a clean stop, 2 when it cannot start (the reason
+  // logged).
+  int Run();
+
+ private:
+  // The flags that take parsing, parsed (ParseFlags).
+  struct Settings {
+    Micros snapshot_interval{0};
+    Micros watch_interval{0};
+    Micros drain{0};
+    HostPort http;
+    HostPort grpc;
+    std::optional<HostPort> debug;
+  };
+
+  absl::Status Open();                           // The store, the service, the rules.
+  absl::StatusOr<Settings> ParseFlags() const;   // After Open: --snapshot needs the memory store.
+  absl::Status Start(const Settings& settings);  // The listeners.
+  absl::Status StartDebug(const HostPort& debug);
+  void Serve(boost::asio::signal_set& signals, const Settings& settings);  // The control loop.
+  void Drain(Micros drain);
+  void StopListeners(Micros drain);
+
+  absl::Status OpenStore();
+  std::string StoreDescription() const;
+  std::string StoreMetrics() const;
+  // For /healthcheck: OK while sluiced can decide.
+  absl::Status Health() const;
+
+  absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
+  std::string Version() const;  // What identifies the rules' files as they are now.
+  void Reload(std::string_view why);
+  void WaitForSignal(boost::asio::signal_set& signals);
+  void Watch(Micros interval);
+  void SnapshotEvery(Micros interval);
+  void LoadSnapshot();
+  void SaveSnapshot();
+
+  Flags flags_;
+  Metrics metrics_;
+  std::unique_ptr<Store> store_;
+  MemoryStore* memory_ = nullptr;  // store_, when it is the memory store.
+  RedisStore* redis_ = nullptr;    // store_, when it is Redis.
+  AsioTimers timers_;              // Acquire's waits; outlives the service.
+  std::unique_ptr<RateLimitService> service_;
+  std::unique_ptr<HttpApi> api_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<DebugApi> debug_api_;
+  std::unique_ptr<HttpServer> debug_server_;  // Only with --debug.
+  std::unique_ptr<EnvoyGrpcService> envoy_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  boost::asio::io_context control_{1};
+  boost::asio::steady_timer watch_timer_{control_};
+  boost::asio::steady_timer snapshot_timer_{control_};
+  std::string config_version_;
+  std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
+};
+
+}  // namespace sluice::server
