@@ -56,10 +56,28 @@ enum class FailurePolicy : uint8_t {
 std::string_view FailurePolicyName(FailurePolicy policy);                 // "allow", ...
 absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);  // The inverse.
 
+// Where one Redis server listens: a host and port, or a unix socket.
 struct RedisEndpoint {
   std::string host;
   uint16_t port = 6379;
+  std::string socket = {};  // A unix socket's path (unix://); host and port are then unused.
   friend bool operator==(const RedisEndpoint&, const RedisEndpoint&) = default;
+};
+
+// "host:port", "[::1]:port" or "unix:/path", for messages.
+std::string RedisEndpointName(const RedisEndpoint& endpoint);
+
+// TLS to Redis (rediss://), through OpenSSL. The files are read by RedisStore::Create, which
+// refuses a file it cannot read or a key that does not match its certificate, naming the file.
+struct RedisTlsOptions {
+  bool enabled = false;    // rediss:// and rediss+cluster:// set it.
+  std::string ca_file;     // PEM certificates that may sign the server's; empty: the system's.
+  std::string cert_file;   // The client's certificate chain (PEM), for servers that ask for
+  std::string key_file;    // one (tls-auth-clients); both or neither.
+  // Whether the server's certificate must name the host connected to (its DNS name, or its IP
+  // address for a numeric host). Off, the chain is still verified against ca_file: a server
+  // whose certificate names another host is accepted, one signed by another CA is not.
+  bool verify_hostname = true;
 };
 
 struct RedisStoreOptions {
@@ -69,6 +87,7 @@ struct RedisStoreOptions {
   std::string user;      // AUTH user (Redis 6 ACLs); empty for the default user.
   std::string password;  // AUTH password; empty for no AUTH.
   int database = 0;      // SELECT; 0 in a cluster.
+  RedisTlsOptions tls;
 
   // Connections per Redis server, and script calls in flight on each.
   int connections = 2;
@@ -92,9 +111,13 @@ struct RedisStoreOptions {
   bool use_caller_time = false;
 };
 
-// Reads "redis://[[user]:password@]host[:port][/db]" (a unix socket is not supported) or
-// "redis+cluster://[[user]:password@]host[:port][,host[:port]...]", with percent-escapes in the
-// user and password. InvalidArgument naming the part that is wrong.
+// Reads
+//   redis://[[user]:password@]host[:port][/db]
+//   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
+//   unix://[[user]:password@]/path/to/redis.sock[?db=N]
+// with percent-escapes in the user and password; rediss:// and rediss+cluster:// are as
+// redis:// and redis+cluster:// over TLS (options.tls.enabled; the files are options of their
+// own). InvalidArgument naming the part that is wrong.
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 
 // The URL with the password replaced by "***", for logs.

@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <utility>
 
-#include "boost/asio/connect.hpp"
-#include "boost/asio/write.hpp"
 #include "fmt/format.h"
 
 namespace sluice {
 namespace {
 
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using internal::Command;
 using internal::ReplyPtr;
 
@@ -20,8 +17,6 @@ using internal::ReplyPtr;
 RedisStore::Impl::Connection::Connection(Impl& store, Node& node)
     : store_(store),
       node_(node),
-      socket_(store.io_),
-      resolver_(store.io_),
       retry_(store.io_),
       backoff_(store.options_.backoff_min) {}
 
@@ -48,32 +43,18 @@ void RedisStore::Impl::Connection::Connect() {
       SteadyClock::now() +
       std::max<SteadyClock::duration>(store_.options_.timeout, std::chrono::milliseconds(250));
   const uint64_t generation = generation_;
-  const RedisEndpoint& endpoint = node_.endpoint;
-  resolver_.async_resolve(
-      endpoint.host, std::to_string(endpoint.port),
-      [this, generation](boost::system::error_code ec, tcp::resolver::results_type results) {
-        if (generation != generation_) {
-          return;
-        }
-        if (ec) {
-          Fail(absl::UnavailableError(
-              fmt::format("cannot resolve {}: {}", node_.endpoint.host, ec.message())));
-          return;
-        }
-        asio::async_connect(socket_, results,
-                            [this, generation](boost::system::error_code ec, const tcp::endpoint&) {
-                              if (generation != generation_) {
-                                return;
-                              }
-                              if (ec) {
-                                Fail(absl::UnavailableError(
-                                    fmt::format("cannot connect to {}:{}: {}", node_.endpoint.host,
-                                                node_.endpoint.port, ec.message())));
-                                return;
-                              }
-                              OnConnected();
-                            });
-      });
+  stream_ = std::make_shared<internal::RedisStream>(store_.io_, node_.endpoint, store_.tls_.get(),
+                                                    store_.options_.tls.verify_hostname);
+  stream_->Connect([this, generation](absl::Status status) {
+    if (generation != generation_) {
+      return;
+    }
+    if (!status.ok()) {
+      Fail(status);
+      return;
+    }
+    OnConnected();
+  });
   store_.ArmTimer();
 }
 
@@ -116,9 +97,9 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
   if (state_ == State::kReady) {
     store_.ready_.fetch_sub(1, std::memory_order_relaxed);
   }
-  boost::system::error_code ignored;
-  socket_.close(ignored);
-  resolver_.cancel();
+  if (stream_ != nullptr) {
+    stream_->Close();
+  }
   if (store_.stopping_) {
     retry_.cancel();
   }
@@ -142,8 +123,6 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
 }
 
 void RedisStore::Impl::Connection::OnConnected() {
-  boost::system::error_code ignored;
-  socket_.set_option(tcp::no_delay(true), ignored);
   reader_ = redisReaderCreate();
   const RedisStoreOptions& o = store_.options_;
   if (!o.password.empty()) {
@@ -173,8 +152,7 @@ void RedisStore::Impl::Connection::Flush() {
   writing_now_ = true;
   writing_.swap(out_);
   const uint64_t generation = generation_;
-  asio::async_write(
-      socket_, asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
+  stream_->Write(asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
         if (generation != generation_) {
           return;
         }
@@ -190,8 +168,7 @@ void RedisStore::Impl::Connection::Flush() {
 
 void RedisStore::Impl::Connection::Read() {
   const uint64_t generation = generation_;
-  socket_.async_read_some(
-      asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
+  stream_->ReadSome(asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
         if (generation != generation_) {
           return;
         }

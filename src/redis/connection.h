@@ -1,7 +1,7 @@
 #pragma once
 
-// One TCP connection of RedisStore's to one Redis server: handshake (AUTH, SELECT, SCRIPT
-// LOAD), then pipelined script calls, their replies read back in order by hiredis's
+// One connection of RedisStore's to one Redis server (over TCP, a unix socket or TLS: its
+// RedisStream): handshake (AUTH, SELECT, SCRIPT LOAD), then pipelined script calls, their replies read back in order by hiredis's
 // redisReader and handed to the store. A connection that fails closes, fails what it carried,
 // and reconnects after a backoff that doubles up to options.backoff_max.
 //
@@ -12,18 +12,19 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include <hiredis/hiredis.h>
 
 #include "src/redis/call.h"
 #include "src/redis/redis_store_impl.h"
 #include "src/redis/resp.h"
+#include "src/redis/stream.h"
 
 namespace sluice {
 
@@ -42,7 +43,8 @@ class RedisStore::Impl::Connection {
   // commands of the store's own).
   std::optional<SteadyTime> deadline() const;
 
-  // Resolves the node's host, connects, and starts the handshake.
+  // Opens a new stream to the node (resolves, connects, shakes hands over TLS), and starts
+  // Redis's handshake.
   void Connect();
   // Sends a batch; after ASKING when an ASK redirected it here.
   void Send(Pending batch, bool asking);
@@ -71,8 +73,7 @@ class RedisStore::Impl::Connection {
 
   Impl& store_;
   Node& node_;
-  boost::asio::ip::tcp::socket socket_;
-  boost::asio::ip::tcp::resolver resolver_;
+  std::shared_ptr<internal::RedisStream> stream_;  // A new one for each Connect.
   boost::asio::steady_timer retry_;
   std::chrono::milliseconds backoff_;
   State state_ = State::kClosed;
