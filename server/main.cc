@@ -57,6 +57,9 @@ struct Flags {
   std::string redis_timeout = "100ms";
   std::string redis_on_failure = "deny";
   int redis_connections = 2;
+  GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca
+  RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
+  bool redis_tls_skip_verify = false;
 };
 
 struct HostPort {
@@ -207,7 +210,7 @@ class Daemon {
     absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
         grpc.host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc.host, grpc.port)
                                                  : fmt::format("[{}]:{}", grpc.host, grpc.port),
-        *envoy_, grpc_port);
+        *envoy_, grpc_port, flags_.grpc_tls);
     if (!grpc_server.ok()) {
       service_->StopWaiting();
       server_->Stop(Micros{0});
@@ -215,7 +218,11 @@ class Daemon {
       return grpc_server.status();
     }
     grpc_server_ = *std::move(grpc_server);
-    spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", grpc.host, grpc_port,
+    spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}{}", grpc.host, grpc_port,
+                 !flags_.grpc_tls.enabled() ? ""
+                 : flags_.grpc_tls.client_ca_file.empty()
+                     ? " over TLS"
+                     : " over TLS, client certificates required",
                  flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
     return absl::OkStatus();
   }
@@ -254,10 +261,11 @@ class Daemon {
       store_ = std::move(memory);
       return absl::OkStatus();
     }
-    if (!flags_.store.starts_with("redis://") && !flags_.store.starts_with("redis+cluster://")) {
-      return absl::InvalidArgumentError(
-          fmt::format("--store '{}': expected memory or redis://[user:password@]host:port[/db]",
-                      RedactRedisUrl(flags_.store)));
+    if (!flags_.store.starts_with("redis") && !flags_.store.starts_with("unix://")) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--store '{}': expected memory or redis://[user:password@]host:port[/db] (or rediss:// "
+          "over TLS, redis+cluster://, rediss+cluster://, unix:///path/to/redis.sock[?db=N])",
+          RedactRedisUrl(flags_.store)));
     }
     absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
     if (!options.ok()) {
@@ -276,6 +284,10 @@ class Daemon {
     options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
     options->on_failure = *policy;
     options->connections = flags_.redis_connections;
+    const bool tls = options->tls.enabled;  // The URL's say; the files are the flags'.
+    options->tls = flags_.redis_tls;
+    options->tls.enabled = tls;
+    options->tls.verify_hostname = !flags_.redis_tls_skip_verify;
     absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
     if (!redis.ok()) {
       return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),
@@ -462,6 +474,21 @@ int Main(int argc, char** argv) {
   app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--grpc-tls-cert", flags.grpc_tls.cert_file,
+                 "gRPC over TLS: the server's certificate chain (PEM), with --grpc-tls-key");
+  app.add_option("--grpc-tls-key", flags.grpc_tls.key_file,
+                 "gRPC over TLS: the server's private key (PEM, unencrypted)");
+  app.add_option("--grpc-tls-client-ca", flags.grpc_tls.client_ca_file,
+                 "gRPC mutual TLS: clients must show a certificate these CAs (PEM) signed");
+  app.add_option(
+      "--redis-tls-ca", flags.redis_tls.ca_file,
+      "rediss://: the CAs (PEM) that verify Redis's certificate (default: the system's)");
+  app.add_option("--redis-tls-cert", flags.redis_tls.cert_file,
+                 "rediss://: a client certificate (PEM) for Redis, with --redis-tls-key");
+  app.add_option("--redis-tls-key", flags.redis_tls.key_file,
+                 "rediss://: the client certificate's private key (PEM, unencrypted)");
+  app.add_flag("--redis-tls-skip-verify", flags.redis_tls_skip_verify,
+               "rediss://: accept a certificate that names another host (its CA is still checked)");
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();

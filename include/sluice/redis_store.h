@@ -70,10 +70,10 @@ std::string RedisEndpointName(const RedisEndpoint& endpoint);
 // TLS to Redis (rediss://), through OpenSSL. The files are read by RedisStore::Create, which
 // refuses a file it cannot read or a key that does not match its certificate, naming the file.
 struct RedisTlsOptions {
-  bool enabled = false;    // rediss:// and rediss+cluster:// set it.
-  std::string ca_file;     // PEM certificates that may sign the server's; empty: the system's.
-  std::string cert_file;   // The client's certificate chain (PEM), for servers that ask for
-  std::string key_file;    // one (tls-auth-clients); both or neither.
+  bool enabled = false;   // rediss:// and rediss+cluster:// set it.
+  std::string ca_file;    // PEM certificates that may sign the server's; empty: the system's.
+  std::string cert_file;  // The client's certificate chain (PEM), for servers that ask for
+  std::string key_file;   // one (tls-auth-clients); both or neither.
   // Whether the server's certificate must name the host connected to (its DNS name, or its IP
   // address for a numeric host). Off, the chain is still verified against ca_file: a server
   // whose certificate names another host is accepted, one signed by another CA is not.

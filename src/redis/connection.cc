@@ -15,10 +15,7 @@ using internal::ReplyPtr;
 }  // namespace
 
 RedisStore::Impl::Connection::Connection(Impl& store, Node& node)
-    : store_(store),
-      node_(node),
-      retry_(store.io_),
-      backoff_(store.options_.backoff_min) {}
+    : store_(store), node_(node), retry_(store.io_), backoff_(store.options_.backoff_min) {}
 
 RedisStore::Impl::Connection::~Connection() {
   if (reader_ != nullptr) {
@@ -153,50 +150,50 @@ void RedisStore::Impl::Connection::Flush() {
   writing_.swap(out_);
   const uint64_t generation = generation_;
   stream_->Write(asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
-        if (generation != generation_) {
-          return;
-        }
-        writing_now_ = false;
-        writing_.clear();
-        if (ec) {
-          Fail(absl::UnavailableError(fmt::format("writing to Redis: {}", ec.message())));
-          return;
-        }
-        Flush();
-      });
+    if (generation != generation_) {
+      return;
+    }
+    writing_now_ = false;
+    writing_.clear();
+    if (ec) {
+      Fail(absl::UnavailableError(fmt::format("writing to Redis: {}", ec.message())));
+      return;
+    }
+    Flush();
+  });
 }
 
 void RedisStore::Impl::Connection::Read() {
   const uint64_t generation = generation_;
   stream_->ReadSome(asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
-        if (generation != generation_) {
-          return;
-        }
-        if (ec) {
-          Fail(absl::UnavailableError(ec == asio::error::eof
-                                          ? std::string("Redis closed the connection")
-                                          : fmt::format("reading from Redis: {}", ec.message())));
-          return;
-        }
-        if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
-          Fail(absl::UnavailableError("Redis sent what is not RESP"));
-          return;
-        }
-        while (generation == generation_) {
-          void* reply = nullptr;
-          if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-            Fail(absl::UnavailableError("Redis sent what is not RESP"));
-            return;
-          }
-          if (reply == nullptr) {
-            break;
-          }
-          OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
-        }
-        if (generation == generation_) {
-          Read();
-        }
-      });
+    if (generation != generation_) {
+      return;
+    }
+    if (ec) {
+      Fail(absl::UnavailableError(ec == asio::error::eof
+                                      ? std::string("Redis closed the connection")
+                                      : fmt::format("reading from Redis: {}", ec.message())));
+      return;
+    }
+    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+      Fail(absl::UnavailableError("Redis sent what is not RESP"));
+      return;
+    }
+    while (generation == generation_) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+        Fail(absl::UnavailableError("Redis sent what is not RESP"));
+        return;
+      }
+      if (reply == nullptr) {
+        break;
+      }
+      OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
+    }
+    if (generation == generation_) {
+      Read();
+    }
+  });
 }
 
 void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {

@@ -1,9 +1,10 @@
 #pragma once
 
 // One connection of RedisStore's to one Redis server (over TCP, a unix socket or TLS: its
-// RedisStream): handshake (AUTH, SELECT, SCRIPT LOAD), then pipelined script calls, their replies read back in order by hiredis's
-// redisReader and handed to the store. A connection that fails closes, fails what it carried,
-// and reconnects after a backoff that doubles up to options.backoff_max.
+// RedisStream): handshake (AUTH, SELECT, SCRIPT LOAD), then pipelined script calls, their replies
+// read back in order by hiredis's redisReader and handed to the store. A connection that fails
+// closes, fails what it carried, and reconnects after a backoff that doubles up to
+// options.backoff_max.
 //
 // Not thread-safe: a connection lives on its store's I/O thread (redis_store_impl.h), and
 // every function here runs there.

@@ -67,8 +67,8 @@ absl::StatusOr<std::unique_ptr<ssl::context>> RedisTlsContext(const RedisTlsOpti
   return context;
 }
 
-RedisStream::RedisStream(asio::io_context& io, const RedisEndpoint& endpoint,
-                         ssl::context* tls, bool verify_hostname)
+RedisStream::RedisStream(asio::io_context& io, const RedisEndpoint& endpoint, ssl::context* tls,
+                         bool verify_hostname)
     : endpoint_(endpoint),
       verify_hostname_(verify_hostname),
       socket_(MakeSocket(io, endpoint, tls)),
@@ -151,21 +151,20 @@ void RedisStream::Handshake(absl::AnyInvocable<void(absl::Status)> done) {
       X509_VERIFY_PARAM_set1_host(param, endpoint_.host.c_str(), endpoint_.host.size());
     }
   }
-  tls.async_handshake(
-      ssl::stream_base::client,
-      [self = shared_from_this(), done = std::move(done)](boost::system::error_code ec) mutable {
-        if (!ec) {
-          done(absl::OkStatus());
-          return;
-        }
-        std::string why = ec.message();
-        const long verify = SSL_get_verify_result(std::get<Tls>(self->socket_).native_handle());
-        if (verify != X509_V_OK) {
-          why = fmt::format("{}: {}", why, X509_verify_cert_error_string(verify));
-        }
-        done(absl::UnavailableError(fmt::format("TLS handshake with Redis at {} failed: {}",
-                                                RedisEndpointName(self->endpoint_), why)));
-      });
+  tls.async_handshake(ssl::stream_base::client, [self = shared_from_this(), done = std::move(done)](
+                                                    boost::system::error_code ec) mutable {
+    if (!ec) {
+      done(absl::OkStatus());
+      return;
+    }
+    std::string why = ec.message();
+    const long verify = SSL_get_verify_result(std::get<Tls>(self->socket_).native_handle());
+    if (verify != X509_V_OK) {
+      why = fmt::format("{}: {}", why, X509_verify_cert_error_string(verify));
+    }
+    done(absl::UnavailableError(fmt::format("TLS handshake with Redis at {} failed: {}",
+                                            RedisEndpointName(self->endpoint_), why)));
+  });
 }
 
 void RedisStream::Close() {

@@ -116,8 +116,8 @@ bool ReadScheme(std::string_view& rest, RedisStoreOptions& options, bool& unix_s
     bool unix_socket;
   };
   static constexpr Scheme kSchemes[] = {
-      {"redis://", false, false, false},         {"rediss://", false, true, false},
-      {"redis+cluster://", true, false, false},  {"rediss+cluster://", true, true, false},
+      {"redis://", false, false, false},        {"rediss://", false, true, false},
+      {"redis+cluster://", true, false, false}, {"rediss+cluster://", true, true, false},
       {"unix://", false, false, true},
   };
   for (const Scheme& scheme : kSchemes) {
@@ -168,8 +168,8 @@ absl::Status ReadSocket(std::string_view rest, std::string_view redacted,
   }
   // sockaddr_un's sun_path: 108 bytes on Linux, with the terminating NUL.
   if (path.size() > 107) {
-    return bad(fmt::format("the socket's path is {} bytes; a unix socket's is at most 107",
-                           path.size()));
+    return bad(
+        fmt::format("the socket's path is {} bytes; a unix socket's is at most 107", path.size()));
   }
   options.endpoints.push_back({.host = "", .port = 0, .socket = std::string(path)});
   if (question == std::string_view::npos) {
@@ -252,8 +252,8 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url) {
     }
     rest.remove_prefix(at + 1);
   }
-  absl::Status read = unix_socket ? ReadSocket(rest, redacted, options)
-                                  : ReadHosts(rest, redacted, options);
+  absl::Status read =
+      unix_socket ? ReadSocket(rest, redacted, options) : ReadHosts(rest, redacted, options);
   if (!read.ok()) {
     return read;
   }

@@ -89,8 +89,8 @@ absl::StatusOr<std::vector<Certificate>> Certificates(const File& file, const st
     ERR_clear_error();
     return file.Error("holds no PEM certificate ('-----BEGIN CERTIFICATE-----')");
   }
-  return file.Error(fmt::format("certificate {} does not parse: {}", certificates.size() + 1,
-                                OpenSslReason()));
+  return file.Error(
+      fmt::format("certificate {} does not parse: {}", certificates.size() + 1, OpenSslReason()));
 }
 
 // A passphrase callback that has none to give: an encrypted key fails instead of prompting
