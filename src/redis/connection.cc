@@ -156,7 +156,8 @@ void RedisStore::Impl::Connection::Flush() {
     writing_now_ = false;
     writing_.clear();
     if (ec) {
-      Fail(absl::UnavailableError(fmt::format("writing to Redis: {}", ec.message())));
+      Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}",
+                                              RedisEndpointName(node_.endpoint), ec.message())));
       return;
     }
     Flush();
@@ -170,19 +171,22 @@ void RedisStore::Impl::Connection::Read() {
       return;
     }
     if (ec) {
-      Fail(absl::UnavailableError(ec == asio::error::eof
-                                      ? std::string("Redis closed the connection")
-                                      : fmt::format("reading from Redis: {}", ec.message())));
+      const std::string at = RedisEndpointName(node_.endpoint);
+      Fail(absl::UnavailableError(
+          ec == asio::error::eof ? fmt::format("Redis at {} closed the connection", at)
+                                 : fmt::format("reading from Redis at {}: {}", at, ec.message())));
       return;
     }
     if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
-      Fail(absl::UnavailableError("Redis sent what is not RESP"));
+      Fail(absl::UnavailableError(
+          fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
       return;
     }
     while (generation == generation_) {
       void* reply = nullptr;
       if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-        Fail(absl::UnavailableError("Redis sent what is not RESP"));
+        Fail(absl::UnavailableError(
+            fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
         return;
       }
       if (reply == nullptr) {
