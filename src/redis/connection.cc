@@ -142,6 +142,18 @@ void RedisStore::Impl::Connection::Control(Pending::Kind kind, std::string comma
   Flush();
 }
 
+// What a connection that fails as it opens over TLS may mean: TLS 1.3 ends the client's
+// handshake before the server has checked the client's certificate, so a Redis that refuses
+// it (tls-auth-clients) is heard only as the first read or write fails.
+std::string RedisStore::Impl::Connection::Hint() const {
+  if (state_ != State::kOpening || store_.tls_ == nullptr) {
+    return "";
+  }
+  return store_.options_.tls.cert_file.empty()
+             ? " (over TLS: does Redis want a client certificate? tls-auth-clients)"
+             : " (over TLS: does Redis refuse this client certificate? tls-auth-clients)";
+}
+
 void RedisStore::Impl::Connection::Flush() {
   if (writing_now_ || out_.empty()) {
     return;
@@ -156,8 +168,9 @@ void RedisStore::Impl::Connection::Flush() {
     writing_now_ = false;
     writing_.clear();
     if (ec) {
-      Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}",
-                                              RedisEndpointName(node_.endpoint), ec.message())));
+      Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}{}",
+                                              RedisEndpointName(node_.endpoint), ec.message(),
+                                              Hint())));
       return;
     }
     Flush();
@@ -173,8 +186,9 @@ void RedisStore::Impl::Connection::Read() {
     if (ec) {
       const std::string at = RedisEndpointName(node_.endpoint);
       Fail(absl::UnavailableError(
-          ec == asio::error::eof ? fmt::format("Redis at {} closed the connection", at)
-                                 : fmt::format("reading from Redis at {}: {}", at, ec.message())));
+          ec == asio::error::eof
+              ? fmt::format("Redis at {} closed the connection{}", at, Hint())
+              : fmt::format("reading from Redis at {}: {}{}", at, ec.message(), Hint())));
       return;
     }
     if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {

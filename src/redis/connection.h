@@ -65,6 +65,8 @@ class RedisStore::Impl::Connection {
   // A command of the store's own (not a batch), answered in order with the rest.
   void Control(Pending::Kind kind, std::string command, SteadyTime deadline);
   void Flush();
+  // What to add to the message of a failure as the connection opens, if anything.
+  std::string Hint() const;
   void Read();
   // A reply, to the oldest command in flight.
   void OnReply(internal::ReplyPtr reply);
