@@ -24,12 +24,12 @@ namespace sluice {
 namespace {
 
 using testing::At;
+using ::testing::HasSubstr;
 using testing::kEpoch;
 using testing::MustLimit;
 using testing::MustStore;
 using testing::OptionsFor;
 using testing::RedisServer;
-using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 const Limit kLimit = MustLimit({.limit = 3, .period = 1h});
@@ -126,16 +126,11 @@ class RedisTlsTest : public ::testing::Test {
   static std::unique_ptr<RedisServer> TlsServer(int tls_port, const std::string& cert = "server",
                                                 bool client_certificates = false,
                                                 std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--tls-port",
-                                     std::to_string(tls_port),
-                                     "--tls-cert-file",
-                                     certs_->Cert(cert),
-                                     "--tls-key-file",
-                                     certs_->Key(cert),
-                                     "--tls-ca-cert-file",
-                                     certs_->Cert("ca"),
-                                     "--tls-auth-clients",
-                                     client_certificates ? "yes" : "no"};
+    std::vector<std::string> args = {"--tls-port",         std::to_string(tls_port),
+                                     "--tls-cert-file",    certs_->Cert(cert),
+                                     "--tls-key-file",     certs_->Key(cert),
+                                     "--tls-ca-cert-file", certs_->Cert("ca"),
+                                     "--tls-auth-clients", client_certificates ? "yes" : "no"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<RedisServer>(args);
   }

@@ -67,11 +67,12 @@ class TestCertificates {
   }
 
   bool MakeCa(const std::string& name) const {
-    return Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
-               "-keyout " +
-               name + ".key -out " + name + ".crt -subj /CN=sluice-test-" + name +
-               " -addext basicConstraints=critical,CA:TRUE"
-               " -addext keyUsage=critical,keyCertSign,cRLSign");
+    return Run(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+        "-keyout " +
+        name + ".key -out " + name + ".crt -subj /CN=sluice-test-" + name +
+        " -addext basicConstraints=critical,CA:TRUE"
+        " -addext keyUsage=critical,keyCertSign,cRLSign");
   }
 
   bool Sign(const std::string& name, const std::string& ca, const std::string& cn,

@@ -63,8 +63,8 @@ class GrpcListenerTest : public ::testing::Test {
   grpc::Status Ask(const std::shared_ptr<grpc::ChannelCredentials>& credentials) const {
     grpc::ChannelArguments args;
     args.SetSslTargetNameOverride("localhost");
-    const auto stub = rls::RateLimitService::NewStub(grpc::CreateCustomChannel(
-        fmt::format("127.0.0.1:{}", port_), credentials, args));
+    const auto stub = rls::RateLimitService::NewStub(
+        grpc::CreateCustomChannel(fmt::format("127.0.0.1:{}", port_), credentials, args));
     rls::RateLimitRequest request;
     request.set_domain("api");
     auto* entry = request.add_descriptors()->add_entries();
@@ -139,8 +139,8 @@ TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
 
   tls = ServerTls(true);
   tls.client_ca_file = certs_.Key("ca");
-  EXPECT_THAT(Refusal(tls), HasSubstr(fmt::format("CA file '{}': holds no PEM certificate",
-                                                  certs_.Key("ca"))));
+  EXPECT_THAT(Refusal(tls),
+              HasSubstr(fmt::format("CA file '{}': holds no PEM certificate", certs_.Key("ca"))));
 
   const std::string encrypted = (certs_.dir() / "encrypted.key").string();
   ASSERT_EQ(std::system(fmt::format("openssl ec -in '{}' -aes128 -passout pass:x -out '{}' "
@@ -150,7 +150,8 @@ TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
             0);
   tls = ServerTls(false);
   tls.key_file = encrypted;
-  EXPECT_THAT(Refusal(tls), HasSubstr(fmt::format("key file '{}': the key is encrypted", encrypted)));
+  EXPECT_THAT(Refusal(tls),
+              HasSubstr(fmt::format("key file '{}': the key is encrypted", encrypted)));
 
   EXPECT_THAT(Refusal({.cert_file = certs_.Cert("server")}),
               HasSubstr("give both or neither (the key file is missing)"));
