@@ -57,7 +57,7 @@ struct Flags {
   std::string redis_timeout = "100ms";
   std::string redis_on_failure = "deny";
   int redis_connections = 2;
-  GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca
+  GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
   RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;
 };
@@ -480,6 +480,8 @@ int Main(int argc, char** argv) {
                  "gRPC over TLS: the server's private key (PEM, unencrypted)");
   app.add_option("--grpc-tls-client-ca", flags.grpc_tls.client_ca_file,
                  "gRPC mutual TLS: clients must show a certificate these CAs (PEM) signed");
+  app.add_option("--grpc-tls-client-san", flags.grpc_tls.client_san,
+                 "gRPC mutual TLS: a name (DNS or IP) clients' certificates must also carry");
   app.add_option(
       "--redis-tls-ca", flags.redis_tls.ca_file,
       "rediss://: the CAs (PEM) that verify Redis's certificate (default: the system's)");

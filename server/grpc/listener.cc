@@ -6,9 +6,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "fmt/format.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_certificate_verifier.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 #include "src/tls/pem_files.h"
 
@@ -44,10 +50,55 @@ int TryBind(const addrinfo& a) {
   return error;
 }
 
+// A client certificate, already verified against the client CAs during the handshake, is
+// accepted only if it names `san` (tls::CertificateNames), as envoyproxy/ratelimit's
+// GRPC_CLIENT_TLS_SAN. Called on gRPC's threads; holds only a constant.
+class ClientSanVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  explicit ClientSanVerifier(std::string san) : san_(std::move(san)) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> /*callback*/, grpc::Status* sync_status) override {
+    const grpc::string_ref pem = request->peer_cert();
+    *sync_status =
+        tls::CertificateNames(std::string_view(pem.data(), pem.size()), san_)
+            ? grpc::Status::OK
+            : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                           fmt::format("the client's certificate does not name '{}'", san_));
+    return true;  // Decided now: `callback` is not called.
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  const std::string san_;
+};
+
+// gRPC's TLS credentials (rather than its SSL ones) for a client SAN: only they take a
+// verifier of one's own. Client certificates are required and verified as without one.
+std::shared_ptr<grpc::ServerCredentials> ClientSanCredentials(tls::Pem pem,
+                                                              const std::string& san) {
+  auto certificates = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+      pem.ca,
+      std::vector<grpc::experimental::IdentityKeyCertPair>{
+          {.private_key = std::move(pem.key), .certificate_chain = std::move(pem.cert_chain)}});
+  grpc::experimental::TlsServerCredentialsOptions options(certificates);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.set_certificate_verifier(
+      grpc::experimental::ExternalCertificateVerifier::Create<ClientSanVerifier>(san));
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
     const GrpcTlsOptions& tls) {
+  if (!tls.client_san.empty() && tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "gRPC TLS: a client SAN (--grpc-tls-client-san) is checked in client certificates, "
+        "which need a client CA (--grpc-tls-client-ca)");
+  }
   if (!tls.enabled()) {
     if (!tls.client_ca_file.empty()) {
       return absl::InvalidArgumentError(
@@ -61,6 +112,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
       "gRPC TLS");
   if (!pem.ok()) {
     return pem.status();
+  }
+  if (!tls.client_san.empty()) {
+    return ClientSanCredentials(*std::move(pem), tls.client_san);
   }
   grpc::SslServerCredentialsOptions options(
       pem->ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE

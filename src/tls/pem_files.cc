@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 namespace sluice::tls {
 namespace {
@@ -158,6 +159,23 @@ absl::StatusOr<Pem> ReadPemFiles(const PemFiles& files, std::string_view side) {
     pem.ca = *std::move(ca_text);
   }
   return pem;
+}
+
+bool CertificateNames(std::string_view pem, std::string_view name) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  const Certificate certificate(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  bool names = false;
+  if (certificate != nullptr) {
+    const std::string text(name);
+    int match = X509_check_ip_asc(certificate.get(), text.c_str(), 0);
+    if (match == -2) {  // Not an address: a DNS name.
+      match = X509_check_host(certificate.get(), text.data(), text.size(),
+                              X509_CHECK_FLAG_NEVER_CHECK_SUBJECT, nullptr);
+    }
+    names = match == 1;
+  }
+  ERR_clear_error();
+  return names;
 }
 
 }  // namespace sluice::tls

@@ -35,4 +35,10 @@ struct Pem {
 // and says what is wrong with it.
 absl::StatusOr<Pem> ReadPemFiles(const PemFiles& files, std::string_view side);
 
+// Whether the certificate in `pem` (the first, the leaf of a chain) carries `name` among its
+// subject alternative names: an IP address among its addresses, any other name among its DNS
+// names (a wildcard there matches one label: *.example.com names a.example.com), as Go's
+// x509 VerifyHostname decides. Its subject's common name is not looked at (nor by Go).
+bool CertificateNames(std::string_view pem, std::string_view name);
+
 }  // namespace sluice::tls

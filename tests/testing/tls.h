@@ -2,9 +2,10 @@
 
 // A test's own certificates, made when the test runs by the openssl command (Debian's openssl
 // package) in a temporary directory of their own: a CA; a server certificate it signed for
-// localhost, 127.0.0.1 and ::1; a client certificate it signed; and, to be refused, a second
-// CA with a client certificate of its own, and a server certificate of the first CA for
-// another host. EC P-256 keys, unencrypted, valid for two days.
+// localhost, 127.0.0.1 and ::1; a client certificate it signed (client.sluice.test); and, to
+// be refused, a second CA with a client certificate of its own, a client certificate of the
+// first CA for another name (intruder.sluice.test, though its subject's common name is
+// client.sluice.test), and a server certificate of the first CA for another host. EC P-256 keys, unencrypted, valid for two days.
 
 #include <unistd.h>
 
@@ -29,7 +30,10 @@ class TestCertificates {
                "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n"
                // Redis also shows its server certificate as a client (a cluster's bus).
                "extendedKeyUsage=serverAuth,clientAuth\n") &&
-          Sign("client", "ca", "sluice-test-client", "extendedKeyUsage=clientAuth\n") &&
+          Sign("client", "ca", "sluice-test-client",
+               "subjectAltName=DNS:client.sluice.test\nextendedKeyUsage=clientAuth\n") &&
+          Sign("intruder", "ca", "client.sluice.test",
+               "subjectAltName=DNS:intruder.sluice.test\nextendedKeyUsage=clientAuth\n") &&
           Sign("other-client", "other-ca", "sluice-test-client", "extendedKeyUsage=clientAuth\n") &&
           Sign("elsewhere", "ca", "elsewhere.example",
                "subjectAltName=DNS:elsewhere.example\nextendedKeyUsage=serverAuth\n");
@@ -48,7 +52,7 @@ class TestCertificates {
   bool ok() const { return ok_; }
   const std::filesystem::path& dir() const { return dir_; }
 
-  // Files: `name` is ca, other-ca, server, client, other-client or elsewhere.
+  // Files: `name` is ca, other-ca, server, client, intruder, other-client or elsewhere.
   std::string Cert(const std::string& name) const { return (dir_ / (name + ".crt")).string(); }
   std::string Key(const std::string& name) const { return (dir_ / (name + ".key")).string(); }
 

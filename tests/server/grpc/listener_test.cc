@@ -119,6 +119,26 @@ TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
   (*server)->Shutdown();
 }
 
+// envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN: a certificate of the client CA must also name it.
+TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
+  GrpcTlsOptions tls = ServerTls(true);
+  tls.client_san = "client.sluice.test";
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = Start(tls);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(Ask(Tls("client")).ok());
+  // Of the same CA, naming another (its common name is the SAN's: that is not looked at).
+  for (const char* client : {"intruder", "other-client", ""}) {
+    const grpc::Status refused = Ask(Tls(client));
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << "client '" << client << "': " << refused.error_message();
+  }
+  (*server)->Shutdown();
+  EXPECT_THAT(Refusal({.cert_file = certs_.Cert("server"),
+                       .key_file = certs_.Key("server"),
+                       .client_san = "client.sluice.test"}),
+              HasSubstr("which need a client CA"));
+}
+
 TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
   const std::string missing = (certs_.dir() / "missing.crt").string();
   GrpcTlsOptions tls = ServerTls(false);
