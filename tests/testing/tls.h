@@ -5,7 +5,8 @@
 // localhost, 127.0.0.1 and ::1; a client certificate it signed (client.sluice.test); and, to
 // be refused, a second CA with a client certificate of its own, a client certificate of the
 // first CA for another name (intruder.sluice.test, though its subject's common name is
-// client.sluice.test), and a server certificate of the first CA for another host. EC P-256 keys, unencrypted, valid for two days.
+// client.sluice.test), and a server certificate of the first CA for another host. EC P-256
+// keys, unencrypted, valid for two days.
 
 #include <unistd.h>
 
