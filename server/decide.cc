@@ -57,8 +57,11 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
 struct RateLimitService::Deciding {
   // One outcome per planned limit, in order, and which store call decides it: the
   // enforced limits' or the shadow limits' (unlimited rules and limits that allow nothing
-  // need none; a repeat takes its first's).
-  void Classify();
+  // need none; a repeat takes its first's). A limit that allows nothing admits a cost of 0.
+  void Classify(int64_t cost);
+  // The Envoy API's counted limits: every hit counted on their counters, each compared with
+  // its limit (EnvoySettings::count_over_limit).
+  internal::Task<absl::Status> DecideCounting(int64_t cost);
   // The enforced limits (hard, soft, elastic), charged together.
   internal::Task<absl::Status> DecideEnforced(int64_t cost);
   // Elastic mode, after the enforced limits denied.
@@ -85,6 +88,8 @@ struct RateLimitService::Deciding {
   CheckResult result;
   std::vector<size_t> enforced;
   std::vector<size_t> shadow;
+  std::vector<size_t> counting;
+  bool counted_over = false;  // A counted limit outside shadow mode is over.
   // A limit on a key that an earlier entry already has (a descriptor given twice) is decided
   // once, and reported as that earlier entry.
   std::vector<std::pair<size_t, size_t>> repeats;
@@ -100,13 +105,19 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
                                                      Timestamp now, bool denied_elsewhere,
                                                      bool count) {
   Deciding deciding{.service = *this, .planned = planned, .now = now};
-  deciding.Classify();
+  deciding.Classify(cost);
   deciding.admitted = !deciding.always_denied && !denied_elsewhere;
+  if (!deciding.counting.empty()) {
+    if (absl::Status s = co_await deciding.DecideCounting(cost); !s.ok()) {
+      co_return s;
+    }
+  }
   if (!deciding.enforced.empty()) {
     if (absl::Status s = co_await deciding.DecideEnforced(cost); !s.ok()) {
       co_return s;
     }
-    if (!deciding.admitted && !deciding.always_denied && !denied_elsewhere) {
+    if (!deciding.admitted && !deciding.always_denied && !deciding.counted_over &&
+        !denied_elsewhere) {
       if (absl::Status s = co_await deciding.BorrowFromPools(cost); !s.ok()) {
         co_return s;
       }
@@ -123,7 +134,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   co_return std::move(deciding.result);
 }
 
-void RateLimitService::Deciding::Classify() {
+void RateLimitService::Deciding::Classify(int64_t cost) {
   result.limits.reserve(planned.size() + 1);
   for (size_t i = 0; i < planned.size(); ++i) {
     const Planned& p = planned[i];
@@ -143,11 +154,13 @@ void RateLimitService::Deciding::Classify() {
     outcome.unlimited = rule_limit.unlimited;
     if (rule_limit.unlimited) {
       outcome.decision.allowed = true;
+    } else if (p.counting) {
+      counting.push_back(i);
     } else if (earlier != planned.begin() + static_cast<ptrdiff_t>(i) && rule_limit.limit) {
       repeats.emplace_back(i, static_cast<size_t>(earlier - planned.begin()));
     } else if (!rule_limit.limit) {
-      outcome.decision = kAlwaysDenied;
-      always_denied = always_denied || p.mode != Mode::kShadow;
+      outcome.decision = cost == 0 ? Decision{.allowed = true} : kAlwaysDenied;
+      always_denied = always_denied || (cost > 0 && p.mode != Mode::kShadow);
     } else {
       (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
     }
@@ -179,9 +192,59 @@ absl::StatusOr<bool> RateLimitService::Deciding::AdmittedBy(
   return combined->allowed;
 }
 
+namespace {
+
+// A counted limit of `nominal` as the Envoy API answers it, from its counter's decision on a
+// request of `cost`: over when the count, this request's hits included, passes the limit, and
+// then until its window ends (the count only grows). A counter too full to count (beyond
+// Limit::kMaxCount) is over whatever the limit.
+Decision Counted(const Decision& counter, int64_t nominal, int64_t cost) {
+  Decision decision{.reset_after = counter.reset_after};
+  const int64_t count = Limit::kMaxCount - counter.remaining;
+  decision.allowed = counter.allowed && count <= nominal;
+  decision.remaining = counter.allowed ? std::max<int64_t>(0, nominal - count) : 0;
+  if (!decision.allowed) {
+    decision.retry_after = cost > nominal ? kNeverAllowed : counter.reset_after;
+  }
+  return decision;
+}
+
+}  // namespace
+
+internal::Task<absl::Status> RateLimitService::Deciding::DecideCounting(int64_t cost) {
+  // Limits of one period on one key share a counter, charged once.
+  keys.clear();
+  std::vector<size_t> slot;
+  for (size_t i : counting) {
+    const Limit* counter = &*planned[i].rule_limit->counter;
+    const auto same = std::find_if(keys.begin(), keys.end(), [&](const LimitedKey& k) {
+      return *k.limit == *counter && k.key == planned[i].key;
+    });
+    slot.push_back(static_cast<size_t>(same - keys.begin()));
+    if (same == keys.end()) {
+      keys.push_back({.limit = counter, .key = planned[i].key});
+    }
+  }
+  each.assign(keys.size(), Decision{});
+  const absl::StatusOr<Decision> combined =
+      co_await StoreDecision(service.store_, keys, cost, now, each);
+  if (const absl::StatusOr<bool> counted = AdmittedBy(combined); !counted.ok()) {
+    co_return counted.status();
+  }
+  for (size_t j = 0; j < counting.size(); ++j) {
+    LimitOutcome& outcome = result.limits[counting[j]];
+    outcome.decision = Counted(each[slot[j]], outcome.nominal, cost);
+    if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {
+      counted_over = true;
+      admitted = false;
+    }
+  }
+  co_return absl::OkStatus();
+}
+
 internal::Task<absl::Status> RateLimitService::Deciding::DecideEnforced(int64_t cost) {
   const absl::StatusOr<Decision> combined =
-      co_await StoreCall(enforced, always_denied ? 0 : cost, {});
+      co_await StoreCall(enforced, always_denied || counted_over ? 0 : cost, {});
   const absl::StatusOr<bool> allowed = AdmittedBy(combined);
   if (!allowed.ok()) {
     co_return allowed.status();

@@ -54,6 +54,13 @@ struct Flags {
   std::string log_level = "info";
   bool shadow_mode = false;
   bool response_headers = false;
+  bool quota_mode = false;
+  bool dynamic_metadata = false;
+  bool stop_counting_over_limit = false;
+  std::string header_limit = "RateLimit-Limit";
+  std::string header_remaining = "RateLimit-Remaining";
+  std::string header_reset = "RateLimit-Reset";
+  std::optional<std::string> cache_key_prefix;
   std::string redis_timeout = "100ms";
   std::string redis_on_failure = "deny";
   int redis_connections = 2;
@@ -141,7 +148,11 @@ class Daemon {
     if (absl::Status s = OpenStore(); !s.ok()) {
       return s;
     }
-    service_ = std::make_unique<RateLimitService>(*store_, SystemClock(), metrics_, &timers_);
+    service_ = std::make_unique<RateLimitService>(
+        *store_, SystemClock(), metrics_, &timers_,
+        EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
+                      .quota_mode = flags_.quota_mode,
+                      .shadow_mode = flags_.shadow_mode});
     if (!flags_.config.empty()) {
       absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
       if (!rules.ok()) {
@@ -204,8 +215,11 @@ class Daemon {
         http.host, server_->port(), threads, service_->rules()->domains().size(),
         flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
     envoy_ = std::make_unique<EnvoyGrpcService>(
-        *service_, EnvoyOptions{.shadow_mode = flags_.shadow_mode,
-                                .response_headers = flags_.response_headers});
+        *service_, EnvoyOptions{.response_headers = flags_.response_headers,
+                                .limit_header = flags_.header_limit,
+                                .remaining_header = flags_.header_remaining,
+                                .reset_header = flags_.header_reset,
+                                .dynamic_metadata = flags_.dynamic_metadata});
     int grpc_port = 0;
     absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
         grpc.host.find(':') == std::string::npos ? fmt::format("{}:{}", grpc.host, grpc.port)
@@ -284,6 +298,9 @@ class Daemon {
     options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
     options->on_failure = *policy;
     options->connections = flags_.redis_connections;
+    if (flags_.cache_key_prefix) {
+      options->key_prefix = *flags_.cache_key_prefix;
+    }
     const bool tls = options->tls.enabled;  // The URL's say; the files are the flags'.
     options->tls = flags_.redis_tls;
     options->tls.enabled = tls;
@@ -511,6 +528,21 @@ int Main(int argc, char** argv) {
                "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
   app.add_flag("--response-headers", flags.response_headers,
                "Envoy API: add RateLimit-Limit, -Remaining, -Reset to responses");
+  app.add_option("--header-limit", flags.header_limit, "Envoy API: the limit header's name")
+      ->capture_default_str();
+  app.add_option("--header-remaining", flags.header_remaining,
+                 "Envoy API: the remaining header's name")
+      ->capture_default_str();
+  app.add_option("--header-reset", flags.header_reset, "Envoy API: the reset header's name")
+      ->capture_default_str();
+  app.add_flag("--quota-mode", flags.quota_mode,
+               "Envoy API: every rule in quota mode (over only when all quota rules are)");
+  app.add_flag("--response-dynamic-metadata", flags.dynamic_metadata,
+               "Envoy API: the request and its rules' metadata in dynamic_metadata");
+  app.add_flag("--stop-counting-over-limit", flags.stop_counting_over_limit,
+               "Envoy API: a hit over the limit counts nothing (theirs counts every hit)");
+  app.add_option("--cache-key-prefix", flags.cache_key_prefix,
+                 "Redis store: the prefix of every key (default sluice:)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

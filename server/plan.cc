@@ -9,6 +9,7 @@
 
 #include "absl/hash/hash.h"
 #include "fmt/format.h"
+#include "openssl/sha.h"
 #include "spdlog/spdlog.h"
 
 #include "server/ip.h"
@@ -25,6 +26,29 @@ void AppendEscaped(std::string& key, std::string_view part) {
     key.push_back(c);
   }
 }
+
+// `text` within kMaxStoredKeyBytes: as it is when it fits, else its first bytes, `mark`, and the
+// SHA-256 of the whole in hex, whose collisions no one can make.
+std::string Bounded(std::string text, std::string_view mark) {
+  if (text.size() <= kMaxStoredKeyBytes) {
+    return text;
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  size_t kept = kMaxStoredKeyBytes - 2 * SHA256_DIGEST_LENGTH - mark.size();
+  while (kept > 0 && text[kept - 1] == kEscape) {  // Never cut an escape from what it escapes.
+    --kept;
+  }
+  text.resize(kept);
+  text.append(mark);
+  for (unsigned char byte : digest) {
+    fmt::format_to(std::back_inserter(text), "{:02x}", byte);
+  }
+  return text;
+}
+
+// Marks a bounded RuleKey: kEscape before a byte it never escapes, so no key as it is holds it.
+constexpr std::string_view kDigestMark = "\x1b#";
 
 }  // namespace
 
@@ -45,7 +69,7 @@ std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) 
     key.push_back(kValueSeparator);
     AppendEscaped(key, entry.value);
   }
-  return key;
+  return Bounded(std::move(key), kDigestMark);
 }
 
 bool CallerLimits::Admit(const Limit& limit) {
@@ -98,6 +122,7 @@ RuleCounters* RateLimitService::DetailedCounters(const Domain& domain, const Rul
   if (rule_limit.name != rule.path) {
     fmt::format_to(std::back_inserter(name), ":{}", rule_limit.name);
   }
+  name = Bounded(std::move(name), "...#");
   RuleCounters* counters = metrics_.rules().GetDetailed(name);
   if (counters == nullptr) {
     if (!detailed_full_.exchange(true)) {
@@ -130,18 +155,26 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     // per grouped address.
     const std::vector<Entry> entries = CountedEntries(domain, descriptor.entries);
     std::string key = RuleKey(domain.name, entries);
-    if (descriptor.limit) {
+    // The Envoy API's count of every hit (EnvoySettings::count_over_limit): on the limit's
+    // counter, in hard and shadow mode; soft and elastic keep sluice's own meaning.
+    const bool counting = request.envoy && envoy_.count_over_limit;
+    // An override with a unit Envoy's proto does not know falls back to the rules: the
+    // descriptor is still limited, and the request answered.
+    if (descriptor.limit && descriptor.limit->unit != Unit::kUnknown) {
       // Envoy's override: a fixed window of its own, never in shadow mode, never replaced.
+      // Counting, it shares the count of the rule of its descriptor and unit.
       auto owned = std::make_unique<RuleLimit>();
       owned->name = fmt::format("{}.override", domain.name);
       owned->nominal = descriptor.limit->requests_per_unit;
       owned->unit = descriptor.limit->unit;
+      owned->counter = EnvoyCounter(UnitPeriod(owned->unit));
       if (owned->nominal > 0) {
         owned->limit = Limit::Create({.algorithm = Algorithm::kFixedWindow,
                                       .limit = owned->nominal,
                                       .period = UnitPeriod(owned->unit)})
                            .value();  // Validate() bounded both.
-        if (absl::Status s = AdmitCallerLimit(*owned->limit); !s.ok()) {
+        if (absl::Status s = counting ? absl::OkStatus() : AdmitCallerLimit(*owned->limit);
+            !s.ok()) {
           return s;
         }
       }
@@ -153,6 +186,8 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       p.domain = &domain;
       p.key = std::move(key);
       p.descriptor = d;
+      p.counting = counting;
+      p.quota_mode = envoy_.quota_mode;
       continue;
     }
     const Rule* rule = RuleSet::Match(domain, descriptor.entries);
@@ -169,11 +204,15 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       p.counters = rule->detailed_metric ? DetailedCounters(domain, *rule, rule_limit, entries)
                                          : rule_limit.counters;
       p.rule_limit = &rule_limit;
+      p.rule = rule;
       p.mode = rule->mode;
       p.pool = rule->pool;
       p.domain = &domain;
       p.key = key;
       p.descriptor = d;
+      p.counting = counting && rule_limit.counter && !rule_limit.unlimited &&
+                   (rule->mode == Mode::kHard || rule->mode == Mode::kShadow);
+      p.quota_mode = request.envoy && (rule->quota_mode || envoy_.quota_mode);
     }
   }
   // `replaces`, as envoyproxy/ratelimit: a limit named in any matched limit's replaces list is

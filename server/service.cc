@@ -35,10 +35,12 @@ namespace {
 std::atomic<uint64_t> next_service_id{1};
 }  // namespace
 
-RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers)
+RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers,
+                                   EnvoySettings envoy)
     : store_(store),
       clock_(clock),
       metrics_(metrics),
+      envoy_(envoy),
       id_(next_service_id.fetch_add(1)),
       rules_(std::make_shared<const RuleSet>()),
       adhoc_counters_(metrics.rules().Get("adhoc")),
@@ -71,6 +73,11 @@ absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   }
   if (request.descriptors.empty()) {
     return absl::InvalidArgumentError("descriptors must not be empty");
+  }
+  if (request.envoy) {
+    // Whatever Envoy sends is answered: an odd descriptor (no entries, an empty key, a huge
+    // value) matches no rule, or is counted under a bounded key (RuleKey).
+    return absl::OkStatus();
   }
   if (request.descriptors.size() > kMaxDescriptors) {
     return absl::InvalidArgumentError(fmt::format("too many descriptors: {} (at most {})",
@@ -148,6 +155,40 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
   co_return co_await Decide(planned, request.cost, now, /*denied_elsewhere=*/false, count);
 }
 
+namespace {
+
+// Envoy's view of `out.closest` (DescriptorResult says what each figure is).
+void Describe(Timestamp now, DescriptorResult& out) {
+  constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
+  if (out.unlimited) {
+    out.limit_remaining = kUint32Max;
+  }
+  if (!out.closest) {
+    return;
+  }
+  const LimitOutcome& closest = *out.closest;
+  out.limit_remaining =
+      out.over_limit ? 0 : static_cast<uint32_t>(std::min(closest.decision.remaining, kUint32Max));
+  out.unit = closest.unit;
+  // A limit of requests_per_unit 0 has no Limit, but its unit's window still ends.
+  const Micros period = closest.limit         ? closest.limit->period()
+                        : out.unit != Unit::kUnknown ? UnitPeriod(out.unit)
+                                                     : Micros{0};
+  if (period > Micros{0}) {
+    if (out.unit == Unit::kUnknown) {
+      out.unit = UnitOfPeriod(period);
+    }
+    // A fixed window's end, in whole seconds as envoyproxy/ratelimit counts it (their clock
+    // reads seconds: the rounding up never tells a client to come back too early).
+    const bool fixed = !closest.limit || closest.limit->algorithm() == Algorithm::kFixedWindow;
+    out.until_reset = fixed ? std::chrono::ceil<std::chrono::seconds>(
+                                  period - now.time_since_epoch() % period)
+                            : closest.decision.reset_after;
+  }
+}
+
+}  // namespace
+
 RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
   if (absl::Status s = Validate(request); !s.ok()) {
     co_return s;
@@ -157,6 +198,9 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     co_return absl::UnavailableError("no rules are loaded");
   }
   std::vector<DescriptorResult> results(request.descriptors.size());
+  for (DescriptorResult& result : results) {
+    result.quota_mode = envoy_.quota_mode;  // Theirs counts unmatched descriptors in it too.
+  }
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
     co_return std::move(results);
@@ -187,6 +231,11 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     out.matched = true;
     out.over_limit = !result->combined.allowed;
     out.unlimited = !result->limited;
+    out.quota_mode = !out.unlimited && std::any_of(group.begin(), group.end(),
+                                                   [](const Planned& p) { return p.quota_mode; });
+    if (group.front().rule != nullptr) {
+      out.metadata_json = group.front().rule->metadata_json;
+    }
     for (LimitOutcome& outcome : result->limits) {
       if (outcome.unlimited || outcome.pool || outcome.borrowed) {
         continue;
@@ -198,26 +247,7 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
         out.closest = std::move(outcome);
       }
     }
-    constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
-    if (out.unlimited) {
-      out.limit_remaining = kUint32Max;
-    }
-    if (out.closest) {
-      const LimitOutcome& closest = *out.closest;
-      out.limit_remaining =
-          out.over_limit ? 0
-                         : static_cast<uint32_t>(std::min(closest.decision.remaining, kUint32Max));
-      out.unit = closest.unit;
-      if (closest.limit) {
-        const Limit& limit = *closest.limit;
-        if (out.unit == Unit::kUnknown) {
-          out.unit = UnitOfPeriod(limit.period());
-        }
-        out.until_reset = limit.algorithm() == Algorithm::kFixedWindow
-                              ? limit.period() - now.time_since_epoch() % limit.period()
-                              : closest.decision.reset_after;
-      }
-    }
+    Describe(now, out);
   }
   co_return std::move(results);
 }
@@ -275,8 +305,27 @@ void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<Chec
   Run(DecideCheck(std::move(request)), std::move(done));
 }
 
+bool RateLimitService::OverallOverLimit(const std::vector<DescriptorResult>& results) const {
+  bool over = false;
+  size_t quota = 0;
+  size_t quota_over = 0;
+  for (const DescriptorResult& result : results) {
+    if (result.unlimited) {
+      continue;
+    }
+    if (result.quota_mode) {
+      ++quota;
+      quota_over += result.over_limit ? 1 : 0;
+    } else {
+      over = over || result.over_limit;
+    }
+  }
+  return (over || (quota > 0 && quota == quota_over)) && !envoy_.shadow_mode;
+}
+
 void RateLimitService::ShouldRateLimitAsync(
     CheckRequest request, Done<absl::StatusOr<std::vector<DescriptorResult>>> done) {
+  request.envoy = true;
   Run(DecideDescriptors(std::move(request)), std::move(done));
 }
 
@@ -291,6 +340,7 @@ absl::StatusOr<CheckResult> RateLimitService::Check(CheckRequest request) {
 
 absl::StatusOr<std::vector<DescriptorResult>> RateLimitService::ShouldRateLimit(
     CheckRequest request) {
+  request.envoy = true;
   return internal::Wait(DecideDescriptors(std::move(request)));
 }
 

@@ -33,12 +33,32 @@
 
 namespace sluice::server {
 
-// Bounds on a request, checked before anything is decided. Each names its field in the error.
+// Bounds on a rules-mode request of the HTTP API, checked before anything is decided. Each
+// names its field in the error. The Envoy API (gRPC, POST /json) has none: whatever Envoy can
+// send within gRPC's message size is answered, each descriptor on its own.
 inline constexpr size_t kMaxDescriptors = 64;
 inline constexpr size_t kMaxEntries = 16;  // Per descriptor.
 inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = 1024;
 inline constexpr size_t kMaxAdHocKeyBytes = 1024;
+
+// A descriptor's key is stored as it is up to this size; a longer one (a URL path or a header
+// in a value) is stored as its first bytes and a SHA-256 of the whole, so that a flood of huge
+// values costs the store no more than this per key.
+inline constexpr size_t kMaxStoredKeyBytes = 256;
+
+// How the Envoy API (gRPC and POST /json) decides, as envoyproxy/ratelimit's settings of the
+// same names do.
+struct EnvoySettings {
+  // Every hit of a fixed window rule is counted, over the limit or not, so that a window once
+  // over stays over (their default: Redis INCRBY, then a comparison). False: a hit over the
+  // limit counts nothing (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), as sluice's own API does.
+  bool count_over_limit = true;
+  // QUOTA_MODE: every rule in quota mode (see DescriptorResult::quota_mode).
+  bool quota_mode = false;
+  // SHADOW_MODE: the overall code is never OVER_LIMIT (the statuses still say it).
+  bool shadow_mode = false;
+};
 
 // Limits that callers give (ad hoc checks, Envoy's limit overrides) each cost the store a table
 // for the life of the process, and the store holds MemoryStore::kMaxLimits of them: callers
@@ -72,6 +92,9 @@ struct RequestDescriptor {
 
 struct CheckRequest {
   std::string domain;
+  // Envoy's API: no bounds on sizes, each descriptor decided on its own (ShouldRateLimitAsync
+  // sets it).
+  bool envoy = false;
   std::vector<RequestDescriptor> descriptors;
   int64_t cost = 1;
   // Whether concurrency limits apply (and a lease is taken). False where the caller has no way
@@ -158,13 +181,18 @@ struct AcquireResult {
 // One result per request descriptor, decided each on its own, as envoyproxy/ratelimit does.
 struct DescriptorResult {
   bool matched = false;                 // A rule (or an override) applied.
+  // Its rule is in quota mode (quota_mode: true, or EnvoySettings::quota_mode): being over
+  // the limit makes the request over only when every quota descriptor of it is.
+  bool quota_mode = false;
   bool unlimited = false;               // It was an unlimited rule.
   bool over_limit = false;              // Denied (shadow limits never deny).
+  std::string metadata_json;            // Its rule's `metadata` (Rule::metadata_json).
   std::optional<LimitOutcome> closest;  // The limit nearest to denying (fewest remaining).
   // Envoy's view of `closest`, as /json and gRPC answer it:
   // - limit_remaining: its remaining when OK, 0 when over, 4294967295 when unlimited;
   // - unit: the rule's unit, or the unit its period equals (kUnknown when none does);
-  // - until_reset: to the end of the window for fixed_window (never 0), else reset_after.
+  // - until_reset: to the end of the window for fixed_window, rounded up to whole seconds
+  //   (never 0), else reset_after.
   uint32_t limit_remaining = 0;
   Unit unit = Unit::kUnknown;
   Micros until_reset{0};
@@ -181,7 +209,8 @@ class RateLimitService {
 
   // `store`, `clock`, `metrics` and `timers` must outlive the service. Without timers,
   // acquire is refused (FailedPrecondition).
-  RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers = nullptr);
+  RateLimitService(Store& store, Clock& clock, Metrics& metrics, Timers* timers = nullptr,
+                   EnvoySettings envoy = {});
 
   // The rules in force; never null. A request keeps the rules it started with.
   std::shared_ptr<const RuleSet> rules() const;
@@ -197,6 +226,11 @@ class RateLimitService {
   // are loaded.
   void ShouldRateLimitAsync(CheckRequest request,
                             Done<absl::StatusOr<std::vector<DescriptorResult>>> done);
+
+  // The overall code of an answer of ShouldRateLimitAsync, as envoyproxy/ratelimit's: over
+  // when a descriptor outside quota mode is over its limit, or when there are quota
+  // descriptors and every one is; never in shadow mode (EnvoySettings).
+  bool OverallOverLimit(const std::vector<DescriptorResult>& results) const;
 
   // A limit given by the caller.
   void CheckAdHocAsync(AdHocRequest request, Done<absl::StatusOr<CheckResult>> done);
@@ -285,6 +319,7 @@ class RateLimitService {
   Store& store_;
   Clock& clock_;
   Metrics& metrics_;
+  const EnvoySettings envoy_;
   // The rules, swapped under a mutex; each thread keeps a copy (rules()) and takes the mutex
   // only when the version has moved on. (libstdc++'s atomic<shared_ptr> is a spin lock that
   // ThreadSanitizer reports races in.)
@@ -300,8 +335,9 @@ class RateLimitService {
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each
-// part escaped so that no two descriptors share a key. Starts with a control byte, so it can
-// never equal an ad-hoc key (those may not contain control bytes).
+// part escaped so that no two descriptors share a key, bounded by kMaxStoredKeyBytes. Starts
+// with a control byte, so it can never equal an ad-hoc key (those may not contain control
+// bytes).
 std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries);
 
 }  // namespace sluice::server

@@ -51,6 +51,7 @@ std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entri
 // One limit that applies to a request, with the key it counts under.
 struct RateLimitService::Planned {
   const RuleLimit* rule_limit = nullptr;  // Into the RuleSet, or into `owned`.
+  const Rule* rule = nullptr;             // Its rule in the RuleSet; null for an override.
   std::unique_ptr<RuleLimit> owned;       // An Envoy limit override.
   Mode mode = Mode::kHard;
   const Pool* pool = nullptr;      // The elastic pool of its rule.
@@ -58,6 +59,10 @@ struct RateLimitService::Planned {
   std::string key;
   size_t descriptor = 0;
   RuleCounters* counters = nullptr;  // Where it is counted for /metrics.
+  // The Envoy API counting every hit (EnvoySettings::count_over_limit): decided on
+  // rule_limit->counter rather than on its limit.
+  bool counting = false;
+  bool quota_mode = false;  // Its rule's quota_mode, or EnvoySettings::quota_mode.
 };
 
 // A concurrency limit that applies to a request, with the key its leases are held on.

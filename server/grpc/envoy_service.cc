@@ -7,6 +7,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
+#include "server/grpc/metadata.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -68,29 +69,28 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // gRPC keeps `response` until Finish; the answer may come on the store's thread.
+  // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
   service_.ShouldRateLimitAsync(
       FromProto(*request),
-      [this, reactor, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
+      [this, reactor, request, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
         if (!results.ok()) {
           reactor->Finish(ToGrpc(results.status()));
           return;
         }
-        Fill(*results, *response);
+        Fill(*request, *results, *response);
         reactor->Finish(grpc::Status::OK);
       });
   return reactor;
 }
 
-void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
+void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
+                            const std::vector<DescriptorResult>& results,
                             rls::RateLimitResponse& response) const {
-  bool over = false;
   const DescriptorResult* closest = nullptr;  // For the response headers.
   for (const DescriptorResult& result : results) {
     rls::RateLimitResponse::DescriptorStatus& status = *response.add_statuses();
     status.set_code(result.over_limit ? rls::RateLimitResponse::OVER_LIMIT
                                       : rls::RateLimitResponse::OK);
-    over = over || result.over_limit;
     status.set_limit_remaining(result.limit_remaining);
     if (!result.closest) {
       continue;
@@ -106,25 +106,31 @@ void EnvoyGrpcService::Fill(const std::vector<DescriptorResult>& results,
                                                        kMicrosPerSecond);
     status.mutable_duration_until_reset()->set_nanos(
         static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
-    // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one over all others.
-    if (closest == nullptr || result.over_limit ||
-        (!closest->over_limit && result.limit_remaining < closest->limit_remaining)) {
+    // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one outside quota mode
+    // over all others.
+    const bool decisive = result.over_limit && !result.quota_mode;
+    if (closest == nullptr || decisive ||
+        (!(closest->over_limit && !closest->quota_mode) &&
+         result.limit_remaining < closest->limit_remaining)) {
       closest = &result;
     }
   }
   if (options_.response_headers && closest != nullptr) {
-    auto add = [&](const char* key, int64_t value) {
+    auto add = [&](const std::string& key, int64_t value) {
       auto& header = *response.add_response_headers_to_add();
       header.set_key(key);
       header.set_value(std::to_string(value));
     };
-    add("RateLimit-Limit", closest->closest->nominal);
-    add("RateLimit-Remaining", closest->limit_remaining);
-    add("RateLimit-Reset",
+    add(options_.limit_header, closest->closest->nominal);
+    add(options_.remaining_header, closest->limit_remaining);
+    add(options_.reset_header,
         (closest->until_reset.count() + kMicrosPerSecond - 1) / kMicrosPerSecond);
   }
-  response.set_overall_code(over && !options_.shadow_mode ? rls::RateLimitResponse::OVER_LIMIT
-                                                          : rls::RateLimitResponse::OK);
+  if (options_.dynamic_metadata) {
+    *response.mutable_dynamic_metadata() = DynamicMetadata(request, results);
+  }
+  response.set_overall_code(service_.OverallOverLimit(results) ? rls::RateLimitResponse::OVER_LIMIT
+                                                               : rls::RateLimitResponse::OK);
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,

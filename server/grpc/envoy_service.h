@@ -19,13 +19,19 @@
 
 namespace sluice::server {
 
+// What the answers carry beyond the decision (the decision's own settings, SHADOW_MODE among
+// them, are the service's: EnvoySettings).
 struct EnvoyOptions {
-  // envoyproxy/ratelimit's SHADOW_MODE: an OVER_LIMIT answer's overall_code becomes OK (the
-  // statuses still say OVER_LIMIT).
-  bool shadow_mode = false;
-  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: RateLimit-Limit, -Remaining and
-  // -Reset of the descriptor closest to its limit, in response_headers_to_add.
+  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: the limit, remaining and reset of
+  // the descriptor closest to its limit, in response_headers_to_add, under these names
+  // (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
   bool response_headers = false;
+  std::string limit_header = "RateLimit-Limit";
+  std::string remaining_header = "RateLimit-Remaining";
+  std::string reset_header = "RateLimit-Reset";
+  // RESPONSE_DYNAMIC_METADATA: the request and its rules' `metadata` in dynamic_metadata
+  // (metadata.h).
+  bool dynamic_metadata = false;
 };
 
 class EnvoyGrpcService final
@@ -40,8 +46,9 @@ class EnvoyGrpcService final
       envoy::service::ratelimit::v3::RateLimitResponse* response) override;
 
  private:
-  // The response to a request whose descriptors were decided as `results`.
-  void Fill(const std::vector<DescriptorResult>& results,
+  // The response to `request`, whose descriptors were decided as `results`.
+  void Fill(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+            const std::vector<DescriptorResult>& results,
             envoy::service::ratelimit::v3::RateLimitResponse& response) const;
 
   RateLimitService& service_;

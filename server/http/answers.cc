@@ -311,13 +311,11 @@ HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
                       request);
 }
 
-HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
-                               const HttpRequest& request) {
-  bool over = false;
+HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& request) {
+  const bool over = answer.over_limit;
   Json statuses = Json::array();
-  for (const DescriptorResult& result : results) {
+  for (const DescriptorResult& result : answer.statuses) {
     Json status = {{"code", result.over_limit ? "OVER_LIMIT" : "OK"}};
-    over = over || result.over_limit;
     // Protobuf JSON leaves out fields at their default (0, UNKNOWN, empty).
     if (result.closest) {
       Json current = {{"requestsPerUnit", std::min(result.closest->nominal, kUint32Max)}};

@@ -45,8 +45,13 @@ HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request);
 HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request);
 // POST /v1/release: 200 either way; "released" says whether the lease was still held.
 HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
+// An answer of RateLimitService::ShouldRateLimitAsync with its overall code.
+struct EnvoyAnswer {
+  std::vector<DescriptorResult> statuses;
+  bool over_limit = false;  // RateLimitService::OverallOverLimit.
+};
 // Envoy's RateLimitResponse in protobuf JSON: 200 for OK, 429 for OVER_LIMIT.
-HttpResponse EnvoyJsonResponse(const std::vector<DescriptorResult>& results,
+HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer,
                                const HttpRequest& request);
 
 // The JSON body of a check's answer. `waited`: an acquire's wait, given as "waited_us".

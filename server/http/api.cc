@@ -196,7 +196,15 @@ void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
   }
   service_.ShouldRateLimitAsync(
       *std::move(check),
-      Deliver<std::vector<DescriptorResult>>(request, std::move(reply), &EnvoyJsonResponse));
+      [this, deliver = Deliver<EnvoyAnswer>(request, std::move(reply), &EnvoyJsonResponse)](
+          absl::StatusOr<std::vector<DescriptorResult>> results) mutable {
+        if (!results.ok()) {
+          std::move(deliver)(results.status());
+          return;
+        }
+        const bool over = service_.OverallOverLimit(*results);
+        std::move(deliver)(EnvoyAnswer{.statuses = *std::move(results), .over_limit = over});
+      });
 }
 
 void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply reply) {

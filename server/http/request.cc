@@ -161,13 +161,15 @@ absl::StatusOr<std::optional<int64_t>> AtLeast(absl::StatusOr<std::optional<int6
 }
 
 // One descriptor's "entries": [{"key", "value"}, ...], read into `descriptor`.
-absl::Status ParseEntries(const Fields& fields, Where where, RequestDescriptor& descriptor) {
+// The Envoy API's (`envoy`) are not bounded in number, as envoyproxy/ratelimit's are not.
+absl::Status ParseEntries(const Fields& fields, Where where, bool envoy,
+                          RequestDescriptor& descriptor) {
   simdjson::dom::array entries;
   if (const std::optional<JsonValue> found = fields.Find({"entries"});
       !found || found->get_array().get(entries) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError(fmt::format("{}.entries must be an array", where.Path()));
   }
-  if (entries.size() > kMaxEntries) {
+  if (!envoy && entries.size() > kMaxEntries) {
     return absl::InvalidArgumentError(
         fmt::format("{}.entries has too many entries: {} (at most {})", where.Path(),
                     entries.size(), kMaxEntries));
@@ -254,7 +256,7 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(JsonObject body,
   if (list.get_array().get(items) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError("descriptors must be an array");
   }
-  if (items.size() > kMaxDescriptors) {
+  if (!envoy && items.size() > kMaxDescriptors) {
     return absl::InvalidArgumentError(
         fmt::format("too many descriptors: {} (at most {})", items.size(), kMaxDescriptors));
   }
@@ -273,7 +275,7 @@ absl::StatusOr<std::vector<RequestDescriptor>> ParseDescriptors(JsonObject body,
       return s;
     }
     RequestDescriptor& descriptor = descriptors.emplace_back();
-    if (absl::Status s = ParseEntries(fields, where, descriptor); !s.ok()) {
+    if (absl::Status s = ParseEntries(fields, where, envoy, descriptor); !s.ok()) {
       return s;
     }
     if (!envoy) {

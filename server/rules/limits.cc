@@ -15,12 +15,25 @@
 
 namespace sluice::server {
 
+Limit EnvoyCounter(Micros period) {
+  return Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                        .limit = Limit::kMaxCount,
+                        .period = period})
+      .value();
+}
+
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
                    "period", "burst", "buckets"});
   RuleLimit rule_limit;
-  rule_limit.named = static_cast<bool>(node["name"]);
-  rule_limit.name = rule_limit.named ? String(node["name"], "'name'") : std::move(default_name);
+  // An empty name is no name, as envoyproxy/ratelimit reads it.
+  if (const YAML::Node name = node["name"]) {
+    rule_limit.name = String(name, "'name'");
+    rule_limit.named = !rule_limit.name.empty();
+  }
+  if (!rule_limit.named) {
+    rule_limit.name = std::move(default_name);
+  }
   ParseReplaces(node, rule_limit);
   if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
     if (node["unit"] || node["period"]) {
@@ -30,13 +43,16 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
     rule_limit.counters = counters_.Get(rule_limit.name);
     return rule_limit;
   }
-  const YAML::Node count = node["requests_per_unit"];
-  if (!count) {
+  LimitSpec spec;
+  ParsePeriod(node, rule_limit, spec);
+  if (const YAML::Node count = node["requests_per_unit"]) {
+    rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
+  } else if (rule_limit.unit == Unit::kUnknown) {
+    // Envoy's form without a count is 0 (every request denied), as theirs reads it; sluice's
+    // `period` form has no such default.
     Fail(node, "missing 'requests_per_unit'");
   }
-  rule_limit.nominal = Integer(count, "requests_per_unit", 0, Limit::kMaxCount);
-  LimitSpec spec{.limit = rule_limit.nominal};
-  ParsePeriod(node, rule_limit, spec);
+  spec.limit = rule_limit.nominal;
   if (const YAML::Node algorithm = node["algorithm"]) {
     const absl::StatusOr<Algorithm> parsed = ParseAlgorithm(String(algorithm, "'algorithm'"));
     if (!parsed.ok()) {
@@ -49,6 +65,13 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   if (const YAML::Node buckets = node["buckets"]) {
     spec.buckets = Integer(buckets, "buckets", 1, Limit::kMaxCount);
+  }
+  if (spec.algorithm == Algorithm::kFixedWindow && spec.period <= Limit::kMaxPeriod &&
+      spec.period > Micros{0}) {
+    rule_limit.counter = EnvoyCounter(spec.period);
+    if (absl::Status s = check_limit_(*rule_limit.counter); !s.ok()) {
+      Fail(node, internal::Message(s));
+    }
   }
   if (spec.limit > 0) {
     absl::StatusOr<Limit> limit = Limit::Create(spec);
@@ -68,8 +91,8 @@ void FileParser::ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) co
   if (const YAML::Node replaces = node["replaces"]) {
     for (const YAML::Node& item : Sequence(replaces, "replaces")) {
       CheckKeys(item, {"name"});
-      std::string name = RequiredString(item, "name");
-      if (name.empty()) {
+      std::string name = item["name"] ? String(item["name"], "'name'") : "";
+      if (name.empty()) {  // Also `- name:` with nothing after it.
         Fail(item, "a 'replaces' entry needs a non-empty name");
       }
       if (name == rule_limit.name) {

@@ -7,6 +7,30 @@
 
 namespace sluice::server {
 
+bool WildcardMatches(const std::vector<std::string>& segments, std::string_view value) {
+  if (segments.size() < 2) {
+    return segments.size() == 1 && value == segments.front();
+  }
+  const std::string& first = segments.front();
+  const std::string& last = segments.back();
+  // The first and last segments are anchored; they must not overlap in a short value.
+  if (value.size() < first.size() + last.size() || !value.starts_with(first) ||
+      !value.ends_with(last)) {
+    return false;
+  }
+  std::string_view middle = value.substr(first.size(), value.size() - first.size() - last.size());
+  // The segments between are found leftmost-first: taking the earliest place of each leaves
+  // the most room for the rest, so no other choice could match where this one fails.
+  for (size_t i = 1; i + 1 < segments.size(); ++i) {
+    const size_t at = middle.find(segments[i]);
+    if (at == std::string_view::npos) {
+      return false;
+    }
+    middle.remove_prefix(at + segments[i].size());
+  }
+  return true;
+}
+
 const Domain* RuleSet::FindDomain(std::string_view name) const {
   for (const auto& domain : domains_) {
     if (domain->name == name) {
@@ -16,33 +40,53 @@ const Domain* RuleSet::FindDomain(std::string_view name) const {
   return nullptr;
 }
 
-const Rule* RuleSet::Match(const Domain& domain, const std::vector<Entry>& entries) {
+namespace {
+
+// The node of `level` that `entry` matches: its exact value, else the first wildcard that
+// matches, else its key alone; nullptr if none.
+const DescriptorNode* MatchEntry(const DescriptorLevel& level, const Entry& entry) {
+  const auto by_key = level.by_key.find(entry.key);
+  if (by_key == level.by_key.end()) {
+    return nullptr;
+  }
+  const DescriptorLevel::ByKey& candidates = by_key->second;
+  if (const auto exact = candidates.exact.find(entry.value); exact != candidates.exact.end()) {
+    return exact->second;
+  }
+  for (const DescriptorNode* wildcard : candidates.wildcards) {
+    if (WildcardMatches(wildcard->segments, entry.value)) {
+      return wildcard;
+    }
+  }
+  return candidates.any;
+}
+
+}  // namespace
+
+const Rule* RuleSet::Match(const Domain& domain, const std::vector<Entry>& entries,
+                           std::vector<const DescriptorNode*>* path) {
+  if (path != nullptr) {
+    path->clear();
+  }
   const DescriptorLevel* level = &domain.descriptors;
   const DescriptorNode* node = nullptr;
   for (const Entry& entry : entries) {
-    const auto by_key = level->by_key.find(entry.key);
-    if (by_key == level->by_key.end()) {
-      return nullptr;
-    }
-    const DescriptorLevel::ByKey& candidates = by_key->second;
-    node = nullptr;
-    if (const auto exact = candidates.exact.find(entry.value); exact != candidates.exact.end()) {
-      node = exact->second;
-    }
-    for (const DescriptorNode* wildcard : candidates.wildcards) {
-      if (node == nullptr && entry.value.starts_with(*wildcard->value)) {
-        node = wildcard;
-      }
-    }
+    node = MatchEntry(*level, entry);
     if (node == nullptr) {
-      node = candidates.any;
+      break;
     }
-    if (node == nullptr) {
-      return nullptr;
+    if (path != nullptr) {
+      path->push_back(node);
     }
     level = &node->children;
   }
-  return node != nullptr && node->rule ? &*node->rule : nullptr;
+  if (node == nullptr || !node->rule) {
+    if (path != nullptr) {
+      path->clear();
+    }
+    return nullptr;
+  }
+  return &*node->rule;
 }
 
 }  // namespace sluice::server

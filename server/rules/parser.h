@@ -2,8 +2,10 @@
 
 // FileParser: reads the YAML of one rules file into a Domain (rules.h), checking every node as
 // it goes and stopping at the first mistake with its file, line and column. Private to
-// server/rules/: RuleSet::Parse is its only user. rules.cc reads the file's domain, its tree of
-// descriptors and each descriptor's rule; limits.cc reads the limits of a rule.
+// server/rules/: RuleSet::Parse (load.cc) is its only user, and gives it YAML in which a key
+// with a null value has been removed (null means what no key means, as in their decoder).
+// rules.cc reads the file's domain, its tree of descriptors and each descriptor's rule;
+// limits.cc reads the limits of a rule and metadata.cc a descriptor's metadata.
 //
 // Not thread-safe: one parser reads one file, on one thread. The CounterRegistry it asks for
 // counters is thread-safe.
@@ -34,8 +36,12 @@ class FileParser {
   FileParser(std::string file, CounterRegistry& counters, const LimitChecker& check_limit)
       : file_(std::move(file)), counters_(counters), check_limit_(check_limit) {}
 
-  // The domain of the file whose YAML is `root`. Throws ConfigError.
-  std::unique_ptr<Domain> ParseDomain(const YAML::Node& root);
+  // The name of the domain of the file whose YAML is `root`: a mapping of known keys with a
+  // non-empty `domain`. Throws ConfigError.
+  std::string DomainName(const YAML::Node& root) const;
+  // Reads the file whose YAML is `root` into `domain`: a new one, named and with its file and
+  // defaults set, or, `merging`, one that an earlier file defined. Throws ConfigError.
+  void ParseDomain(const YAML::Node& root, Domain& domain, bool merging);
 
  private:
   // The YAML readers (rules.cc): each returns what `node` holds, or throws ConfigError
@@ -49,12 +55,34 @@ class FileParser {
   bool Bool(const YAML::Node& node, std::string_view what) const;
   const YAML::Node& Sequence(const YAML::Node& node, std::string_view what) const;
 
+  // The domain's settings (rules.cc): ip_keys and ipv6_prefix, which a later file of a merged
+  // domain may repeat but not change, its pools and its auth descriptors.
+  void ParseDomainSettings(const YAML::Node& root, Domain& domain, bool merging) const;
+  void ParseAuth(const YAML::Node& auth, Domain& domain) const;
+
   // The tree of descriptors (rules.cc).
   // The descriptors of `list`, and their children, into `level`; `parent_path` names the level.
   void ParseLevel(const YAML::Node& list, const Domain& domain, const std::string& parent_path,
                   DescriptorLevel& level);
+  // One descriptor of a level, its rule and its children, indexed in `level` (which its
+  // caller then owns it in).
+  std::unique_ptr<DescriptorNode> ParseDescriptor(const YAML::Node& node, const Domain& domain,
+                                                  const std::string& parent_path,
+                                                  DescriptorLevel& level);
+  // Its `value`: none when absent or empty; a wildcard when it holds a '*'.
+  void ParseValue(const YAML::Node& node, DescriptorNode& descriptor) const;
+  // Its flags: shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold
+  // (only on a wildcard) and metadata, set on its rule; without a rule they are checked and
+  // have no effect, as in envoyproxy/ratelimit.
+  void ParseFlags(const YAML::Node& node, const std::string& path,
+                  DescriptorNode& descriptor) const;
   // Indexes `descriptor` in `level` for matching; a second one with its key and value fails.
-  void Index(const YAML::Node& node, const DescriptorNode& descriptor, DescriptorLevel& level);
+  void Index(const YAML::Node& node, const DescriptorNode& descriptor, const std::string& path,
+             DescriptorLevel& level) const;
+
+  // A descriptor's `metadata` (metadata.cc): the text of a JSON object, as rules.h's
+  // Rule::metadata_json describes; "" for an empty mapping.
+  std::string MetadataJson(const YAML::Node& metadata) const;
 
   // A descriptor's rule (rules.cc): its limits, mode and pool; nullopt when it has neither
   // limits nor concurrency.

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "yaml-cpp/yaml.h"
@@ -34,26 +33,46 @@ std::string_view ModeName(Mode mode) {
   return "unknown";
 }
 
-std::unique_ptr<Domain> FileParser::ParseDomain(const YAML::Node& root) {
-  auto domain = std::make_unique<Domain>();
-  domain->file = file_;
-  domain->ip_keys = {"remote_address"};
+std::string FileParser::DomainName(const YAML::Node& root) const {
   if (!root.IsMap()) {
     Fail(root, "a rules file must be a mapping with 'domain' and 'descriptors'");
   }
   CheckKeys(root, {"domain", "descriptors", "pools", "ip_keys", "ipv6_prefix", "auth"});
-  domain->name = RequiredString(root, "domain");
-  if (domain->name.empty()) {
+  std::string name = RequiredString(root, "domain");
+  if (name.empty()) {
     Fail(root["domain"], "'domain' must not be empty");
   }
+  return name;
+}
+
+void FileParser::ParseDomain(const YAML::Node& root, Domain& domain, bool merging) {
+  ParseDomainSettings(root, domain, merging);
+  if (const YAML::Node descriptors = root["descriptors"]) {
+    ParseLevel(descriptors, domain, domain.name, domain.descriptors);
+  }
+}
+
+void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain,
+                                     bool merging) const {
+  // A domain merged from several files has one set of IP keys for all of its descriptors.
   if (const YAML::Node ip_keys = root["ip_keys"]) {
-    domain->ip_keys.clear();
+    std::vector<std::string> keys;
     for (const YAML::Node& key : Sequence(ip_keys, "ip_keys")) {
-      domain->ip_keys.push_back(String(key, "an entry of ip_keys"));
+      keys.push_back(String(key, "an entry of ip_keys"));
     }
+    if (merging && keys != domain.ip_keys) {
+      Fail(ip_keys, fmt::format("'ip_keys' differs from those of domain '{}' in {}", domain.name,
+                                domain.file));
+    }
+    domain.ip_keys = std::move(keys);
   }
   if (const YAML::Node prefix = root["ipv6_prefix"]) {
-    domain->ipv6_prefix = static_cast<int>(Integer(prefix, "ipv6_prefix", 1, 128));
+    const int bits = static_cast<int>(Integer(prefix, "ipv6_prefix", 1, 128));
+    if (merging && bits != domain.ipv6_prefix) {
+      Fail(prefix, fmt::format("'ipv6_prefix' differs from that of domain '{}' in {}",
+                               domain.name, domain.file));
+    }
+    domain.ipv6_prefix = bits;
   }
   if (const YAML::Node pools = root["pools"]) {
     if (!pools.IsMap()) {
@@ -62,32 +81,38 @@ std::unique_ptr<Domain> FileParser::ParseDomain(const YAML::Node& root) {
     for (const auto& item : pools) {
       auto pool = std::make_unique<Pool>();
       pool->name = String(item.first, "a pool name");
-      pool->limit = ParseLimit(item.second, fmt::format("{}.pool_{}", domain->name, pool->name));
+      for (const auto& other : domain.pools) {
+        if (other->name == pool->name) {
+          Fail(item.first, fmt::format("pool '{}' is already defined in domain '{}'", pool->name,
+                                       domain.name));
+        }
+      }
+      pool->limit = ParseLimit(item.second, fmt::format("{}.pool_{}", domain.name, pool->name));
       if (!pool->limit.limit) {
         Fail(item.second, "a pool must have a limit above 0");
       }
-      domain->pools.push_back(std::move(pool));
+      domain.pools.push_back(std::move(pool));
     }
   }
   if (const YAML::Node auth = root["auth"]) {
-    for (const YAML::Node& descriptor : Sequence(auth, "auth")) {
-      std::vector<AuthEntry>& entries = domain->auth.emplace_back();
-      for (const YAML::Node& entry : Sequence(descriptor, "an auth descriptor")) {
-        CheckKeys(entry, {"key", "header"});
-        std::string header = RequiredString(entry, "header");
-        std::transform(header.begin(), header.end(), header.begin(),
-                       [](unsigned char c) { return std::tolower(c); });
-        entries.push_back({.key = RequiredString(entry, "key"), .header = std::move(header)});
-      }
-      if (entries.empty()) {
-        Fail(descriptor, "an auth descriptor needs at least one entry");
-      }
+    ParseAuth(auth, domain);
+  }
+}
+
+void FileParser::ParseAuth(const YAML::Node& auth, Domain& domain) const {
+  for (const YAML::Node& descriptor : Sequence(auth, "auth")) {
+    std::vector<AuthEntry>& entries = domain.auth.emplace_back();
+    for (const YAML::Node& entry : Sequence(descriptor, "an auth descriptor")) {
+      CheckKeys(entry, {"key", "header"});
+      std::string header = RequiredString(entry, "header");
+      std::transform(header.begin(), header.end(), header.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      entries.push_back({.key = RequiredString(entry, "key"), .header = std::move(header)});
+    }
+    if (entries.empty()) {
+      Fail(descriptor, "an auth descriptor needs at least one entry");
     }
   }
-  if (const YAML::Node descriptors = root["descriptors"]) {
-    ParseLevel(descriptors, *domain, domain->name, domain->descriptors);
-  }
-  return domain;
 }
 
 void FileParser::Fail(const YAML::Node& node, std::string_view what) const {
@@ -157,60 +182,105 @@ const YAML::Node& FileParser::Sequence(const YAML::Node& node, std::string_view 
 void FileParser::ParseLevel(const YAML::Node& list, const Domain& domain,
                             const std::string& parent_path, DescriptorLevel& level) {
   for (const YAML::Node& node : Sequence(list, "descriptors")) {
-    CheckKeys(node, {"key", "value", "rate_limit", "limits", "descriptors", "shadow_mode",
-                     "detailed_metric", "value_to_metric", "mode", "soft_percent", "pool",
-                     "concurrency", "lease_ttl"});
-    auto descriptor = std::make_unique<DescriptorNode>();
-    descriptor->key = RequiredString(node, "key");
-    if (descriptor->key.empty()) {
-      Fail(node["key"], "'key' must not be empty");
+    level.nodes.push_back(ParseDescriptor(node, domain, parent_path, level));
+  }
+}
+
+std::unique_ptr<DescriptorNode> FileParser::ParseDescriptor(const YAML::Node& node,
+                                                            const Domain& domain,
+                                                            const std::string& parent_path,
+                                                            DescriptorLevel& level) {
+  CheckKeys(node, {"key", "value", "rate_limit", "limits", "descriptors", "shadow_mode",
+                   "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
+                   "metadata", "mode", "soft_percent", "pool", "concurrency", "lease_ttl"});
+  auto descriptor = std::make_unique<DescriptorNode>();
+  descriptor->key = RequiredString(node, "key");
+  if (descriptor->key.empty()) {
+    Fail(node["key"], "'key' must not be empty");
+  }
+  ParseValue(node, *descriptor);
+  std::string path = fmt::format("{}.{}", parent_path, descriptor->key);
+  if (descriptor->value) {
+    path = fmt::format("{}_{}", path, *descriptor->value);
+  }
+  descriptor->rule = ParseRule(node, domain, path);
+  ParseFlags(node, path, *descriptor);
+  if (const YAML::Node children = node["descriptors"]) {
+    ParseLevel(children, domain, path, descriptor->children);
+  }
+  Index(node, *descriptor, path, level);
+  return descriptor;
+}
+
+void FileParser::ParseValue(const YAML::Node& node, DescriptorNode& descriptor) const {
+  const YAML::Node value = node["value"];
+  if (!value) {
+    return;
+  }
+  std::string text = String(value, "'value'");
+  if (text.empty()) {
+    return;  // As envoyproxy/ratelimit: an empty value is no value.
+  }
+  descriptor.pattern = text;
+  if (text.find('*') != std::string::npos) {
+    descriptor.wildcard = true;
+    size_t start = 0;
+    for (size_t star = text.find('*'); star != std::string::npos; star = text.find('*', start)) {
+      descriptor.segments.push_back(text.substr(start, star - start));
+      start = star + 1;
     }
-    std::string path = fmt::format("{}.{}", parent_path, descriptor->key);
-    if (const YAML::Node value = node["value"]) {
-      std::string text = String(value, "'value'");
-      path = fmt::format("{}_{}", path, text);
-      if (!text.empty() && text.back() == '*') {
-        text.pop_back();
-        descriptor->wildcard = true;
-      }
-      descriptor->value = std::move(text);
-    }
-    descriptor->rule = ParseRule(node, domain, path);
-    if (const YAML::Node children = node["descriptors"]) {
-      ParseLevel(children, domain, path, descriptor->children);
-    }
-    for (const char* detailed : {"detailed_metric", "value_to_metric"}) {
-      if (const YAML::Node flag = node[detailed];
-          flag && Bool(flag, detailed) && descriptor->rule) {
-        descriptor->rule->detailed_metric = true;
-      }
-    }
-    Index(node, *descriptor, level);
-    level.nodes.push_back(std::move(descriptor));
+    descriptor.segments.push_back(text.substr(start));
+  }
+  descriptor.value = std::move(text);
+}
+
+void FileParser::ParseFlags(const YAML::Node& node, const std::string& path,
+                            DescriptorNode& descriptor) const {
+  auto flag = [&](const char* key) {
+    const YAML::Node value = node[key];
+    return value && Bool(value, key);
+  };
+  const bool detailed = flag("detailed_metric");
+  const bool value_to_metric = flag("value_to_metric");
+  const bool quota_mode = flag("quota_mode");
+  flag("shadow_mode");  // Read with the rule's mode, when there is a rule; checked here.
+  descriptor.share_threshold = flag("share_threshold");
+  if (descriptor.share_threshold && !descriptor.wildcard) {
+    Fail(node["share_threshold"],
+         fmt::format("share_threshold needs a wildcard value (one with '*'); descriptor '{}' "
+                     "has none",
+                     path));
+  }
+  std::string metadata;
+  if (const YAML::Node map = node["metadata"]) {
+    metadata = MetadataJson(map);
+  }
+  if (descriptor.rule) {
+    descriptor.rule->detailed_metric = detailed || value_to_metric;
+    descriptor.rule->quota_mode = quota_mode;
+    descriptor.rule->metadata_json = std::move(metadata);
   }
 }
 
 void FileParser::Index(const YAML::Node& node, const DescriptorNode& descriptor,
-                       DescriptorLevel& level) {
+                       const std::string& path, DescriptorLevel& level) const {
   DescriptorLevel::ByKey& by_key = level.by_key[descriptor.key];
   bool duplicate = false;
   if (!descriptor.value) {
     duplicate = by_key.any != nullptr;
     by_key.any = &descriptor;
-  } else if (descriptor.wildcard) {
-    for (const DescriptorNode* other : by_key.wildcards) {
-      duplicate = duplicate || other->value == descriptor.value;
-    }
-    by_key.wildcards.push_back(&descriptor);
   } else {
+    // Wildcards too, by their text: a request's value equal to it matches it first, as theirs.
     duplicate = !by_key.exact.emplace(*descriptor.value, &descriptor).second;
+    if (descriptor.wildcard && !duplicate) {
+      by_key.wildcards.push_back(&descriptor);
+    }
   }
   if (duplicate) {
-    Fail(node,
-         fmt::format("duplicate descriptor: key '{}'{} appears twice at this level", descriptor.key,
-                     descriptor.value ? fmt::format(" with value '{}{}'", *descriptor.value,
-                                                    descriptor.wildcard ? "*" : "")
-                                      : ""));
+    Fail(node, fmt::format("duplicate descriptor '{}': key '{}'{} is already at this level", path,
+                           descriptor.key,
+                           descriptor.value ? fmt::format(" with value '{}'", *descriptor.value)
+                                            : " with no value"));
   }
 }
 
@@ -221,7 +291,8 @@ std::optional<Rule> FileParser::ParseRule(const YAML::Node& node, const Domain& 
   const YAML::Node mode = node["mode"];
   std::optional<ConcurrencyLimit> concurrency = ParseConcurrency(node, path);
   if (!rate_limit && !limits) {
-    for (const char* key : {"shadow_mode", "mode", "soft_percent", "pool"}) {
+    // shadow_mode is not among them: envoyproxy/ratelimit ignores it without a rate_limit.
+    for (const char* key : {"mode", "soft_percent", "pool"}) {
       if (node[key]) {
         Fail(node[key],
              fmt::format("'{}' needs a 'rate_limit' or 'limits' on this descriptor", key));
@@ -334,80 +405,6 @@ void FileParser::ParsePool(const YAML::Node& node, const YAML::Node& mode, const
   } else if (rule.mode == Mode::kElastic) {
     Fail(mode, "mode: elastic needs a 'pool' to borrow from");
   }
-}
-
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(fmt::format("{}: cannot be read", path));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(fmt::format("{}: read failed", path));
-  }
-  return text.str();
-}
-
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
-                                                             CounterRegistry& counters,
-                                                             const LimitChecker& check_limit) {
-  std::vector<std::string> paths;
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
-      const std::string extension = entry.path().extension().string();
-      if (entry.is_regular_file() && (extension == ".yaml" || extension == ".yml")) {
-        paths.push_back(entry.path().string());
-      }
-    }
-    if (error) {
-      return absl::InvalidArgumentError(fmt::format("{}: {}", path, error.message()));
-    }
-    std::sort(paths.begin(), paths.end());
-  } else {
-    paths.push_back(path);
-  }
-  std::vector<std::pair<std::string, std::string>> files;
-  for (const std::string& file : paths) {
-    absl::StatusOr<std::string> text = ReadFile(file);
-    if (!text.ok()) {
-      return text.status();
-    }
-    files.emplace_back(file, *std::move(text));
-  }
-  return Parse(files, counters, check_limit);
-}
-
-absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
-    const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,
-    const LimitChecker& check_limit) {
-  auto rules = std::make_shared<RuleSet>();
-  for (const auto& [file, text] : files) {
-    try {
-      const YAML::Node root = YAML::Load(text);
-      if (!root || root.IsNull()) {
-        return absl::InvalidArgumentError(fmt::format("{}:1:1: the file is empty", file));
-      }
-      FileParser parser(file, counters, check_limit);
-      std::unique_ptr<Domain> domain = parser.ParseDomain(root);
-      if (const Domain* other = rules->FindDomain(domain->name)) {
-        return absl::InvalidArgumentError(fmt::format(
-            "{}:1:1: domain '{}' is already defined in {}", file, domain->name, other->file));
-      }
-      rules->domains_.push_back(std::move(domain));
-    } catch (const ConfigError& e) {
-      return absl::InvalidArgumentError(e.message);
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(
-          fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
-    }
-  }
-  return rules;
 }
 
 }  // namespace sluice::server

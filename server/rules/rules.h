@@ -73,6 +73,10 @@ struct RuleLimit {
   // except in soft mode, where it is enlarged by soft_percent.
   int64_t nominal = 0;
   std::optional<Limit> limit;  // Empty when requests_per_unit is 0: every request is denied.
+  // For a fixed window (or requests_per_unit 0): the counter envoyproxy/ratelimit keeps, a
+  // fixed window of the same period with room for any count (EnvoyCounter), so that the Envoy
+  // API can count every hit, over the limit or not, and compare the count with `nominal`.
+  std::optional<Limit> counter;
   // Envoy's view of the limit, for its responses: the unit the rule was written with, or
   // kUnknown when it was written with `period`.
   Unit unit = Unit::kUnknown;
@@ -82,6 +86,12 @@ struct RuleLimit {
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
   RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
 };
+
+// The counter of a fixed window of `period` in envoyproxy/ratelimit's manner: Limit::kMaxCount
+// hits per period, so that every hit is counted. Every limit of one period shares it, as their
+// key is the descriptor and the window alone: a limit override shares the rule's count.
+// REQUIRES: a period Limit::Create accepts.
+Limit EnvoyCounter(Micros period);
 
 // A pool of spare capacity that elastic rules borrow from.
 struct Pool {
@@ -108,6 +118,15 @@ struct Rule {
   std::optional<ConcurrencyLimit> concurrency;  // Always hard: modes apply to `limits`.
   bool unlimited = false;
   Mode mode = Mode::kHard;
+  // envoyproxy/ratelimit's quota_mode: over its limit, the request is over only when every
+  // quota rule it matched is (DescriptorResult::quota_mode).
+  bool quota_mode = false;
+  // envoyproxy/ratelimit's `metadata`: a JSON object, returned to Envoy as dynamic metadata
+  // when the descriptor is within its limit. Empty when the rule has none (or an empty
+  // mapping), as theirs. Typed as theirs types it (yaml.v2, then google.protobuf.Struct):
+  // plain numbers are numbers, true/false (and YAML 1.1's yes/no/on/off) booleans, null null,
+  // quoted scalars strings, mappings and lists kept.
+  std::string metadata_json;
   int64_t soft_percent = 0;
   const Pool* pool = nullptr;  // Elastic mode only.
   // envoyproxy/ratelimit's detailed_metric (or value_to_metric): counted under the values of
@@ -126,6 +145,8 @@ struct DescriptorNode;
 // The descriptors of one level of a domain's tree, indexed for matching.
 struct DescriptorLevel {
   struct ByKey {
+    // By value as written: a request's value equal to a wildcard's text matches it here
+    // first, as theirs.
     std::map<std::string, const DescriptorNode*, std::less<>> exact;
     std::vector<const DescriptorNode*> wildcards;  // In file order.
     const DescriptorNode* any = nullptr;           // The node with this key and no value.
@@ -136,11 +157,27 @@ struct DescriptorLevel {
 
 struct DescriptorNode {
   std::string key;
-  std::optional<std::string> value;  // Empty: matches any value of `key`.
-  bool wildcard = false;             // `value` ended with '*': matches values with its prefix.
-  std::optional<Rule> rule;          // Present when this node has a rate_limit (or limits).
+  // The value as written, '*' included; nullopt (`value` absent, null or "") matches any value
+  // of `key`.
+  std::optional<std::string> value;
+  // `value` has a '*': each '*' matches any run of characters, empty included (their
+  // wildcardMatch). `segments` is `value` split at every '*' (one more than the '*'s).
+  bool wildcard = false;
+  std::vector<std::string> segments;
+  // The value as written, '*' included (*value; empty when there is none): with
+  // share_threshold, the part of the counter's key that every matching value shares.
+  std::string pattern;
+  // envoyproxy/ratelimit's share_threshold: every value this wildcard matches shares one
+  // counter (the key built from `pattern`) rather than one counter per value. Only on a
+  // wildcard node: the loader refuses it elsewhere.
+  bool share_threshold = false;
+  std::optional<Rule> rule;  // Present when this node has a rate_limit (or limits).
   DescriptorLevel children;
 };
+
+// Whether `value` matches the segments of a wildcard (DescriptorNode::segments): it begins
+// with the first, ends with the last, and holds the others in order between them.
+bool WildcardMatches(const std::vector<std::string>& segments, std::string_view value);
 
 // Where the descriptors of GET /v1/auth come from: one entry per (key, header).
 struct AuthEntry {
@@ -186,30 +223,45 @@ class CounterRegistry {
 // The store's verdict on a limit (Store::CheckLimit), asked for every limit of a rule file.
 using LimitChecker = std::function<absl::Status(const Limit&)>;
 
+// How a set of rules files is loaded.
+struct RuleLoadOptions {
+  // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a file naming a domain that an earlier file
+  // defined adds its descriptors (and pools and auth descriptors) to that domain, rather than
+  // being an error. A descriptor whose key and value are already at the top level is still
+  // an error, as theirs.
+  bool merge_domains = false;
+};
+
 class RuleSet {
  public:
   // No rules: every rules-mode request matches nothing.
   RuleSet() = default;
 
   // Loads `path`: a YAML file, or a directory whose *.yaml and *.yml files are each loaded
-  // (one domain per file, as envoyproxy/ratelimit). Errors: InvalidArgument
-  // "FILE:LINE:COLUMN: what is wrong", or "FILE: ..." when the file cannot be read.
-  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(const std::string& path,
-                                                             CounterRegistry& counters,
-                                                             const LimitChecker& check_limit);
-  // As Load, from (file name, text) pairs.
+  // in name order (one domain per file, as envoyproxy/ratelimit, unless
+  // options.merge_domains). Errors: InvalidArgument "FILE:LINE:COLUMN: what is wrong", or
+  // "FILE: ..." when the file cannot be read.
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(
+      const std::string& path, CounterRegistry& counters, const LimitChecker& check_limit,
+      const RuleLoadOptions& options = {});
+  // As Load, from (file name, text) pairs, in their order.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Parse(
       const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,
-      const LimitChecker& check_limit);
+      const LimitChecker& check_limit, const RuleLoadOptions& options = {});
 
   const Domain* FindDomain(std::string_view name) const;
   const std::vector<std::unique_ptr<Domain>>& domains() const { return domains_; }
 
   // The rule a request descriptor matches in `domain`, as envoyproxy/ratelimit matches it:
-  // at each level the entry's exact key and value, else a wildcard value, else the key alone;
-  // the rule is the node reached by the last entry, so the request's depth must equal the
-  // rule's. nullptr when nothing matches.
-  static const Rule* Match(const Domain& domain, const std::vector<Entry>& entries);
+  // at each level the entry's key with its exact value, else with the first wildcard value
+  // (in file order) that matches it, else the key alone; the rule is the node reached by the
+  // last entry, so the request's depth must equal the rule's. nullptr when nothing matches.
+  // Key and value are matched as two fields (theirs matches "KEY_VALUE" as one string, so
+  // that source=cluster_proxy hits a rule for source_cluster=proxy; ours does not).
+  // When `path` is given, *path is the node matched for each entry, in order (the last one
+  // holds the rule), if a rule is returned, and empty otherwise.
+  static const Rule* Match(const Domain& domain, const std::vector<Entry>& entries,
+                           std::vector<const DescriptorNode*>* path = nullptr);
 
  private:
   std::vector<std::unique_ptr<Domain>> domains_;

@@ -71,9 +71,9 @@ TEST_F(EnvoyExamplesGrpcTest, Example2OverallCodeIsTheOrOfTheDescriptors) {
   EXPECT_EQ(sixth.statuses(1).current_limit().requests_per_unit(), 100U);
   EXPECT_EQ(sixth.statuses(1).current_limit().unit(), rls::RateLimitResponse::RateLimit::DAY);
   EXPECT_EQ(sixth.statuses(1).limit_remaining(), 94U);
-  // 43,199.75 s to midnight.
-  EXPECT_EQ(sixth.statuses(1).duration_until_reset().seconds(), 43'199);
-  EXPECT_EQ(sixth.statuses(1).duration_until_reset().nanos(), 750'000'000);
+  // 43,199.75 s to midnight, in whole seconds as theirs: 43,200.
+  EXPECT_EQ(sixth.statuses(1).duration_until_reset().seconds(), 43'200);
+  EXPECT_EQ(sixth.statuses(1).duration_until_reset().nanos(), 0);
 }
 
 TEST_F(EnvoyExamplesGrpcTest, Example5UnlimitedIsOkWithMaxUint32AndNoCurrentLimit) {

@@ -128,15 +128,16 @@ TEST_F(EnvoyExamplesTest, Example1OtherDatabasesAreNotLimited) {
 
 TEST_F(EnvoyExamplesTest, Example1WindowIsTheSecondAndResetsAtItsEnd) {
   ASSERT_TRUE(Load("example1.yaml"));
+  // The end of the window, in whole seconds as theirs (750 ms is 1 s, as 1 us is).
   const DescriptorResult first = AskOne("mongo_cps", {{"database", "users"}});
-  EXPECT_EQ(first.until_reset, Micros{750'000});
+  EXPECT_EQ(first.until_reset, Micros{kSecond});
   for (int i = 1; i < 500; ++i) {
     AskOne("mongo_cps", {{"database", "users"}});
   }
   clock_.Advance(Micros{750'000 - 1});  // The last microsecond of the second.
   const DescriptorResult last = AskOne("mongo_cps", {{"database", "users"}});
   EXPECT_TRUE(IsOverLimit(last, 500, Unit::kSecond));
-  EXPECT_EQ(last.until_reset, Micros{1});
+  EXPECT_EQ(last.until_reset, Micros{kSecond});
   clock_.Advance(Micros{1});  // The next second.
   const DescriptorResult next = AskOne("mongo_cps", {{"database", "users"}});
   EXPECT_TRUE(IsOk(next, 500, Unit::kSecond, 499));
@@ -154,7 +155,7 @@ TEST_F(EnvoyExamplesTest, Example2MarketingMessagesGet5PerDayPerNumber) {
   for (uint32_t i = 0; i < 5; ++i) {
     const DescriptorResult r = AskOne("messaging", marketing_1);
     EXPECT_TRUE(IsOk(r, 5, Unit::kDay, 4 - i)) << "request " << i;
-    EXPECT_EQ(r.until_reset, Micros{kDay / 2 - 250'000});
+    EXPECT_EQ(r.until_reset, Micros{kDay / 2});  // 250 ms less, in whole seconds.
   }
   EXPECT_TRUE(IsOverLimit(AskOne("messaging", marketing_1), 5, Unit::kDay));
   // Each number gets its own 5.
@@ -289,7 +290,7 @@ TEST_F(EnvoyExamplesTest, Example5AzureGets100PerMinute) {
   for (uint32_t i = 0; i < 100; ++i) {
     const DescriptorResult r = AskOne("internal", {{"azure", "blob"}});
     ASSERT_TRUE(IsOk(r, 100, Unit::kMinute, 99 - i)) << "request " << i;
-    ASSERT_EQ(r.until_reset, Micros{kMinute - 250'000});
+    ASSERT_EQ(r.until_reset, Micros{kMinute});  // 250 ms less, in whole seconds.
   }
   EXPECT_TRUE(IsOverLimit(AskOne("internal", {{"azure", "blob"}}), 100, Unit::kMinute));
   clock_.Advance(Micros{kMinute - 250'000 - 1});

@@ -233,7 +233,7 @@ TEST_F(ServiceTest, CallersMayUseOnlySoManyDistinctLimits) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.ToString().find("distinct limits"), std::string::npos);
   EXPECT_TRUE(adhoc(7).ok());  // A limit already in use still works.
-  // So does an Envoy override that is one of them; a new one is refused.
+  // Envoy's overrides.
   auto override = [&](int64_t per_second) {
     return service_
         .ShouldRateLimit({.domain = "api",
@@ -242,8 +242,25 @@ TEST_F(ServiceTest, CallersMayUseOnlySoManyDistinctLimits) {
                                                                   .unit = Unit::kSecond}}}})
         .status();
   };
-  EXPECT_TRUE(override(5).ok());
-  EXPECT_EQ(override(kMaxCallerLimits + 2).code(), absl::StatusCode::kInvalidArgument);
+  // Counting every hit (their default), an override is a count on the unit's counter: no limit
+  // of the caller's reaches the store, so any is answered.
+  EXPECT_TRUE(override(kMaxCallerLimits + 2).ok());
+  // Not counting, it is a limit of the store's: one in use is answered, a new one refused.
+  RateLimitService not_counting(store_, clock_, metrics_, nullptr, {.count_over_limit = false});
+  not_counting.SetRules(service_.rules());
+  auto stopped_override = [&](int64_t per_second) {
+    return not_counting
+        .ShouldRateLimit({.domain = "api",
+                          .descriptors = {{.entries = {{"x", "y"}},
+                                           .limit = LimitOverride{.requests_per_unit = per_second,
+                                                                  .unit = Unit::kSecond}}}})
+        .status();
+  };
+  for (int64_t n = 1; n <= static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(stopped_override(n).ok()) << n;
+  }
+  EXPECT_TRUE(stopped_override(5).ok());
+  EXPECT_EQ(stopped_override(kMaxCallerLimits + 3).code(), absl::StatusCode::kInvalidArgument);
   // The rules are not affected.
   EXPECT_TRUE(Check({{"user", "rules-still-work"}}).combined.allowed);
 }
@@ -290,7 +307,9 @@ TEST_F(ServiceTest, MalformedRequestsAreRefusedNamingTheField) {
 }
 
 TEST_F(ServiceTest, EnvoyDecidesEachDescriptorOnItsOwn) {
-  EXPECT_TRUE(Check({{"team", "ops"}}).combined.allowed);
+  ASSERT_TRUE(
+      service_.ShouldRateLimit({.domain = "api", .descriptors = {{.entries = {{"team", "ops"}}}}})
+          .ok());
   CheckRequest request{.domain = "api",
                        .descriptors = {{.entries = {{"user", "hank"}}},
                                        {.entries = {{"team", "ops"}}},

@@ -40,8 +40,8 @@ descriptors:
 // The service over a real gRPC server on a loopback port, asked through a real channel.
 class GrpcServiceTest : public ::testing::Test {
  protected:
-  void StartWith(EnvoyOptions options, bool with_rules = true) {
-    service_ = std::make_unique<RateLimitService>(store_, clock_, metrics_);
+  void StartWith(EnvoyOptions options, bool with_rules = true, EnvoySettings settings = {}) {
+    service_ = std::make_unique<RateLimitService>(store_, clock_, metrics_, nullptr, settings);
     if (with_rules) {
       service_->SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
     }
@@ -143,7 +143,7 @@ TEST_F(GrpcServiceTest, HitsAddendAndOverrides) {
 }
 
 TEST_F(GrpcServiceTest, ShadowModes) {
-  StartWith({.shadow_mode = true, .response_headers = true});
+  StartWith({.response_headers = true}, true, {.shadow_mode = true});
   MustAsk(Request({{"trial", "t"}}));
   // Per rule: the status itself is OK.
   const rls::RateLimitResponse trial = MustAsk(Request({{"trial", "t"}}));

@@ -1,0 +1,138 @@
+// RuleSet::Load and Parse: the rules files read, each file's YAML made to mean what
+// envoyproxy/ratelimit's decoder makes of it (a key with no value is no key), and parsed into
+// its domain by FileParser (parser.h), a new domain or, when domains are merged, one an earlier
+// file defined.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fmt/format.h"
+#include "yaml-cpp/yaml.h"
+
+#include "server/rules/parser.h"
+#include "server/rules/rules.h"
+
+namespace sluice::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(fmt::format("{}: cannot be read", path));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(fmt::format("{}: read failed", path));
+  }
+  return text.str();
+}
+
+// Removes every key whose value is null (`descriptors:` with nothing after it, `replaces: ~`)
+// from the mappings of `node`, at any depth but inside a `metadata` mapping, where null is a
+// value. envoyproxy/ratelimit decodes a null into a zero value (an empty list, no rate_limit,
+// false, ""), which for every key of the format is what leaving the key out means.
+void RemoveNulls(YAML::Node node) {
+  if (node.IsSequence()) {
+    for (YAML::Node item : node) {
+      RemoveNulls(item);
+    }
+    return;
+  }
+  if (!node.IsMap()) {
+    return;
+  }
+  std::vector<YAML::Node> nulls;
+  for (const auto& item : node) {
+    if (item.second.IsNull()) {
+      nulls.push_back(item.first);
+    } else if (!(item.first.IsScalar() && item.first.Scalar() == "metadata")) {
+      RemoveNulls(item.second);
+    }
+  }
+  for (const YAML::Node& key : nulls) {
+    node.remove(key);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
+                                                             CounterRegistry& counters,
+                                                             const LimitChecker& check_limit,
+                                                             const RuleLoadOptions& options) {
+  std::vector<std::string> paths;
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+      const std::string extension = entry.path().extension().string();
+      if (entry.is_regular_file() && (extension == ".yaml" || extension == ".yml")) {
+        paths.push_back(entry.path().string());
+      }
+    }
+    if (error) {
+      return absl::InvalidArgumentError(fmt::format("{}: {}", path, error.message()));
+    }
+    std::sort(paths.begin(), paths.end());
+  } else {
+    paths.push_back(path);
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const std::string& file : paths) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    if (!text.ok()) {
+      return text.status();
+    }
+    files.emplace_back(file, *std::move(text));
+  }
+  return Parse(files, counters, check_limit, options);
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
+    const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,
+    const LimitChecker& check_limit, const RuleLoadOptions& options) {
+  auto rules = std::make_shared<RuleSet>();
+  for (const auto& [file, text] : files) {
+    try {
+      YAML::Node root = YAML::Load(text);
+      if (!root || root.IsNull()) {
+        return absl::InvalidArgumentError(fmt::format("{}:1:1: the file is empty", file));
+      }
+      RemoveNulls(root);
+      FileParser parser(file, counters, check_limit);
+      const std::string name = parser.DomainName(root);
+      const auto known = std::find_if(rules->domains_.begin(), rules->domains_.end(),
+                                      [&](const auto& domain) { return domain->name == name; });
+      if (known != rules->domains_.end() && !options.merge_domains) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}:1:1: domain '{}' is already defined in {} (MERGE_DOMAIN_CONFIG "
+                        "merges the files of a domain)",
+                        file, name, (*known)->file));
+      }
+      if (known != rules->domains_.end()) {
+        parser.ParseDomain(root, **known, /*merging=*/true);
+        continue;
+      }
+      auto domain = std::make_unique<Domain>();
+      domain->name = name;
+      domain->file = file;
+      domain->ip_keys = {"remote_address"};
+      parser.ParseDomain(root, *domain, /*merging=*/false);
+      rules->domains_.push_back(std::move(domain));
+    } catch (const ConfigError& e) {
+      return absl::InvalidArgumentError(e.message);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+    }
+  }
+  return rules;
+}
+
+}  // namespace sluice::server

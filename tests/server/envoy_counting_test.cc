@@ -1,0 +1,247 @@
+// The Envoy API's decisions as envoyproxy/ratelimit's (EnvoySettings): every hit counted over
+// the limit or not, overrides sharing the rule's count, requests_per_unit 0, quota mode, and
+// requests no bound refuses (huge values, odd descriptors). Each is also shown with
+// count_over_limit off where it differs, on a manual clock.
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "server/service.h"
+#include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
+#include "tests/testing/util.h"
+
+namespace sluice::server {
+namespace {
+
+using ::sluice::testing::At;
+using ::sluice::testing::kEpoch;
+
+constexpr int64_t kSecond = 1'000'000;
+constexpr int64_t kMinute = 60 * kSecond;
+// A minute boundary and a quarter of a second: windows end 59.75 s after the start.
+constexpr int64_t kStart = kEpoch + kMinute - kEpoch % kMinute + kSecond / 4;
+
+constexpr char kRules[] = R"(
+domain: api
+descriptors:
+  - key: three
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: smooth
+    rate_limit: {algorithm: gcra, requests_per_unit: 3, period: 1m}
+  - key: two
+    limits:
+      - {requests_per_unit: 3, unit: minute}
+      - {requests_per_unit: 5, unit: minute, name: five}
+)";
+
+class EnvoyCountingTest : public ::testing::Test {
+ protected:
+  explicit EnvoyCountingTest(EnvoySettings settings = {})
+      : clock_(At(kStart)), service_(store_, clock_, metrics_, nullptr, settings) {
+    service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
+  }
+
+  // One descriptor (key, value) with `hits`, optionally with an override.
+  DescriptorResult Hit(const std::string& key, int64_t hits, std::string value = "v",
+                       std::optional<LimitOverride> limit = std::nullopt) {
+    std::vector<DescriptorResult> results = Ask(
+        {.domain = "api",
+         .descriptors = {{.entries = {{key, std::move(value)}}, .limit = limit, .cost = hits}}});
+    return results.empty() ? DescriptorResult{} : results.front();
+  }
+
+  std::vector<DescriptorResult> Ask(CheckRequest request) {
+    absl::StatusOr<std::vector<DescriptorResult>> results = service_.ShouldRateLimit(request);
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() ? *std::move(results) : std::vector<DescriptorResult>{};
+  }
+
+  MemoryStore store_;
+  ManualClock clock_;
+  Metrics metrics_;
+  RateLimitService service_;
+};
+
+class EnvoyNotCountingTest : public EnvoyCountingTest {
+ protected:
+  EnvoyNotCountingTest() : EnvoyCountingTest({.count_over_limit = false}) {}
+};
+
+TEST_F(EnvoyCountingTest, HitsOverTheLimitAreCountedSoTheWindowStaysOver) {
+  // Their issue's trace: limit 3 a minute; hits 5, then 1, then 0: all three over.
+  const DescriptorResult five = Hit("three", 5);
+  EXPECT_TRUE(five.over_limit);
+  EXPECT_EQ(five.limit_remaining, 0U);
+  EXPECT_EQ(five.closest->decision.retry_after, Micros{-1});  // 5 can never pass 3.
+  const DescriptorResult one = Hit("three", 1);
+  EXPECT_TRUE(one.over_limit);
+  EXPECT_EQ(one.closest->decision.retry_after, Micros{kMinute - kSecond / 4});
+  EXPECT_TRUE(Hit("three", 0).over_limit);
+  // Until the window ends, then the count starts again.
+  clock_.Advance(Micros{kMinute - kSecond / 4});
+  const DescriptorResult next = Hit("three", 1);
+  EXPECT_FALSE(next.over_limit);
+  EXPECT_EQ(next.limit_remaining, 2U);
+}
+
+TEST_F(EnvoyNotCountingTest, AHitOverTheLimitCountsNothing) {
+  EXPECT_TRUE(Hit("three", 5).over_limit);
+  const DescriptorResult one = Hit("three", 1);
+  EXPECT_FALSE(one.over_limit);
+  EXPECT_EQ(one.limit_remaining, 2U);
+  EXPECT_FALSE(Hit("three", 0).over_limit);
+}
+
+TEST_F(EnvoyCountingTest, ExactlyTheLimitIsNotOver) {
+  EXPECT_FALSE(Hit("three", 3).over_limit);
+  EXPECT_FALSE(Hit("three", 0).over_limit);  // 3 of 3: not past it.
+  EXPECT_TRUE(Hit("three", 1).over_limit);
+}
+
+TEST_F(EnvoyCountingTest, AShadowRuleOverItsLimitHasNoneRemaining) {
+  EXPECT_EQ(Hit("shadow", 6).limit_remaining, 4U);
+  for (int64_t hits : {5, 1}) {
+    const DescriptorResult r = Hit("shadow", hits);
+    EXPECT_FALSE(r.over_limit) << hits;  // Shadow: never over.
+    EXPECT_EQ(r.limit_remaining, 0U) << hits;
+  }
+}
+
+TEST_F(EnvoyNotCountingTest, AShadowRuleCountsWhatWouldHaveBeenAdmitted) {
+  EXPECT_EQ(Hit("shadow", 6).limit_remaining, 4U);
+  EXPECT_EQ(Hit("shadow", 5).limit_remaining, 4U);
+  EXPECT_EQ(Hit("shadow", 1).limit_remaining, 3U);
+}
+
+TEST_F(EnvoyCountingTest, AnOverrideSharesTheCountOfItsDescriptorAndUnit) {
+  Hit("ten", 1);
+  Hit("ten", 1);
+  const LimitOverride five{.requests_per_unit = 5, .unit = Unit::kMinute};
+  const DescriptorResult overridden = Hit("ten", 1, "v", five);
+  EXPECT_EQ(overridden.closest->nominal, 5);
+  EXPECT_EQ(overridden.limit_remaining, 2U);  // 5 less the rule's 2 and this one.
+  EXPECT_EQ(Hit("ten", 1).limit_remaining, 6U);  // And the rule sees the override's hit.
+  // Another unit is another window, so another count.
+  const LimitOverride hourly{.requests_per_unit = 5, .unit = Unit::kHour};
+  EXPECT_EQ(Hit("ten", 1, "v", hourly).limit_remaining, 4U);
+}
+
+TEST_F(EnvoyNotCountingTest, AnOverrideHasACountOfItsOwn) {
+  Hit("ten", 1);
+  Hit("ten", 1);
+  const LimitOverride five{.requests_per_unit = 5, .unit = Unit::kMinute};
+  EXPECT_EQ(Hit("ten", 1, "v", five).limit_remaining, 4U);
+}
+
+TEST_F(EnvoyCountingTest, ZeroRequestsPerUnitAdmitsAHitOfZeroAndResetsAtTheUnitsEnd) {
+  const DescriptorResult none = Hit("banned", 0);
+  EXPECT_FALSE(none.over_limit);
+  const DescriptorResult one = Hit("banned", 1);
+  EXPECT_TRUE(one.over_limit);
+  EXPECT_EQ(one.unit, Unit::kMinute);
+  // 59.75 s to the minute's end, in whole seconds as theirs.
+  EXPECT_EQ(one.until_reset, Micros{kMinute});
+  EXPECT_TRUE(Hit("banned", 0).over_limit);  // Counted: the window is over now.
+}
+
+TEST_F(EnvoyNotCountingTest, ZeroRequestsPerUnitAdmitsAHitOfZero) {
+  EXPECT_FALSE(Hit("banned", 0).over_limit);
+  const DescriptorResult one = Hit("banned", 1);
+  EXPECT_TRUE(one.over_limit);
+  EXPECT_EQ(one.until_reset, Micros{kMinute});
+  EXPECT_FALSE(Hit("banned", 0).over_limit);
+}
+
+TEST_F(EnvoyCountingTest, OtherAlgorithmsKeepTheirOwnMeaning) {
+  EXPECT_TRUE(Hit("smooth", 5).over_limit);
+  EXPECT_FALSE(Hit("smooth", 1).over_limit);  // gcra: a denial takes nothing.
+}
+
+TEST_F(EnvoyCountingTest, LimitsOfOnePeriodOnOneDescriptorCountEachHitOnce) {
+  const DescriptorResult r = Hit("two", 1);
+  EXPECT_FALSE(r.over_limit);
+  EXPECT_EQ(r.limit_remaining, 2U);  // The closer of 3 and 5, each less one hit.
+  EXPECT_TRUE(Hit("two", 3).over_limit);  // 4 of 3.
+}
+
+TEST_F(EnvoyCountingTest, TheEnvoyAPICountsApartFromSluicesOwn) {
+  // A documented difference: counting every hit needs a count the store's limit of 3 cannot
+  // hold, so the Envoy API's count of a rule is not the one POST /v1/check charges.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(service_.Check({.domain = "api", .descriptors = {{.entries = {{"three", "v"}}}}})
+                    ->combined.allowed);
+  }
+  EXPECT_EQ(Hit("three", 1).limit_remaining, 2U);
+}
+
+TEST_F(EnvoyCountingTest, QuotaModeIsOverOnlyWhenEveryQuotaDescriptorIs) {
+  RateLimitService quota(store_, clock_, metrics_, nullptr, {.quota_mode = true});
+  quota.SetRules(service_.rules());
+  auto ask = [&](std::vector<std::string> keys) {
+    CheckRequest request{.domain = "api"};
+    for (const std::string& key : keys) {
+      request.descriptors.push_back({.entries = {{key, "q"}}});
+    }
+    absl::StatusOr<std::vector<DescriptorResult>> results = quota.ShouldRateLimit(request);
+    EXPECT_TRUE(results.ok());
+    return results.ok() ? quota.OverallOverLimit(*results) : false;
+  };
+  EXPECT_FALSE(ask({"banned", "ten"}));    // One of two over: the other still has quota.
+  EXPECT_TRUE(ask({"banned", "banned"}));  // Both over.
+  EXPECT_FALSE(ask({"banned", "nothing"}));  // An unmatched descriptor is in quota mode too.
+  // Without quota mode, one over is enough.
+  EXPECT_TRUE(service_.OverallOverLimit(Ask(
+      {.domain = "api", .descriptors = {{.entries = {{"banned", "q"}}},
+                                        {.entries = {{"ten", "q"}}}}})));
+}
+
+TEST_F(EnvoyCountingTest, ShadowModeMakesTheOverallCodeOk) {
+  RateLimitService shadow(store_, clock_, metrics_, nullptr, {.shadow_mode = true});
+  shadow.SetRules(service_.rules());
+  absl::StatusOr<std::vector<DescriptorResult>> results =
+      shadow.ShouldRateLimit({.domain = "api", .descriptors = {{.entries = {{"banned", "s"}}}}});
+  ASSERT_TRUE(results.ok());
+  EXPECT_TRUE(results->front().over_limit);
+  EXPECT_FALSE(shadow.OverallOverLimit(*results));
+}
+
+TEST_F(EnvoyCountingTest, AHugeValueIsAnsweredAndCountedUnderItsOwnKey) {
+  const std::string path(4 << 20, '/');  // 4 MiB: gRPC's default message bound.
+  const std::string other = path.substr(1) + "x";  // Same size and first bytes.
+  EXPECT_EQ(Hit("three", 3, path).limit_remaining, 0U);
+  EXPECT_TRUE(Hit("three", 1, path).over_limit);
+  EXPECT_EQ(Hit("three", 1, other).limit_remaining, 2U);
+  std::string key(kMaxKeyBytes * 4, 'k');
+  EXPECT_FALSE(Hit(key, 1).matched);  // A huge key matches nothing, and fails nothing.
+  EXPECT_LE(RuleKey("api", {{"three", path}}).size(), kMaxStoredKeyBytes);
+  EXPECT_NE(RuleKey("api", {{"three", path}}), RuleKey("api", {{"three", other}}));
+}
+
+TEST_F(EnvoyCountingTest, OddDescriptorsMatchNothingAndFailNothing) {
+  const std::vector<DescriptorResult> results =
+      Ask({.domain = "api",
+           .descriptors = {{.entries = {}},
+                           {.entries = {{"", "x"}}},
+                           {.entries = {{"three", "v"}},
+                            .limit = LimitOverride{.requests_per_unit = 1, .unit = Unit::kUnknown}},
+                           {.entries = {{"three", "w"}}}}});
+  ASSERT_EQ(results.size(), 4U);
+  EXPECT_FALSE(results[0].matched);
+  EXPECT_FALSE(results[1].matched);
+  // An override of a unit Envoy's proto does not have falls back to the rule.
+  EXPECT_EQ(results[2].closest->nominal, 3);
+  EXPECT_EQ(results[3].limit_remaining, 2U);
+}
+
+}  // namespace
+}  // namespace sluice::server
