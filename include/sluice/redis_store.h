@@ -15,7 +15,8 @@
 // I/O: the store owns one thread running the connections. Calls from any thread are queued
 // there; a call is sent on a ready connection (up to `pipeline` script calls in flight on each),
 // and calls that wait together are decided by one script call (up to `batch` of them). Each call
-// has a deadline; a connection that misses one is closed and reopened, with backoff.
+// has a deadline; a connection that misses one is closed and reopened, with backoff. A
+// connection is TCP, a unix socket (unix://) or TLS over TCP (rediss://, RedisTlsOptions).
 //
 // Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
 // names the algorithm and its parameters (so a changed limit starts afresh, as in MemoryStore)
@@ -137,7 +138,8 @@ struct RedisStoreStats {
 class RedisStore final : public Store {
  public:
   // Starts the I/O thread and begins connecting; does not wait for Redis (calls made before a
-  // connection is up wait for it within their timeout). InvalidArgument for bad options.
+  // connection is up wait for it within their timeout). InvalidArgument for bad options,
+  // naming a TLS file that cannot be read or does not hold what it should.
   static absl::StatusOr<std::unique_ptr<RedisStore>> Create(RedisStoreOptions options);
   ~RedisStore() override;  // Fails the calls still waiting (Cancelled) and joins the thread.
   RedisStore(const RedisStore&) = delete;
