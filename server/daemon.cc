@@ -164,14 +164,19 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
-      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port);
+      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port,
+      flags_.grpc_tls);
   if (!grpc_server.ok()) {
     StopListeners(Micros{0});
     return grpc_server.status();
   }
   grpc_server_ = *std::move(grpc_server);
-  spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}", settings.grpc.host,
-               grpc_port, flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
+  spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}{}", settings.grpc.host,
+               grpc_port,
+               !flags_.grpc_tls.enabled()                ? ""
+               : flags_.grpc_tls.client_ca_file.empty() ? " over TLS"
+                                                        : " over TLS, client certificates required",
+               flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
   if (settings.debug) {
     if (absl::Status s = StartDebug(*settings.debug); !s.ok()) {
       StopListeners(Micros{0});
@@ -238,10 +243,11 @@ absl::Status Daemon::OpenStore() {
     store_ = std::move(memory);
     return absl::OkStatus();
   }
-  if (!flags_.store.starts_with("redis://") && !flags_.store.starts_with("redis+cluster://")) {
-    return absl::InvalidArgumentError(
-        fmt::format("--store '{}': expected memory or redis://[user:password@]host:port[/db]",
-                    RedactRedisUrl(flags_.store)));
+  if (!flags_.store.starts_with("redis") && !flags_.store.starts_with("unix://")) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--store '{}': expected memory or redis://[user:password@]host:port[/db] (or rediss:// "
+        "over TLS, redis+cluster://, rediss+cluster://, unix:///path/to/redis.sock[?db=N])",
+        RedactRedisUrl(flags_.store)));
   }
   absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
   if (!options.ok()) {
@@ -263,6 +269,10 @@ absl::Status Daemon::OpenStore() {
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
   }
+  const bool tls = options->tls.enabled;  // The URL's say; the files are the flags'.
+  options->tls = flags_.redis_tls;
+  options->tls.enabled = tls;
+  options->tls.verify_hostname = !flags_.redis_tls_skip_verify;
   absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
   if (!redis.ok()) {
     return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),

@@ -38,6 +38,23 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxRedisConnections));
+  app.add_option("--grpc-tls-cert", flags.grpc_tls.cert_file,
+                 "gRPC over TLS: the server's certificate chain (PEM), with --grpc-tls-key");
+  app.add_option("--grpc-tls-key", flags.grpc_tls.key_file,
+                 "gRPC over TLS: the server's private key (PEM, unencrypted)");
+  app.add_option("--grpc-tls-client-ca", flags.grpc_tls.client_ca_file,
+                 "gRPC mutual TLS: clients must show a certificate these CAs (PEM) signed");
+  app.add_option("--grpc-tls-client-san", flags.grpc_tls.client_san,
+                 "gRPC mutual TLS: a name (DNS or IP) clients' certificates must also carry");
+  app.add_option(
+      "--redis-tls-ca", flags.redis_tls.ca_file,
+      "rediss://: the CAs (PEM) that verify Redis's certificate (default: the system's)");
+  app.add_option("--redis-tls-cert", flags.redis_tls.cert_file,
+                 "rediss://: a client certificate (PEM) for Redis, with --redis-tls-key");
+  app.add_option("--redis-tls-key", flags.redis_tls.key_file,
+                 "rediss://: the client certificate's private key (PEM, unencrypted)");
+  app.add_flag("--redis-tls-skip-verify", flags.redis_tls_skip_verify,
+               "rediss://: accept a certificate that names another host (its CA is still checked)");
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();

@@ -15,7 +15,8 @@
 // I/O: the store owns one thread running the connections. Calls from any thread are queued
 // there; a call is sent on a ready connection (up to `pipeline` script calls in flight on each),
 // and calls that wait together are decided by one script call (up to `batch` of them). Each call
-// has a deadline; a connection that misses one is closed and reopened, with backoff.
+// has a deadline; a connection that misses one is closed and reopened, with backoff. A
+// connection is TCP, a unix socket (unix://) or TLS over TCP (rediss://, RedisTlsOptions).
 //
 // Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
 // names the algorithm and its parameters (so a changed limit starts afresh, as in MemoryStore)
@@ -56,10 +57,28 @@ enum class FailurePolicy : uint8_t {
 std::string_view FailurePolicyName(FailurePolicy policy);                 // "allow", ...
 absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);  // The inverse.
 
+// Where one Redis server listens: a host and port, or a unix socket.
 struct RedisEndpoint {
   std::string host;
   uint16_t port = 6379;
+  std::string socket = {};  // A unix socket's path (unix://); host and port are then unused.
   friend bool operator==(const RedisEndpoint&, const RedisEndpoint&) = default;
+};
+
+// "host:port", "[::1]:port" or "unix:/path", for messages.
+std::string RedisEndpointName(const RedisEndpoint& endpoint);
+
+// TLS to Redis (rediss://), through OpenSSL. The files are read by RedisStore::Create, which
+// refuses a file it cannot read or a key that does not match its certificate, naming the file.
+struct RedisTlsOptions {
+  bool enabled = false;   // rediss:// and rediss+cluster:// set it.
+  std::string ca_file;    // PEM certificates that may sign the server's; empty: the system's.
+  std::string cert_file;  // The client's certificate chain (PEM), for servers that ask for
+  std::string key_file;   // one (tls-auth-clients); both or neither.
+  // Whether the server's certificate must name the host connected to (its DNS name, or its IP
+  // address for a numeric host). Off, the chain is still verified against ca_file: a server
+  // whose certificate names another host is accepted, one signed by another CA is not.
+  bool verify_hostname = true;
 };
 
 struct RedisStoreOptions {
@@ -69,6 +88,7 @@ struct RedisStoreOptions {
   std::string user;      // AUTH user (Redis 6 ACLs); empty for the default user.
   std::string password;  // AUTH password; empty for no AUTH.
   int database = 0;      // SELECT; 0 in a cluster.
+  RedisTlsOptions tls;
 
   // Connections per Redis server, and script calls in flight on each.
   int connections = 2;
@@ -92,9 +112,13 @@ struct RedisStoreOptions {
   bool use_caller_time = false;
 };
 
-// Reads "redis://[[user]:password@]host[:port][/db]" (a unix socket is not supported) or
-// "redis+cluster://[[user]:password@]host[:port][,host[:port]...]", with percent-escapes in the
-// user and password. InvalidArgument naming the part that is wrong.
+// Reads
+//   redis://[[user]:password@]host[:port][/db]
+//   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
+//   unix://[[user]:password@]/path/to/redis.sock[?db=N]
+// with percent-escapes in the user and password; rediss:// and rediss+cluster:// are as
+// redis:// and redis+cluster:// over TLS (options.tls.enabled; the files are options of their
+// own). InvalidArgument naming the part that is wrong.
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 
 // The URL with the password replaced by "***", for logs.
@@ -114,7 +138,8 @@ struct RedisStoreStats {
 class RedisStore final : public Store {
  public:
   // Starts the I/O thread and begins connecting; does not wait for Redis (calls made before a
-  // connection is up wait for it within their timeout). InvalidArgument for bad options.
+  // connection is up wait for it within their timeout). InvalidArgument for bad options,
+  // naming a TLS file that cannot be read or does not hold what it should.
   static absl::StatusOr<std::unique_ptr<RedisStore>> Create(RedisStoreOptions options);
   ~RedisStore() override;  // Fails the calls still waiting (Cancelled) and joins the thread.
   RedisStore(const RedisStore&) = delete;

@@ -134,15 +134,28 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              EnvoyGrpcService& service,
-                                                              int& port) {
+                                                              EnvoyGrpcService& service, int& port,
+                                                              const GrpcTlsOptions& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = GrpcServerCredentials(tls);
+  if (!credentials.ok()) {
+    return credentials.status();
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  // One process per port, as for HTTP: gRPC's default SO_REUSEPORT would let a second sluiced
+  // bind this port too, and the kernel would split Envoy's connections between the two, each
+  // counting its share against the whole limit.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(address, *credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return absl::UnavailableError(fmt::format("cannot serve gRPC on {}", address));
+    // gRPC only logs why; ask the system the same question.
+    if (absl::Status why = WhyNotListening(address); !why.ok()) {
+      return why;
+    }
+    return absl::UnavailableError(
+        fmt::format("cannot serve gRPC on {} (gRPC's log above says why)", address));
   }
   return server;
 }

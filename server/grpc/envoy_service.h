@@ -14,6 +14,7 @@
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "grpcpp/server.h"
 
+#include "server/grpc/listener.h"
 #include "server/service.h"
 
 namespace sluice::server {
@@ -54,9 +55,13 @@ class EnvoyGrpcService final
   EnvoyOptions options_;
 };
 
-// A gRPC server on `address` (HOST:PORT) with `service` and the standard health service.
-// `port` receives the port bound (for HOST:0). Unavailable when it cannot listen.
+// A gRPC server on `address` (HOST:PORT) with `service` and the standard health service, over
+// TLS when `tls` says so (listener.h). `port` receives the port bound (for HOST:0). The port
+// is this process's alone (no SO_REUSEPORT). InvalidArgument naming a TLS file that is wrong;
+// Unavailable when it cannot listen, saying why ("cannot serve gRPC on 127.0.0.1:8081:
+// Address already in use").
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              EnvoyGrpcService& service, int& port);
+                                                              EnvoyGrpcService& service, int& port,
+                                                              const GrpcTlsOptions& tls = {});
 
 }  // namespace sluice::server

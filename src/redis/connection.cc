@@ -3,27 +3,19 @@
 #include <algorithm>
 #include <utility>
 
-#include "boost/asio/connect.hpp"
-#include "boost/asio/write.hpp"
 #include "fmt/format.h"
 
 namespace sluice {
 namespace {
 
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using internal::Command;
 using internal::ReplyPtr;
 
 }  // namespace
 
 RedisStore::Impl::Connection::Connection(Impl& store, Node& node)
-    : store_(store),
-      node_(node),
-      socket_(store.io_),
-      resolver_(store.io_),
-      retry_(store.io_),
-      backoff_(store.options_.backoff_min) {}
+    : store_(store), node_(node), retry_(store.io_), backoff_(store.options_.backoff_min) {}
 
 RedisStore::Impl::Connection::~Connection() {
   if (reader_ != nullptr) {
@@ -48,32 +40,18 @@ void RedisStore::Impl::Connection::Connect() {
       SteadyClock::now() +
       std::max<SteadyClock::duration>(store_.options_.timeout, std::chrono::milliseconds(250));
   const uint64_t generation = generation_;
-  const RedisEndpoint& endpoint = node_.endpoint;
-  resolver_.async_resolve(
-      endpoint.host, std::to_string(endpoint.port),
-      [this, generation](boost::system::error_code ec, tcp::resolver::results_type results) {
-        if (generation != generation_) {
-          return;
-        }
-        if (ec) {
-          Fail(absl::UnavailableError(
-              fmt::format("cannot resolve {}: {}", node_.endpoint.host, ec.message())));
-          return;
-        }
-        asio::async_connect(socket_, results,
-                            [this, generation](boost::system::error_code ec, const tcp::endpoint&) {
-                              if (generation != generation_) {
-                                return;
-                              }
-                              if (ec) {
-                                Fail(absl::UnavailableError(
-                                    fmt::format("cannot connect to {}:{}: {}", node_.endpoint.host,
-                                                node_.endpoint.port, ec.message())));
-                                return;
-                              }
-                              OnConnected();
-                            });
-      });
+  stream_ = std::make_shared<internal::RedisStream>(store_.io_, node_.endpoint, store_.tls_.get(),
+                                                    store_.options_.tls.verify_hostname);
+  stream_->Connect([this, generation](absl::Status status) {
+    if (generation != generation_) {
+      return;
+    }
+    if (!status.ok()) {
+      Fail(status);
+      return;
+    }
+    OnConnected();
+  });
   store_.ArmTimer();
 }
 
@@ -116,9 +94,9 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
   if (state_ == State::kReady) {
     store_.ready_.fetch_sub(1, std::memory_order_relaxed);
   }
-  boost::system::error_code ignored;
-  socket_.close(ignored);
-  resolver_.cancel();
+  if (stream_ != nullptr) {
+    stream_->Close();
+  }
   if (store_.stopping_) {
     retry_.cancel();
   }
@@ -142,8 +120,6 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
 }
 
 void RedisStore::Impl::Connection::OnConnected() {
-  boost::system::error_code ignored;
-  socket_.set_option(tcp::no_delay(true), ignored);
   reader_ = redisReaderCreate();
   const RedisStoreOptions& o = store_.options_;
   if (!o.password.empty()) {
@@ -166,6 +142,18 @@ void RedisStore::Impl::Connection::Control(Pending::Kind kind, std::string comma
   Flush();
 }
 
+// What a connection that fails as it opens over TLS may mean: TLS 1.3 ends the client's
+// handshake before the server has checked the client's certificate, so a Redis that refuses
+// it (tls-auth-clients) is heard only as the first read or write fails.
+std::string RedisStore::Impl::Connection::Hint() const {
+  if (state_ != State::kOpening || store_.tls_ == nullptr) {
+    return "";
+  }
+  return store_.options_.tls.cert_file.empty()
+             ? " (over TLS: does Redis want a client certificate? tls-auth-clients)"
+             : " (over TLS: does Redis refuse this client certificate? tls-auth-clients)";
+}
+
 void RedisStore::Impl::Connection::Flush() {
   if (writing_now_ || out_.empty()) {
     return;
@@ -173,53 +161,57 @@ void RedisStore::Impl::Connection::Flush() {
   writing_now_ = true;
   writing_.swap(out_);
   const uint64_t generation = generation_;
-  asio::async_write(
-      socket_, asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
-        if (generation != generation_) {
-          return;
-        }
-        writing_now_ = false;
-        writing_.clear();
-        if (ec) {
-          Fail(absl::UnavailableError(fmt::format("writing to Redis: {}", ec.message())));
-          return;
-        }
-        Flush();
-      });
+  stream_->Write(asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
+    if (generation != generation_) {
+      return;
+    }
+    writing_now_ = false;
+    writing_.clear();
+    if (ec) {
+      Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}{}",
+                                              RedisEndpointName(node_.endpoint), ec.message(),
+                                              Hint())));
+      return;
+    }
+    Flush();
+  });
 }
 
 void RedisStore::Impl::Connection::Read() {
   const uint64_t generation = generation_;
-  socket_.async_read_some(
-      asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
-        if (generation != generation_) {
-          return;
-        }
-        if (ec) {
-          Fail(absl::UnavailableError(ec == asio::error::eof
-                                          ? std::string("Redis closed the connection")
-                                          : fmt::format("reading from Redis: {}", ec.message())));
-          return;
-        }
-        if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
-          Fail(absl::UnavailableError("Redis sent what is not RESP"));
-          return;
-        }
-        while (generation == generation_) {
-          void* reply = nullptr;
-          if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-            Fail(absl::UnavailableError("Redis sent what is not RESP"));
-            return;
-          }
-          if (reply == nullptr) {
-            break;
-          }
-          OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
-        }
-        if (generation == generation_) {
-          Read();
-        }
-      });
+  stream_->ReadSome(asio::buffer(in_), [this, generation](boost::system::error_code ec, size_t n) {
+    if (generation != generation_) {
+      return;
+    }
+    if (ec) {
+      const std::string at = RedisEndpointName(node_.endpoint);
+      Fail(absl::UnavailableError(
+          ec == asio::error::eof
+              ? fmt::format("Redis at {} closed the connection{}", at, Hint())
+              : fmt::format("reading from Redis at {}: {}{}", at, ec.message(), Hint())));
+      return;
+    }
+    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+      Fail(absl::UnavailableError(
+          fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
+      return;
+    }
+    while (generation == generation_) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+        Fail(absl::UnavailableError(
+            fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
+        return;
+      }
+      if (reply == nullptr) {
+        break;
+      }
+      OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
+    }
+    if (generation == generation_) {
+      Read();
+    }
+  });
 }
 
 void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {

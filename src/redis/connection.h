@@ -1,9 +1,10 @@
 #pragma once
 
-// One TCP connection of RedisStore's to one Redis server: handshake (AUTH, SELECT, SCRIPT
-// LOAD), then pipelined script calls, their replies read back in order by hiredis's
-// redisReader and handed to the store. A connection that fails closes, fails what it carried,
-// and reconnects after a backoff that doubles up to options.backoff_max.
+// One connection of RedisStore's to one Redis server (over TCP, a unix socket or TLS: its
+// RedisStream): handshake (AUTH, SELECT, SCRIPT LOAD), then pipelined script calls, their replies
+// read back in order by hiredis's redisReader and handed to the store. A connection that fails
+// closes, fails what it carried, and reconnects after a backoff that doubles up to
+// options.backoff_max.
 //
 // Not thread-safe: a connection lives on its store's I/O thread (redis_store_impl.h), and
 // every function here runs there.
@@ -12,18 +13,19 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include <hiredis/hiredis.h>
 
 #include "src/redis/call.h"
 #include "src/redis/redis_store_impl.h"
 #include "src/redis/resp.h"
+#include "src/redis/stream.h"
 
 namespace sluice {
 
@@ -42,7 +44,8 @@ class RedisStore::Impl::Connection {
   // commands of the store's own).
   std::optional<SteadyTime> deadline() const;
 
-  // Resolves the node's host, connects, and starts the handshake.
+  // Opens a new stream to the node (resolves, connects, shakes hands over TLS), and starts
+  // Redis's handshake.
   void Connect();
   // Sends a batch; after ASKING when an ASK redirected it here.
   void Send(Pending batch, bool asking);
@@ -62,6 +65,8 @@ class RedisStore::Impl::Connection {
   // A command of the store's own (not a batch), answered in order with the rest.
   void Control(Pending::Kind kind, std::string command, SteadyTime deadline);
   void Flush();
+  // What to add to the message of a failure as the connection opens, if anything.
+  std::string Hint() const;
   void Read();
   // A reply, to the oldest command in flight.
   void OnReply(internal::ReplyPtr reply);
@@ -71,8 +76,7 @@ class RedisStore::Impl::Connection {
 
   Impl& store_;
   Node& node_;
-  boost::asio::ip::tcp::socket socket_;
-  boost::asio::ip::tcp::resolver resolver_;
+  std::shared_ptr<internal::RedisStream> stream_;  // A new one for each Connect.
   boost::asio::steady_timer retry_;
   std::chrono::milliseconds backoff_;
   State state_ = State::kClosed;

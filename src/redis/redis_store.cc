@@ -23,6 +23,7 @@
 #include "src/redis/connection.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
+#include "src/redis/stream.h"
 
 namespace sluice {
 namespace internal {
@@ -55,9 +56,10 @@ bool IsTransportFailure(const absl::Status& s) {
 // ---------------------------------------------------------------------------------------------
 // RedisStore::Impl (redis_store_impl.h): its thread, and the calls made on any thread.
 
-RedisStore::Impl::Impl(RedisStoreOptions options)
+RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::context> tls)
     : options_(std::move(options)),
       margin_ms_(fmt::format_int(options_.expiry_margin.count()).str()),
+      tls_(std::move(tls)),
       work_(asio::make_work_guard(io_)),
       timer_(io_) {
   if (options_.cluster) {
@@ -482,7 +484,18 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions
       options.backoff_max < options.backoff_min) {
     return absl::InvalidArgumentError("backoff_min must be positive and at most backoff_max");
   }
-  return std::unique_ptr<RedisStore>(new RedisStore(std::make_unique<Impl>(std::move(options))));
+  const bool unix_socket = std::any_of(options.endpoints.begin(), options.endpoints.end(),
+                                       [](const RedisEndpoint& e) { return !e.socket.empty(); });
+  if (unix_socket && (options.cluster || options.tls.enabled)) {
+    return absl::InvalidArgumentError(
+        "a unix socket is for one Redis server, without TLS: not a cluster, not rediss://");
+  }
+  absl::StatusOr<std::unique_ptr<asio::ssl::context>> tls = internal::RedisTlsContext(options.tls);
+  if (!tls.ok()) {
+    return tls.status();
+  }
+  return std::unique_ptr<RedisStore>(
+      new RedisStore(std::make_unique<Impl>(std::move(options), *std::move(tls))));
 }
 
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

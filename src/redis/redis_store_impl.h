@@ -6,7 +6,8 @@
 //   redis_store.cc  the store: calls in, routing to nodes, batching, deadlines, the failure
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
-//   connection.cc   one TCP connection: handshake, pipelined script calls, replies;
+//   connection.cc   one connection: handshake, pipelined script calls, replies;
+//   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
+#include "boost/asio/ssl/context.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include <hiredis/hiredis.h>
 
@@ -42,8 +44,9 @@ namespace sluice {
 
 class RedisStore::Impl {
  public:
-  // Starts the I/O thread, which begins connecting to every endpoint.
-  explicit Impl(RedisStoreOptions options);
+  // Starts the I/O thread, which begins connecting to every endpoint; over TLS with `tls`
+  // (null for TCP and unix sockets).
+  Impl(RedisStoreOptions options, std::unique_ptr<boost::asio::ssl::context> tls);
   // Fails the calls still waiting (Cancelled) and joins the I/O thread.
   ~Impl();
 
@@ -112,6 +115,9 @@ class RedisStore::Impl {
   // Constant after construction; read on any thread.
   const RedisStoreOptions options_;
   const std::string margin_ms_;  // options_.expiry_margin, as ARGV carries it.
+  // rediss://: what every connection's TLS shares (CAs, the client's certificate); null
+  // otherwise. Used on the I/O thread only once built.
+  const std::unique_ptr<boost::asio::ssl::context> tls_;
 
   // The I/O thread and its loop. The loop is declared before everything that waits on it
   // (sockets, timers), so that it is destroyed after them.

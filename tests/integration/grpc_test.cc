@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "fmt/format.h"
+#include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -31,6 +33,7 @@
 #include "gtest/gtest.h"
 
 #include "tests/testing/redis_server.h"
+#include "tests/testing/tls.h"
 
 extern char** environ;
 
@@ -49,7 +52,8 @@ descriptors:
 )";
 
 // A sluiced process on free ports (it picks them: --http/--grpc 127.0.0.1:0), its log in a
-// file, its gRPC port read from the log. `extra`: more flags (--store redis://...).
+// file, its gRPC port read from the log. `extra`: more flags (--store redis://..., or a --grpc
+// of its own).
 class SluicedProcess {
  public:
   explicit SluicedProcess(std::vector<std::string> extra = {}) {
@@ -64,9 +68,11 @@ class SluicedProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> args = {sluiced_path,  "--config",    rules,
-                                     "--http",      "127.0.0.1:0", "--grpc",
-                                     "127.0.0.1:0", "--threads",   "1"};
+    std::vector<std::string> args = {sluiced_path,  "--config",  rules, "--http",
+                                     "127.0.0.1:0", "--threads", "1"};
+    if (std::find(extra.begin(), extra.end(), "--grpc") == extra.end()) {
+      args.insert(args.end(), {"--grpc", "127.0.0.1:0"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& arg : args) {
@@ -91,16 +97,37 @@ class SluicedProcess {
   int AwaitGrpcPort() const {
     const std::regex pattern(R"(grpc://127\.0\.0\.1:(\d+))");
     for (int i = 0; started_ && i < 1000; ++i) {
-      std::stringstream text;
-      text << std::ifstream(log_).rdbuf();
       std::smatch match;
-      const std::string log = text.str();
+      const std::string log = Log();
       if (std::regex_search(log, match, pattern)) {
         return std::stoi(match[1]);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return 0;
+  }
+
+  std::string Log() const {
+    std::stringstream text;
+    text << std::ifstream(log_).rdbuf();
+    return text.str();
+  }
+
+  // Waits until it exits of itself and returns the exit status: -1 if it did not exit
+  // normally, or did not exit within 30 s (it is killed then: it is serving).
+  int Wait() {
+    int status = 0;
+    for (int i = 0; waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+      if (i == 3000) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
   // Sends SIGTERM and returns the exit status (-1 if it did not exit normally).
@@ -228,6 +255,126 @@ TEST(GrpcIntegrationTest, TwoServersOnOneRedisShareTheQuota) {
   stubs.clear();
   EXPECT_EQ(a.Stop(), 0);
   EXPECT_EQ(b.Stop(), 0);
+}
+
+// Asks `stub` for `address` once; the gRPC status, and the overall code in `code`.
+grpc::Status AskOnce(rls::RateLimitService::Stub& stub, const std::string& address,
+                     rls::RateLimitResponse::Code& code) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  rls::RateLimitResponse response;
+  grpc::Status status = stub.ShouldRateLimit(&context, Request(address), &response);
+  code = response.overall_code();
+  return status;
+}
+
+// The rules' 2 per hour, asked 3 times through `channel`: OK, OK, OVER_LIMIT.
+void ExpectTheLimitThrough(const std::shared_ptr<grpc::Channel>& channel,
+                           const std::string& address) {
+  const auto stub = rls::RateLimitService::NewStub(channel);
+  for (const auto expected : {rls::RateLimitResponse::OK, rls::RateLimitResponse::OK,
+                              rls::RateLimitResponse::OVER_LIMIT}) {
+    rls::RateLimitResponse::Code code{};
+    const grpc::Status status = AskOnce(*stub, address, code);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(code, expected);
+  }
+}
+
+// gRPC's SO_REUSEPORT, left on, let a second sluiced bind the port and take a share of Envoy's
+// connections, each server then counting its share against the whole limit.
+TEST(GrpcIntegrationTest, ASecondServerOnTheGrpcPortExits2AndTheFirstKeepsAllTheTraffic) {
+  SluicedProcess first;
+  const int port = first.AwaitGrpcPort();
+  ASSERT_NE(port, 0) << "sluiced did not report its gRPC port";
+  SluicedProcess second({"--grpc", fmt::format("127.0.0.1:{}", port)});
+  EXPECT_EQ(second.Wait(), 2);
+  EXPECT_THAT(second.Log(),
+              ::testing::HasSubstr(
+                  fmt::format("cannot serve gRPC on 127.0.0.1:{}: Address already in use", port)));
+  // Each call on a connection of its own: every one reaches the first server, whose count is
+  // the whole count.
+  for (const auto expected : {rls::RateLimitResponse::OK, rls::RateLimitResponse::OK,
+                              rls::RateLimitResponse::OVER_LIMIT}) {
+    const auto stub = rls::RateLimitService::NewStub(
+        grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
+    rls::RateLimitResponse::Code code{};
+    const grpc::Status status = AskOnce(*stub, "203.0.113.9", code);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(code, expected);
+  }
+  EXPECT_EQ(first.Stop(), 0);
+}
+
+// --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca: Envoy's calls over mutual TLS.
+TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
+  testing::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  SluicedProcess sluiced({"--grpc-tls-cert", certs.Cert("server"), "--grpc-tls-key",
+                          certs.Key("server"), "--grpc-tls-client-ca", certs.Cert("ca")});
+  const int port = sluiced.AwaitGrpcPort();
+  ASSERT_NE(port, 0) << "sluiced did not report its gRPC port: " << sluiced.Log();
+  EXPECT_THAT(sluiced.Log(), ::testing::HasSubstr("over TLS, client certificates required"));
+  auto channel = [&](bool with_certificate) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = testing::TestCertificates::Read(certs.Cert("ca"));
+    if (with_certificate) {
+      tls.pem_cert_chain = testing::TestCertificates::Read(certs.Cert("client"));
+      tls.pem_private_key = testing::TestCertificates::Read(certs.Key("client"));
+    }
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return grpc::CreateCustomChannel(fmt::format("127.0.0.1:{}", port), grpc::SslCredentials(tls),
+                                     args);
+  };
+  ExpectTheLimitThrough(channel(true), "192.0.2.44");
+  const auto stub = rls::RateLimitService::NewStub(channel(false));
+  rls::RateLimitResponse::Code code{};
+  EXPECT_EQ(AskOnce(*stub, "192.0.2.45", code).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(sluiced.Stop(), 0);
+}
+
+TEST(GrpcIntegrationTest, TlsFilesThatAreWrongExit2NamingTheFile) {
+  testing::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  const std::string missing = (certs.dir() / "missing.crt").string();
+  SluicedProcess no_cert({"--grpc-tls-cert", missing, "--grpc-tls-key", certs.Key("server")});
+  EXPECT_EQ(no_cert.Wait(), 2);
+  EXPECT_THAT(no_cert.Log(),
+              ::testing::HasSubstr(fmt::format("certificate file '{}': cannot read it", missing)));
+  SluicedProcess bad_redis({"--store", "rediss://127.0.0.1:1", "--redis-tls-ca", missing});
+  EXPECT_EQ(bad_redis.Wait(), 2);
+  EXPECT_THAT(bad_redis.Log(),
+              ::testing::HasSubstr(fmt::format("Redis TLS CA file '{}': cannot read it", missing)));
+}
+
+// --store unix:// and --store rediss:// with --redis-tls-ca, --redis-tls-cert, --redis-tls-key.
+TEST(GrpcIntegrationTest, ReachesRedisThroughAUnixSocketAndOverTls) {
+  testing::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  const int tls_port = testing::FreePort();
+  testing::RedisServer redis({"--tls-port", std::to_string(tls_port), "--tls-cert-file",
+                              certs.Cert("server"), "--tls-key-file", certs.Key("server"),
+                              "--tls-ca-cert-file", certs.Cert("ca"), "--tls-auth-clients", "yes"});
+  SluicedProcess over_unix({"--store", redis.unix_url() + "?db=2"});
+  SluicedProcess over_tls({"--store", fmt::format("rediss://localhost:{}", tls_port),
+                           "--redis-tls-ca", certs.Cert("ca"), "--redis-tls-cert",
+                           certs.Cert("client"), "--redis-tls-key", certs.Key("client")});
+  int index = 0;
+  for (SluicedProcess* sluiced : {&over_unix, &over_tls}) {
+    const int port = sluiced->AwaitGrpcPort();
+    ASSERT_NE(port, 0) << "sluiced did not report its gRPC port: " << sluiced->Log();
+    ExpectTheLimitThrough(
+        grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()),
+        fmt::format("198.51.100.{}", ++index));
+  }
+  testing::Client client(redis.port());
+  client.Run({"SELECT", "2"});
+  EXPECT_EQ(client.Run({"DBSIZE"})->integer, 1);  // The unix socket's key, in database 2.
+  client.Run({"SELECT", "0"});
+  EXPECT_EQ(client.Run({"DBSIZE"})->integer, 1);  // The TLS one's.
+  EXPECT_EQ(over_unix.Stop(), 0);
+  EXPECT_EQ(over_tls.Stop(), 0);
 }
 
 }  // namespace

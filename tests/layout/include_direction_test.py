@@ -18,8 +18,9 @@ ALLOWED = {
     "include/sluice": ["include/sluice"],
     "src/core": ["include/sluice", "src/core"],
     "src/memory": ["include/sluice", "src/core", "src/memory"],
-    "src/redis": ["include/sluice", "src/core", "src/redis"],
-    "server": ["include/sluice", "src/core", "server"],
+    "src/tls": ["src/tls"],
+    "src/redis": ["include/sluice", "src/core", "src/redis", "src/tls"],
+    "server": ["include/sluice", "src/core", "src/tls", "server"],
     "tools": ["include/sluice", "src/core", "tools"],
 }
 PROJECT_ROOTS = ("sluice/", "src/", "server/", "tools/", "tests/", "bench/")

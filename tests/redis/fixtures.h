@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -21,14 +22,17 @@ inline std::unique_ptr<RedisStore> MustStore(RedisStoreOptions options) {
   return store.ok() ? *std::move(store) : nullptr;
 }
 
-inline RedisStoreOptions OptionsFor(const RedisServer& server) {
+// The options of `url` (redis://, rediss://, unix://...), with the tests' settings below.
+inline RedisStoreOptions OptionsFor(const std::string& url) {
   using namespace std::chrono_literals;
-  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(server.url());
+  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(url);
   EXPECT_TRUE(options.ok()) << options.status();
   options->use_caller_time = true;
   options->timeout = 2s;          // Sanitizer builds on a busy machine can be slow.
   options->expiry_margin = 600s;  // Test time runs ahead of real time: keep keys meanwhile.
   return *options;
 }
+
+inline RedisStoreOptions OptionsFor(const RedisServer& server) { return OptionsFor(server.url()); }
 
 }  // namespace sluice::testing

@@ -106,6 +106,70 @@ TEST(ParseRedisUrlTest, NeverNamesThePasswordInAnError) {
   }
 }
 
+// unix://[[user]:password@]/path[?db=N], as redis-py and go-redis read it.
+TEST(ParseRedisUrlTest, ReadsAUnixSocketWithItsDatabaseAndPassword) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("unix:///run/redis/redis.sock");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->endpoints.size(), 1u);
+  EXPECT_EQ(o->endpoints[0].socket, "/run/redis/redis.sock");
+  EXPECT_EQ(RedisEndpointName(o->endpoints[0]), "unix:/run/redis/redis.sock");
+  EXPECT_EQ(o->database, 0);
+  EXPECT_FALSE(o->cluster);
+  EXPECT_FALSE(o->tls.enabled);
+
+  o = ParseRedisUrl("unix://al%40ce:p@ss@/var/run/a@b/redis.sock?db=5");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->user, "al@ce");
+  EXPECT_EQ(o->password, "p@ss");  // The user info ends at the first "@/".
+  EXPECT_EQ(o->endpoints[0].socket, "/var/run/a@b/redis.sock");
+  EXPECT_EQ(o->database, 5);
+
+  o = ParseRedisUrl("unix://secret@/tmp/r.sock");  // A password alone, as for redis://.
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->password, "secret");
+  EXPECT_EQ(RedactRedisUrl("unix://u:secret@/tmp/a@b.sock"), "unix://u:***@/tmp/a@b.sock");
+  EXPECT_EQ(RedactRedisUrl("unix:///tmp/a@b.sock"), "unix:///tmp/a@b.sock");
+}
+
+TEST(ParseRedisUrlTest, RefusesAUnixSocketItCannotUse) {
+  EXPECT_THAT(Error("unix://redis.sock"), HasSubstr("must be absolute"));
+  EXPECT_THAT(Error("unix://"), HasSubstr("must be absolute"));
+  EXPECT_THAT(Error("unix:///r.sock?database=1"), HasSubstr("unknown query 'database=1'"));
+  EXPECT_THAT(Error("unix:///r.sock?db=x"), HasSubstr("database 'x' is not a number"));
+  EXPECT_THAT(Error("unix:///r.sock?db=-1"), HasSubstr("database '-1' is not a number"));
+  EXPECT_THAT(Error("unix:///" + std::string(107, 'x')), HasSubstr("at most 107"));
+  EXPECT_TRUE(ParseRedisUrl("unix:///" + std::string(106, 'x')).ok());
+  const std::string error = Error("unix://u:hunter2@/r.sock?db=x");
+  EXPECT_THAT(error, HasSubstr("***"));
+  EXPECT_THAT(error, ::testing::Not(HasSubstr("hunter2")));
+}
+
+TEST(ParseRedisUrlTest, RedissIsRedisOverTls) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl("rediss://:pw@cache.internal:6380/2");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->tls.enabled);
+  EXPECT_TRUE(o->tls.verify_hostname);
+  EXPECT_FALSE(o->cluster);
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"cache.internal", 6380}}));
+  EXPECT_EQ(o->database, 2);
+  o = ParseRedisUrl("rediss+cluster://a:7000,b:7001");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->tls.enabled);
+  EXPECT_TRUE(o->cluster);
+  EXPECT_EQ(o->endpoints, (std::vector<RedisEndpoint>{{"a", 7000}, {"b", 7001}}));
+  o = ParseRedisUrl("redis://a");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->tls.enabled);
+  EXPECT_THAT(Error("rediss+cluster://a:1/3"), HasSubstr("only database 0"));
+  EXPECT_THAT(Error("redis+unix:///r.sock"), HasSubstr("unix:///path/to/redis.sock"));
+}
+
+TEST(RedisEndpointNameTest, NamesHostsAddressesAndSockets) {
+  EXPECT_EQ(RedisEndpointName({"cache", 6380}), "cache:6380");
+  EXPECT_EQ(RedisEndpointName({"::1", 7000}), "[::1]:7000");
+  EXPECT_EQ(RedisEndpointName({.host = "", .port = 0, .socket = "/r.sock"}), "unix:/r.sock");
+}
+
 TEST(FailurePolicyTest, NamesReadBackAndOthersAreRefused) {
   for (FailurePolicy policy :
        {FailurePolicy::kAllow, FailurePolicy::kDeny, FailurePolicy::kLocal}) {

@@ -1,9 +1,9 @@
 #pragma once
 
-// A real redis-server (Debian's), started by a test on a loopback port it picks, in a
-// directory of its own, with persistence off. Stop() ends it (SIGTERM), Pause()/Resume()
-// freeze it (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on the same
-// port. And Client, a blocking hiredis connection for a test to look inside.
+// A real redis-server (Debian's), started by a test on a loopback port it picks and on a unix
+// socket in a directory of its own, with persistence off. Stop() ends it (SIGTERM),
+// Pause()/Resume() freeze it (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on
+// the same port. And Client, a blocking hiredis connection for a test to look inside.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +120,8 @@ class RedisServer {
 
   int port() const { return port_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string socket() const { return (dir_ / "redis.sock").string(); }
+  std::string unix_url() const { return "unix://" + socket(); }
   const std::filesystem::path& dir() const { return dir_; }
 
   // Starts it (again, on the same port) and waits until it answers PING.
@@ -136,7 +140,11 @@ class RedisServer {
                                      "--loglevel",
                                      "warning",
                                      "--logfile",
-                                     (dir_ / "redis.log").string()};
+                                     (dir_ / "redis.log").string(),
+                                     "--unixsocket",
+                                     socket(),
+                                     "--unixsocketperm",
+                                     "700"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -158,7 +166,9 @@ class RedisServer {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    ADD_FAILURE() << "redis-server did not start on port " << port_;
+    std::ostringstream log;  // Its reason, before the directory goes with the test.
+    log << std::ifstream(dir_ / "redis.log").rdbuf();
+    ADD_FAILURE() << "redis-server did not start on port " << port_ << ":\n" << log.str();
   }
 
   void Stop() {
