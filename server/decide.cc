@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,26 +15,69 @@ namespace {
 // The decision a request is denied with when its rule allows nothing (requests_per_unit: 0).
 constexpr Decision kAlwaysDenied{.allowed = false, .retry_after = kNeverAllowed};
 
-void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted);
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, int64_t hits);
 
 }  // namespace
 
 void CountOutcomes(const CheckResult& result) {
   for (const LimitOutcome& outcome : result.limits) {
     if (outcome.counters != nullptr) {
-      Count(outcome, *outcome.counters, result.combined.allowed);
+      Count(outcome, *outcome.counters, result.combined.allowed, result.cost);
     }
   }
 }
 
 namespace {
 
-void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
+// envoyproxy/ratelimit's near-limit threshold of a limit of `nominal`: floor(nominal * ratio),
+// multiplied in float32 as theirs, so that the same hits count the same.
+int64_t NearThreshold(int64_t nominal, const RuleCounters& counters) {
+  const float ratio = counters.near_limit_ratio != nullptr
+                          ? counters.near_limit_ratio->load(std::memory_order_relaxed)
+                          : CounterRegistry::kDefaultNearLimitRatio;
+  return static_cast<int64_t>(std::floor(static_cast<double>(static_cast<float>(nominal) * ratio)));
+}
+
+void Add(std::atomic<uint64_t>& counter, int64_t n) {
+  counter.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+
+// The hit counters (RuleCounters says what each counts), with envoyproxy/ratelimit's partial
+// counting of a request that crosses the limit or the near-limit threshold. `before` is what
+// the limit's key held before the request, in the limit's units: the store recorded the
+// request when the request was admitted and the limit allowed it (its remaining is then after
+// the request), and nothing otherwise (its remaining is as it stood).
+void CountHits(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, int64_t hits) {
+  const int64_t limit = outcome.nominal;
+  const int64_t near = NearThreshold(limit, counters);
+  const bool recorded = admitted && outcome.decision.allowed;
+  const int64_t before = limit - outcome.decision.remaining - (recorded ? hits : 0);
+  const int64_t after = before + hits;
+  Add(counters.total_hits, hits);
+  if (after > limit) {
+    const int64_t over = before >= limit ? hits : after - limit;
+    Add(counters.over_limit_hits, over);
+    if (before < limit) {
+      Add(counters.near_limit_hits, limit - std::max(near, before));
+    }
+    if (outcome.mode == Mode::kShadow) {
+      Add(counters.shadow_mode_hits, over);
+    }
+    return;
+  }
+  if (after > near) {
+    Add(counters.near_limit_hits, before >= near ? hits : after - near);
+  }
+  Add(counters.within_limit_hits, hits);
+}
+
+void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, int64_t hits) {
   counters.checks.fetch_add(1, std::memory_order_relaxed);
   if (admitted) {
     counters.admitted.fetch_add(1, std::memory_order_relaxed);
-    // Near the limit: less than a fifth of it left (envoyproxy/ratelimit's 0.8 ratio).
-    if (!outcome.unlimited && !outcome.pool && outcome.decision.remaining * 5 < outcome.nominal) {
+    // Near the limit: more of it used than the near-limit ratio (0.8 by default).
+    if (!outcome.unlimited && !outcome.pool &&
+        outcome.nominal - outcome.decision.remaining > NearThreshold(outcome.nominal, counters)) {
       counters.near_limit.fetch_add(1, std::memory_order_relaxed);
     }
   } else if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {
@@ -47,6 +91,11 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted) {
   }
   if (outcome.borrowed) {
     counters.borrowed.fetch_add(1, std::memory_order_relaxed);
+  }
+  // As envoyproxy/ratelimit: an unlimited rule counts no hits (nor does a concurrency limit,
+  // which is sluice's own).
+  if (!outcome.unlimited && outcome.concurrency == 0 && hits > 0) {
+    CountHits(outcome, counters, admitted, hits);
   }
 }
 
@@ -105,6 +154,7 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
                                                      Timestamp now, bool denied_elsewhere,
                                                      bool count) {
   Deciding deciding{.service = *this, .planned = planned, .now = now};
+  deciding.result.cost = cost;
   deciding.Classify(cost);
   deciding.admitted = !deciding.always_denied && !denied_elsewhere;
   if (!deciding.counting.empty()) {

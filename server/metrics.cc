@@ -44,19 +44,30 @@ std::string Metrics::Render(std::string_view extra) const {
     const char* help;
     std::atomic<uint64_t> RuleCounters::*member;
   };
-  static constexpr std::array<Family, 7> kFamilies = {{
+  static constexpr std::array<Family, 12> kFamilies = {{
       {"sluice_rule_checks_total", "Requests a rule limit applied to.", &RuleCounters::checks},
       {"sluice_rule_admitted_total", "Requests admitted where the rule limit applied.",
        &RuleCounters::admitted},
       {"sluice_rule_denied_total", "Requests this rule limit denied.", &RuleCounters::denied},
       {"sluice_rule_near_limit_total",
-       "Requests admitted with less than 20% of the rule limit left.", &RuleCounters::near_limit},
+       "Requests admitted past the near-limit ratio of the rule limit.", &RuleCounters::near_limit},
       {"sluice_rule_shadow_denied_total",
        "Requests a shadow-mode limit would have denied (admitted).", &RuleCounters::shadow_denied},
       {"sluice_rule_over_soft_total", "Requests admitted past the limit by soft mode.",
        &RuleCounters::over_soft},
       {"sluice_rule_borrowed_total", "Requests admitted over the limit by an elastic pool.",
        &RuleCounters::borrowed},
+      {"sluice_rule_hits_total", "Hits (request costs) counted against the rule limit.",
+       &RuleCounters::total_hits},
+      {"sluice_rule_over_limit_hits_total", "Hits past the rule limit.",
+       &RuleCounters::over_limit_hits},
+      {"sluice_rule_near_limit_hits_total",
+       "Hits past the near-limit ratio of the rule limit, not past the limit.",
+       &RuleCounters::near_limit_hits},
+      {"sluice_rule_within_limit_hits_total", "Hits of requests within the rule limit.",
+       &RuleCounters::within_limit_hits},
+      {"sluice_rule_shadow_mode_hits_total", "Hits past a shadow-mode limit (admitted).",
+       &RuleCounters::shadow_mode_hits},
   }};
   const auto rules = rules_.All();
   for (const Family& family : kFamilies) {

@@ -1,9 +1,10 @@
 #pragma once
 
-// Metrics: what sluiced counts, rendered in Prometheus's text format for GET /metrics.
-// Per rule limit: checks, admitted, denied, near limit, shadow denials, soft and elastic
-// admissions (RuleCounters, kept by a CounterRegistry across reloads). Server-wide: store
-// errors, config reloads, and a histogram of decision latency.
+// Metrics: what sluiced counts, rendered in Prometheus's text format for GET /metrics (and
+// sent over statsd by server/stats/). Per rule limit: checks, admitted, denied, near limit,
+// shadow denials, soft and elastic admissions, and hits as envoyproxy/ratelimit counts them
+// (RuleCounters, kept by a CounterRegistry across reloads). Server-wide: store errors, config
+// reloads, and a histogram of decision latency.
 //
 // Thread-safe: counters are relaxed atomics, incremented from any thread.
 
@@ -24,6 +25,7 @@ class Metrics {
       25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 100'000, 1'000'000};
 
   CounterRegistry& rules() { return rules_; }
+  const CounterRegistry& rules() const { return rules_; }
 
   void RecordLatency(Micros latency);
   void CountStoreError() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
@@ -31,6 +33,8 @@ class Metrics {
     (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
   }
   void CountBadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
+  uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   uint64_t reload_failures() const { return reload_failures_.load(std::memory_order_relaxed); }
 
   // The Prometheus text exposition of everything above, plus `extra` lines appended as they

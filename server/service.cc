@@ -291,6 +291,7 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   CheckResult result;
   result.limited = true;
   result.combined = *decision;
+  result.cost = request.cost;
   LimitOutcome& outcome = result.limits.emplace_back();
   outcome.name = "adhoc";
   outcome.limit = *limit;

@@ -138,6 +138,8 @@ struct CheckResult {
   Decision combined{.allowed = true};
   bool limited = false;  // Whether any finite limit applied.
   std::vector<LimitOutcome> limits;
+  // The cost the limits were decided at (Envoy's hits_addend): the hits CountOutcomes counts.
+  int64_t cost = 0;
   // When a concurrency limit applied and the request was admitted with a cost above 0: the
   // lease it holds (a token for Release). Empty otherwise.
   std::string lease;

@@ -1,5 +1,7 @@
 // CounterRegistry: the rules' counters by name, kept across reloads.
 
+#include <atomic>
+#include <cassert>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +23,14 @@ struct CounterRegistry::State {
   mutable Mutex mutex;
   std::map<std::string, std::unique_ptr<RuleCounters>, std::less<>> counters ABSL_GUARDED_BY(mutex);
   size_t detailed ABSL_GUARDED_BY(mutex) = 0;  // Created by GetDetailed.
+  std::atomic<float> near_limit_ratio{kDefaultNearLimitRatio};
+
+  // New counters, pointing at the registry's ratio.
+  std::unique_ptr<RuleCounters> Make() {
+    auto counters = std::make_unique<RuleCounters>();
+    counters->near_limit_ratio = &near_limit_ratio;
+    return counters;
+  }
 };
 
 CounterRegistry::CounterRegistry() : state_(std::make_unique<State>()) {}
@@ -30,7 +40,7 @@ RuleCounters* CounterRegistry::Get(const std::string& name) {
   MutexLock lock(state_->mutex);
   std::unique_ptr<RuleCounters>& counters = state_->counters[name];
   if (!counters) {
-    counters = std::make_unique<RuleCounters>();
+    counters = state_->Make();
   }
   return counters.get();
 }
@@ -44,7 +54,7 @@ RuleCounters* CounterRegistry::GetDetailed(const std::string& name) {
     return nullptr;
   }
   ++state_->detailed;
-  return state_->counters.emplace(name, std::make_unique<RuleCounters>()).first->second.get();
+  return state_->counters.emplace(name, state_->Make()).first->second.get();
 }
 
 std::vector<std::pair<std::string, const RuleCounters*>> CounterRegistry::All() const {
@@ -55,6 +65,15 @@ std::vector<std::pair<std::string, const RuleCounters*>> CounterRegistry::All() 
     all.emplace_back(name, counters.get());
   }
   return all;
+}
+
+void CounterRegistry::set_near_limit_ratio(float ratio) {
+  assert(ratio >= 0 && ratio <= 1);
+  state_->near_limit_ratio.store(ratio, std::memory_order_relaxed);
+}
+
+float CounterRegistry::near_limit_ratio() const {
+  return state_->near_limit_ratio.load(std::memory_order_relaxed);
 }
 
 }  // namespace sluice::server

@@ -54,15 +54,29 @@ enum class Mode : uint8_t {
 };
 std::string_view ModeName(Mode mode);
 
-// Counters of one rule limit, kept across reloads (by name) for /metrics.
+// Counters of one rule limit, kept across reloads (by name) for /metrics and statsd.
 struct RuleCounters {
+  // In requests.
   std::atomic<uint64_t> checks{0};
   std::atomic<uint64_t> admitted{0};
   std::atomic<uint64_t> denied{0};
-  std::atomic<uint64_t> near_limit{0};     // Admitted with less than 20% of the limit left.
+  std::atomic<uint64_t> near_limit{0};     // Admitted past the near-limit ratio of the limit.
   std::atomic<uint64_t> shadow_denied{0};  // Would have been denied, admitted by shadow mode.
   std::atomic<uint64_t> over_soft{0};      // Admitted past the limit by soft mode.
   std::atomic<uint64_t> borrowed{0};       // Admitted over the limit by an elastic pool.
+  // In hits (a request's cost, Envoy's hits_addend), as envoyproxy/ratelimit counts its stats
+  // (src/limiter/base_limiter.go): every hit in total_hits; a request over the limit counts
+  // the hits past it in over_limit_hits (and again in shadow_mode_hits in shadow mode) and,
+  // when it crossed the limit, those between the near-limit threshold and the limit in
+  // near_limit_hits; a request within it counts its hits in within_limit_hits and those past
+  // the threshold in near_limit_hits. Unlimited rules and concurrency limits count none.
+  std::atomic<uint64_t> total_hits{0};
+  std::atomic<uint64_t> over_limit_hits{0};
+  std::atomic<uint64_t> near_limit_hits{0};
+  std::atomic<uint64_t> within_limit_hits{0};
+  std::atomic<uint64_t> shadow_mode_hits{0};
+  // The near-limit ratio of the registry that made these counters (never null then).
+  const std::atomic<float>* near_limit_ratio = nullptr;
 };
 
 // One limit of a rule, ready for the store.
@@ -214,6 +228,13 @@ class CounterRegistry {
   RuleCounters* GetDetailed(const std::string& name);
   // Every counter ever created, in name order.
   std::vector<std::pair<std::string, const RuleCounters*>> All() const;
+
+  // envoyproxy/ratelimit's NEAR_LIMIT_RATIO: a limit of N is near once more than
+  // floor(N * ratio) of it is used. For every counter of this registry, made before or after.
+  // REQUIRES: 0 <= ratio <= 1.
+  static constexpr float kDefaultNearLimitRatio = 0.8F;
+  void set_near_limit_ratio(float ratio);
+  float near_limit_ratio() const;
 
  private:
   struct State;

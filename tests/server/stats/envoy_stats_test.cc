@@ -1,0 +1,104 @@
+#include "server/stats/envoy_stats.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::IsEmpty;
+
+TEST(SanitizeStatNameTest, ColonsAndPipesBecomeUnderscores) {
+  EXPECT_EQ(SanitizeStatName("api.user_a:b|c"), "api.user_a_b_c");
+  EXPECT_EQ(SanitizeStatName("api.user"), "api.user");
+}
+
+TEST(SanitizeStatNameTest, TheDotsOfIpv4AddressesBecomeUnderscores) {
+  EXPECT_EQ(SanitizeStatName("api.remote_address_10.0.0.1"), "api.remote_address_10_0_0_1");
+  EXPECT_EQ(SanitizeStatName("a.1.2.3.4.b.5.6.7.8"), "a.1_2_3_4.b.5_6_7_8");
+  // As their regexp, unanchored: 4 digits start no group, the address starts one digit on;
+  // the last group takes at most 3 digits.
+  EXPECT_EQ(SanitizeStatName("x.1234.5.6.7.8"), "x.1234_5_6_7.8");
+  EXPECT_EQ(SanitizeStatName("x.1.2.3.4567"), "x.1_2_3_4567");
+  EXPECT_EQ(SanitizeStatName("x.1.2.3"), "x.1.2.3");     // Three groups: no address.
+  EXPECT_EQ(SanitizeStatName("v.1.2.3."), "v.1.2.3.");  // No digit after the last dot.
+}
+
+TEST(SanitizeStatNameTest, ControlCharactersCannotStartALine) {
+  EXPECT_EQ(SanitizeStatName(std::string("a\nb\rc\0d\x7f", 8)), "a_b_c_d_");
+}
+
+std::vector<Stat> Named(const std::vector<Stat>& stats, const std::string& prefix) {
+  std::vector<Stat> out;
+  for (const Stat& stat : stats) {
+    if (stat.name.starts_with(prefix)) {
+      out.push_back(stat);
+    }
+  }
+  return out;
+}
+
+TEST(EnvoyStatsTest, EachRuleHasItsFiveHitCountersByTheirNames) {
+  Metrics metrics;
+  RuleCounters& user = *metrics.rules().Get("api.user");
+  user.total_hits = 12;
+  user.over_limit_hits = 2;
+  user.near_limit_hits = 3;
+  user.within_limit_hits = 9;
+  user.checks = 100;  // Not theirs: not sent.
+  const std::vector<Stat> stats = EnvoyStats(metrics, {});
+  auto stat = [](const std::string& name, uint64_t value) {
+    return AllOf(Field(&Stat::name, name), Field(&Stat::value, value),
+                 Field(&Stat::kind, Stat::Kind::kCounter));
+  };
+  EXPECT_THAT(Named(stats, "ratelimit.service.rate_limit."),
+              ElementsAre(stat("ratelimit.service.rate_limit.api.user.near_limit", 3),
+                          stat("ratelimit.service.rate_limit.api.user.over_limit", 2),
+                          stat("ratelimit.service.rate_limit.api.user.shadow_mode", 0),
+                          stat("ratelimit.service.rate_limit.api.user.total_hits", 12),
+                          stat("ratelimit.service.rate_limit.api.user.within_limit", 9)));
+}
+
+TEST(EnvoyStatsTest, NamesThatSanitizeAlikeAddUp) {
+  Metrics metrics;
+  metrics.rules().Get("api.k_a:b")->total_hits = 2;
+  metrics.rules().Get("api.k_a|b")->total_hits = 3;
+  metrics.rules().Get("api.k_a_b")->total_hits = 4;
+  const std::vector<Stat> stats = EnvoyStats(metrics, {});
+  EXPECT_THAT(Named(stats, "ratelimit.service.rate_limit.api.k_a_b.total_hits"),
+              ElementsAre(Field(&Stat::value, 9U)));
+}
+
+TEST(EnvoyStatsTest, ServiceStatsCountTheLoadAtStartAsTheirsDoes) {
+  Metrics metrics;
+  metrics.CountReload(true);
+  metrics.CountReload(false);
+  metrics.CountStoreError();
+  metrics.CountStoreError();
+  const std::vector<Stat> started = EnvoyStats(metrics, {.loaded_at_start = true});
+  EXPECT_THAT(Named(started, "ratelimit.service.config_load_success"),
+              ElementsAre(Field(&Stat::value, 2U)));
+  EXPECT_THAT(Named(started, "ratelimit.service.config_load_error"),
+              ElementsAre(Field(&Stat::value, 1U)));
+  EXPECT_THAT(Named(started, "ratelimit.service.call.should_rate_limit.redis_error"),
+              ElementsAre(Field(&Stat::value, 2U)));
+  EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.service.config_load_success"),
+              ElementsAre(Field(&Stat::value, 1U)));
+}
+
+TEST(EnvoyStatsTest, TheRedisPoolGaugeOnlyWithRedis) {
+  Metrics metrics;
+  EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.redis_pool."), IsEmpty());
+  EXPECT_THAT(Named(EnvoyStats(metrics, {.redis_connections = 2}), "ratelimit.redis_pool."),
+              ElementsAre(AllOf(Field(&Stat::name, "ratelimit.redis_pool.cx_active"),
+                                Field(&Stat::value, 2U),
+                                Field(&Stat::kind, Stat::Kind::kGauge))));
+}
+
+}  // namespace
+}  // namespace sluice::server
