@@ -46,8 +46,8 @@ absl::StatusOr<std::pair<int, std::string>> Connect(const std::string& host, uin
     getnameinfo(a->ai_addr, a->ai_addrlen, address, sizeof(address), nullptr, 0, NI_NUMERICHOST);
     freeaddrinfo(found);
     const bool v6 = std::strchr(address, ':') != nullptr;
-    return std::pair(fd, v6 ? fmt::format("[{}]:{}", address, port)
-                            : fmt::format("{}:{}", address, port));
+    return std::pair(
+        fd, v6 ? fmt::format("[{}]:{}", address, port) : fmt::format("{}:{}", address, port));
   }
   freeaddrinfo(found);
   return absl::InternalError(fmt::format("statsd {}:{}: no UDP socket: {}", host, port, why));

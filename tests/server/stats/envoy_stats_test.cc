@@ -25,7 +25,7 @@ TEST(SanitizeStatNameTest, TheDotsOfIpv4AddressesBecomeUnderscores) {
   // the last group takes at most 3 digits.
   EXPECT_EQ(SanitizeStatName("x.1234.5.6.7.8"), "x.1234_5_6_7.8");
   EXPECT_EQ(SanitizeStatName("x.1.2.3.4567"), "x.1_2_3_4567");
-  EXPECT_EQ(SanitizeStatName("x.1.2.3"), "x.1.2.3");     // Three groups: no address.
+  EXPECT_EQ(SanitizeStatName("x.1.2.3"), "x.1.2.3");    // Three groups: no address.
   EXPECT_EQ(SanitizeStatName("v.1.2.3."), "v.1.2.3.");  // No digit after the last dot.
 }
 
@@ -96,8 +96,7 @@ TEST(EnvoyStatsTest, TheRedisPoolGaugeOnlyWithRedis) {
   EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.redis_pool."), IsEmpty());
   EXPECT_THAT(Named(EnvoyStats(metrics, {.redis_connections = 2}), "ratelimit.redis_pool."),
               ElementsAre(AllOf(Field(&Stat::name, "ratelimit.redis_pool.cx_active"),
-                                Field(&Stat::value, 2U),
-                                Field(&Stat::kind, Stat::Kind::kGauge))));
+                                Field(&Stat::value, 2U), Field(&Stat::kind, Stat::Kind::kGauge))));
 }
 
 }  // namespace

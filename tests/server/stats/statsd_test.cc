@@ -118,8 +118,7 @@ TEST(StatsdSinkTest, CountersAreSentAsTheirGrowthAndGaugesAsTheyStand) {
   EXPECT_EQ(sink->destination(), "127.0.0.1:" + std::to_string(receiver.port()));
 
   EXPECT_EQ(sink->Flush(), 1U);
-  EXPECT_THAT(receiver.All(),
-              ElementsAre("ratelimit.a.total_hits:5|c\nratelimit.cx_active:2|g\n"));
+  EXPECT_THAT(receiver.All(), ElementsAre("ratelimit.a.total_hits:5|c\nratelimit.cx_active:2|g\n"));
   stats.Set("ratelimit.a.total_hits", 12);
   stats.Set("ratelimit.b.total_hits", 3);
   EXPECT_EQ(sink->Flush(), 1U);
@@ -145,8 +144,8 @@ TEST(StatsdSinkTest, DatagramsHoldWholeLinesAndNeverPassTheSize) {
   Stats stats;
   std::map<std::string, uint64_t> sent;
   for (int i = 0; i < 300; ++i) {
-    const std::string name = "ratelimit.service.rate_limit.domain.key_value" + std::to_string(i) +
-                             ".total_hits";
+    const std::string name =
+        "ratelimit.service.rate_limit.domain.key_value" + std::to_string(i) + ".total_hits";
     stats.Set(name, 1'000'000 + static_cast<uint64_t>(i));
     sent[name] = 1'000'000 + static_cast<uint64_t>(i);
   }
@@ -226,8 +225,8 @@ TEST(StatsdSinkTest, NoStatsdListeningLosesDatagramsButNotTheSink) {
   }
   Stats stats;
   stats.Set("ratelimit.a.total_hits", 1);
-  absl::StatusOr<std::unique_ptr<StatsdSink>> sink = StatsdSink::Start(
-      {.host = "127.0.0.1", .port = port, .interval = kNever}, stats.Source());
+  absl::StatusOr<std::unique_ptr<StatsdSink>> sink =
+      StatsdSink::Start({.host = "127.0.0.1", .port = port, .interval = kNever}, stats.Source());
   ASSERT_TRUE(sink.ok()) << sink.status();
   for (int i = 2; i < 6; ++i) {
     stats.Set("ratelimit.a.total_hits", static_cast<uint64_t>(i));
