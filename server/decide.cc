@@ -42,16 +42,24 @@ void Add(std::atomic<uint64_t>& counter, int64_t n) {
   counter.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
 }
 
+// What the limit's key held before a request of `hits`, in the limit's units: the count
+// before its hits for a counted limit; else the limit less what it had left, which is after
+// the request when the store recorded it (the request was admitted and the limit allowed it)
+// and as it stood otherwise.
+int64_t UsedBefore(const LimitOutcome& outcome, bool admitted, int64_t hits) {
+  if (outcome.count) {
+    return *outcome.count - hits;
+  }
+  const bool recorded = admitted && outcome.decision.allowed;
+  return outcome.nominal - outcome.decision.remaining - (recorded ? hits : 0);
+}
+
 // The hit counters (RuleCounters says what each counts), with envoyproxy/ratelimit's partial
-// counting of a request that crosses the limit or the near-limit threshold. `before` is what
-// the limit's key held before the request, in the limit's units: the store recorded the
-// request when the request was admitted and the limit allowed it (its remaining is then after
-// the request), and nothing otherwise (its remaining is as it stood).
+// counting of a request that crosses the limit or the near-limit threshold.
 void CountHits(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, int64_t hits) {
   const int64_t limit = outcome.nominal;
   const int64_t near = NearThreshold(limit, counters);
-  const bool recorded = admitted && outcome.decision.allowed;
-  const int64_t before = limit - outcome.decision.remaining - (recorded ? hits : 0);
+  const int64_t before = UsedBefore(outcome, admitted, hits);
   const int64_t after = before + hits;
   Add(counters.total_hits, hits);
   if (after > limit) {
@@ -284,6 +292,9 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideCounting(int64_t 
   for (size_t j = 0; j < counting.size(); ++j) {
     LimitOutcome& outcome = result.limits[counting[j]];
     outcome.decision = Counted(each[slot[j]], outcome.nominal, cost);
+    if (each[slot[j]].allowed) {
+      outcome.count = Limit::kMaxCount - each[slot[j]].remaining;
+    }
     if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {
       counted_over = true;
       admitted = false;

@@ -88,6 +88,8 @@ std::string Metrics::Render(std::string_view extra) const {
           "Reloads refused because the new rules were broken (the last good rules stay).",
           reload_failures_);
   counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
+  counter("sluice_global_shadow_mode_total",
+          "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
 
   const char* const histogram = "sluice_decision_latency_seconds";
   fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);

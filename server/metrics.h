@@ -33,6 +33,11 @@ class Metrics {
     (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
   }
   void CountBadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // An Envoy answer over the limit made OK by the global shadow mode (--shadow-mode).
+  void CountGlobalShadowMode() { global_shadow_mode_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t global_shadow_mode() const {
+    return global_shadow_mode_.load(std::memory_order_relaxed);
+  }
   uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   uint64_t reload_failures() const { return reload_failures_.load(std::memory_order_relaxed); }
@@ -47,6 +52,7 @@ class Metrics {
   std::atomic<uint64_t> reloads_{0};
   std::atomic<uint64_t> reload_failures_{0};
   std::atomic<uint64_t> bad_requests_{0};
+  std::atomic<uint64_t> global_shadow_mode_{0};
   std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
 };

@@ -329,7 +329,11 @@ bool RateLimitService::OverallOverLimit(const std::vector<DescriptorResult>& res
       over = over || result.over_limit;
     }
   }
-  return (over || (quota > 0 && quota == quota_over)) && !envoy_.shadow_mode;
+  const bool over_limit = over || (quota > 0 && quota == quota_over);
+  if (over_limit && envoy_.shadow_mode) {
+    metrics_.CountGlobalShadowMode();
+  }
+  return over_limit && !envoy_.shadow_mode;
 }
 
 void RateLimitService::ShouldRateLimitAsync(

@@ -130,6 +130,10 @@ struct LimitOutcome {
   // The limit's own decision, as the client is told it: in soft mode against the nominal
   // limit; in shadow mode as decided (the request is admitted regardless).
   Decision decision;
+  // The Envoy API's counted limits (EnvoySettings::count_over_limit): the window's count with
+  // this request's hits (envoyproxy/ratelimit's limitAfterIncrease), for the hit counters.
+  // Empty for other limits, and when the counter could not count them.
+  std::optional<int64_t> count;
 };
 
 struct CheckResult {
@@ -231,7 +235,8 @@ class RateLimitService {
 
   // The overall code of an answer of ShouldRateLimitAsync, as envoyproxy/ratelimit's: over
   // when a descriptor outside quota mode is over its limit, or when there are quota
-  // descriptors and every one is; never in shadow mode (EnvoySettings).
+  // descriptors and every one is; never in shadow mode (EnvoySettings), which counts each
+  // answer it made OK (Metrics::CountGlobalShadowMode): call it once per answer.
   bool OverallOverLimit(const std::vector<DescriptorResult>& results) const;
 
   // A limit given by the caller.

@@ -88,6 +88,7 @@ std::vector<Stat> EnvoyStats(const Metrics& metrics, const EnvoyStatsOptions& op
       metrics.reloads() + (options.loaded_at_start ? 1 : 0);
   counters["ratelimit.service.config_load_error"] = metrics.reload_failures();
   counters["ratelimit.service.call.should_rate_limit.redis_error"] = metrics.store_errors();
+  counters["ratelimit.service.global_shadow_mode"] = metrics.global_shadow_mode();
 
   std::vector<Stat> stats;
   stats.reserve(counters.size() + 1);

@@ -9,8 +9,8 @@
 //                                      shadow_mode}
 // Server-wide:
 //   ratelimit.service.config_load_success, ratelimit.service.config_load_error,
-//   ratelimit.service.call.should_rate_limit.redis_error, and with the Redis store the gauge
-//   ratelimit.redis_pool.cx_active.
+//   ratelimit.service.call.should_rate_limit.redis_error, ratelimit.service.global_shadow_mode,
+//   and with the Redis store the gauge ratelimit.redis_pool.cx_active.
 //
 // Thread-safe: reads the metrics' atomics and its registry's list under the registry's lock.
 

@@ -10,19 +10,17 @@ and the counters received, summed by name, must equal what their code would coun
 Python 3.11 standard library only.
 """
 
-import argparse
 import math
-import os
 import re
 import socket
 import struct
 import subprocess
-import sys
 import time
 import unittest
 from collections import Counter
 
 import sluiced
+from http_fixture import main
 
 RULES = """
 domain: rl
@@ -72,9 +70,8 @@ def request(*descriptors, hits=None):
 
 
 # (request, HTTP status), in two phases: a flush is seen between them, so that counters sent
-# twice would be counted twice. Each key's hits either end at the request that crosses its
-# limit or reach the limit before every request past it: then the counts are the same whether
-# or not a denied request's hits are kept in the store.
+# twice would be counted twice. As theirs by default, every hit is kept in the window's count,
+# over the limit or not: after user a crosses 10 at 12, one more hit is over.
 PHASE_1 = [
     (request(descriptor(("user", "a")), hits=6), 200),
     (request(descriptor(("shadow", "s"), hits=6)), 200),
@@ -87,6 +84,7 @@ PHASE_1 = [
 PHASE_2 = [
     (request(descriptor(("user", "a"), hits=3)), 200),
     (request(descriptor(("user", "a"), hits=3)), 429),  # 9 -> 12 crosses 10.
+    (request(descriptor(("user", "a"))), 429),  # 12 -> 13.
     (request(descriptor(("user", "b")), hits=10), 200),
     (request(descriptor(("user", "b")), hits=4), 429),
     (request(descriptor(("user", "b"))), 429),
@@ -227,11 +225,26 @@ class StatsdTest(unittest.TestCase):
                 received[m.group(1)] += int(m.group(2))
         expected = expected_stats()
         # A few by hand, so that the model above cannot be wrong unseen: user a crosses 10
-        # with 3 hits (2 over, 1 near), shadow s with 5 (1 over, counted again in shadow_mode).
-        self.assertEqual(expected["ratelimit.service.rate_limit.rl.user.over_limit"], 2 + 5)
+        # with 3 hits (2 over, 1 near) then 1 (over), user b 5 over once at 10; shadow s
+        # crosses with 5 (1 over, counted again in shadow_mode).
+        self.assertEqual(expected["ratelimit.service.rate_limit.rl.user.over_limit"], 3 + 5)
         self.assertEqual(expected["ratelimit.service.rate_limit.rl.shadow.shadow_mode"], 1)
         self.assertEqual(expected["ratelimit.service.rate_limit.rl.client_10_1_2_3.total_hits"], 1)
         self.assertEqual(dict(received), dict(expected))
+
+    def test_global_shadow_mode_counts_the_answers_it_made_ok(self):
+        self.server = sluiced.Sluiced.with_rules(
+            RULES, "--shadow-mode", "--statsd", f"127.0.0.1:{self.receiver.port}").start()
+        self.send([(request(descriptor(("banned", "g"))), 200),   # Over, made OK.
+                   (request(descriptor(("user", "g"))), 200)])
+        self.assertEqual(self.server.stop(), 0)  # The last flush (10 s have not passed).
+        received = Counter()
+        while (datagram := self.receiver.receive(0.5)) is not None:
+            for line in datagram.decode().split("\n")[:-1]:
+                name, _, value = line.partition(":")
+                received[name] += int(value.split("|")[0])
+        self.assertEqual(received["ratelimit.service.global_shadow_mode"], 1)
+        self.assertEqual(received["ratelimit.service.rate_limit.rl.banned.over_limit"], 1)
 
     def test_bad_statsd_flags_are_refused(self):
         for flags, says in ((["--statsd", "127.0.0.1"], "--statsd '127.0.0.1': expected HOST:PORT"),
@@ -248,8 +261,4 @@ class StatsdTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest])
+    main(__doc__)

@@ -2,9 +2,10 @@
 // envoyproxy/ratelimit's base_limiter.go counts for the same hits, including the partial
 // counting of a request that crosses the limit or the near-limit threshold.
 //
-// Each sequence of hits on one key ends at the request that crosses the limit, or has the
+// Most sequences of hits on one key end at the request that crosses the limit, or have the
 // limit reached before every request past it: the counts are then the same whether or not
-// the hits of a denied request are recorded in the store.
+// the hits of a denied request are recorded in the store (EnvoySettings::count_over_limit).
+// The last two tests show each setting past a crossing.
 
 #include <cstdint>
 #include <string>
@@ -61,7 +62,8 @@ void PrintTo(const Hits& h, std::ostream* os) {
 
 class CountOutcomesTest : public ::testing::Test {
  protected:
-  CountOutcomesTest() : clock_(At(kStart)), service_(store_, clock_, metrics_) {
+  explicit CountOutcomesTest(EnvoySettings settings = {})
+      : clock_(At(kStart)), service_(store_, clock_, metrics_, nullptr, settings) {
     service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
   }
 
@@ -163,6 +165,40 @@ TEST_F(CountOutcomesTest, ALimitThatWouldHaveAllowedADeniedRequestCountsItsHitsW
   // A limit of 1: floor(0.8) = 0, so its first hit is already near.
   EXPECT_EQ(Of("api.team"), (Hits{.total = 2, .over = 1, .near = 1, .within = 1}));
   EXPECT_EQ(Of("api.user"), (Hits{.total = 1, .within = 1}));
+}
+
+TEST_F(CountOutcomesTest, TheirCountGoesOnPastTheLimitSoLaterHitsAreOver) {
+  EXPECT_FALSE(Envoy("user", "g", 9));
+  EXPECT_TRUE(Envoy("user", "g", 3));  // 9 -> 12: over 2, near 1.
+  EXPECT_TRUE(Envoy("user", "g", 1));  // 12 -> 13: over 1.
+  EXPECT_EQ(Of("api.user"), (Hits{.total = 13, .over = 3, .near = 2, .within = 9}));
+}
+
+TEST_F(CountOutcomesTest, GlobalShadowModeCountsTheAnswersItMadeOk) {
+  RateLimitService shadow(store_, clock_, metrics_, nullptr, {.shadow_mode = true});
+  shadow.SetRules(service_.rules());
+  auto answer = [&](const std::string& key) {
+    absl::StatusOr<std::vector<DescriptorResult>> results =
+        shadow.ShouldRateLimit({.domain = "api", .descriptors = {{.entries = {{key, "s"}}}}});
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() && shadow.OverallOverLimit(*results);
+  };
+  EXPECT_FALSE(answer("banned"));  // Over, made OK: counted.
+  EXPECT_FALSE(answer("user"));    // Within: not.
+  EXPECT_EQ(metrics_.global_shadow_mode(), 1U);
+  EXPECT_EQ(Of("api.banned"), (Hits{.total = 1, .over = 1}));  // The rule's own, as ever.
+}
+
+class StopCountingOverLimitTest : public CountOutcomesTest {
+ protected:
+  StopCountingOverLimitTest() : CountOutcomesTest({.count_over_limit = false}) {}
+};
+
+TEST_F(StopCountingOverLimitTest, ADeniedRequestLeavesTheCountWhereItWas) {
+  EXPECT_FALSE(Envoy("user", "g", 9));
+  EXPECT_TRUE(Envoy("user", "g", 3));   // 9 -> 12 would pass 10: over 2, near 1; not kept.
+  EXPECT_FALSE(Envoy("user", "g", 1));  // 9 -> 10: within, near.
+  EXPECT_EQ(Of("api.user"), (Hits{.total = 13, .over = 2, .near = 3, .within = 10}));
 }
 
 }  // namespace

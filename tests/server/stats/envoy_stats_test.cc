@@ -80,6 +80,7 @@ TEST(EnvoyStatsTest, ServiceStatsCountTheLoadAtStartAsTheirsDoes) {
   metrics.CountReload(false);
   metrics.CountStoreError();
   metrics.CountStoreError();
+  metrics.CountGlobalShadowMode();
   const std::vector<Stat> started = EnvoyStats(metrics, {.loaded_at_start = true});
   EXPECT_THAT(Named(started, "ratelimit.service.config_load_success"),
               ElementsAre(Field(&Stat::value, 2U)));
@@ -87,6 +88,8 @@ TEST(EnvoyStatsTest, ServiceStatsCountTheLoadAtStartAsTheirsDoes) {
               ElementsAre(Field(&Stat::value, 1U)));
   EXPECT_THAT(Named(started, "ratelimit.service.call.should_rate_limit.redis_error"),
               ElementsAre(Field(&Stat::value, 2U)));
+  EXPECT_THAT(Named(started, "ratelimit.service.global_shadow_mode"),
+              ElementsAre(Field(&Stat::value, 1U)));
   EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.service.config_load_success"),
               ElementsAre(Field(&Stat::value, 1U)));
 }
