@@ -74,6 +74,9 @@ int Daemon::Run() {
     return Refuse(internal::Message(settings.status()));
   }
   LoadSnapshot();
+  if (absl::Status s = StartStatsd(); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
   if (absl::Status s = Start(*settings); !s.ok()) {
     return Refuse(internal::Message(s));
   }
@@ -196,6 +199,40 @@ absl::Status Daemon::StartDebug(const HostPort& debug) {
   }
   spdlog::info("sluiced debug pages (/rlconfig) on http://{}:{}", debug.host,
                debug_server_->port());
+  return absl::OkStatus();
+}
+
+// envoyproxy/ratelimit's stats over statsd (--statsd), sent until the daemon is destroyed.
+absl::Status Daemon::StartStatsd() {
+  if (flags_.statsd.empty()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<HostPort> address = ParseHostPort("--statsd", flags_.statsd);
+  absl::StatusOr<Micros> interval = ParseDuration(flags_.statsd_interval);
+  if (!address.ok()) {
+    return address.status();
+  }
+  if (!interval.ok() || *interval <= Micros{0}) {
+    return absl::InvalidArgumentError(
+        fmt::format("--statsd-interval '{}': {}", flags_.statsd_interval,
+                    interval.ok() ? "must be positive" : internal::Message(interval.status())));
+  }
+  absl::StatusOr<std::unique_ptr<StatsdSink>> sink = StatsdSink::Start(
+      {.host = address->host, .port = address->port, .interval = *interval}, [this] {
+        return EnvoyStats(
+            metrics_,
+            {.loaded_at_start = !flags_.config.empty(),
+             .redis_connections =
+                 redis_ == nullptr ? std::nullopt
+                                   : std::optional<uint64_t>(redis_->Stats().connections_ready)});
+      });
+  if (!sink.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--statsd '{}': {}", flags_.statsd, internal::Message(sink.status())));
+  }
+  statsd_ = *std::move(sink);
+  spdlog::info("sending statistics to statsd {} every {}", statsd_->destination(),
+               FormatDuration(*interval));
   return absl::OkStatus();
 }
 

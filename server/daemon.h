@@ -26,6 +26,7 @@
 #include "server/metrics.h"
 #include "server/rules/rules.h"
 #include "server/service.h"
+#include "server/stats/statsd.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
 
@@ -62,6 +63,8 @@ struct Flags {
   GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
   RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;
+  std::string statsd;  // HOST:PORT; empty: no statsd.
+  std::string statsd_interval = "10s";
 };
 
 struct HostPort {
@@ -96,6 +99,7 @@ class Daemon {
   absl::StatusOr<Settings> ParseFlags() const;   // After Open: --snapshot needs the memory store.
   absl::Status Start(const Settings& settings);  // The listeners.
   absl::Status StartDebug(const HostPort& debug);
+  absl::Status StartStatsd();  // --statsd: the sink, until the daemon is destroyed.
   void Serve(boost::asio::signal_set& signals, const Settings& settings);  // The control loop.
   void Drain(Micros drain);
   void StopListeners(Micros drain);
@@ -133,6 +137,9 @@ class Daemon {
   boost::asio::steady_timer snapshot_timer_{control_};
   std::string config_version_;
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
+  // Last: destroyed first, after the drain; its final flush sends what the last requests
+  // counted, reading the members above.
+  std::unique_ptr<StatsdSink> statsd_;
 };
 
 }  // namespace sluice::server

@@ -94,6 +94,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                "Rules: a file naming a domain already loaded adds to it (else an error)");
   app.add_flag("--health-needs-rules", flags.health_needs_rules,
                "GET /healthcheck fails until at least one domain is loaded");
+  app.add_option("--statsd", flags.statsd,
+                 "Send envoyproxy/ratelimit's stats to statsd at HOST:PORT over UDP (empty: off)");
+  app.add_option("--statsd-interval", flags.statsd_interval, "How often to send them")
+      ->capture_default_str();
 }
 
 // Sets one flag from the environment, as if given on the command line, through the flag's own

@@ -11,12 +11,14 @@ Python 3.11 standard library only.
 """
 
 import math
+import os
 import re
 import socket
 import struct
 import subprocess
 import time
 import unittest
+from unittest import mock
 from collections import Counter
 
 import sluiced
@@ -245,6 +247,18 @@ class StatsdTest(unittest.TestCase):
                 received[name] += int(value.split("|")[0])
         self.assertEqual(received["ratelimit.service.global_shadow_mode"], 1)
         self.assertEqual(received["ratelimit.service.rate_limit.rl.banned.over_limit"], 1)
+
+    def test_their_environment_variables_turn_it_on(self):
+        env = {"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1",
+               "STATSD_PORT": str(self.receiver.port), "STATS_FLUSH_INTERVAL": "50ms"}
+        with mock.patch.dict(os.environ, env):  # Flags win: the memory store, not their Redis.
+            self.server = sluiced.Sluiced.with_rules(RULES, "--store", "memory").start()
+        self.send([(request(descriptor(("user", "env")), hits=2), 200)])
+        deadline = time.monotonic() + 20  # A watchdog: the flushes come every 50 ms.
+        line = b"ratelimit.service.rate_limit.rl.user.total_hits:2|c\n"
+        while not any(line in d for d in self.receiver.datagrams):
+            self.assertLess(time.monotonic(), deadline, self.receiver.datagrams)
+            self.receiver.receive(1.0)
 
     def test_bad_statsd_flags_are_refused(self):
         for flags, says in ((["--statsd", "127.0.0.1"], "--statsd '127.0.0.1': expected HOST:PORT"),
