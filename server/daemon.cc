@@ -90,6 +90,7 @@ absl::Status Daemon::Open() {
   if (absl::Status s = OpenStore(); !s.ok()) {
     return s;
   }
+  metrics_.rules().set_near_limit_ratio(flags_.near_limit_ratio);
   service_ = std::make_unique<RateLimitService>(
       *store_, SystemClock(), metrics_, &timers_,
       EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,

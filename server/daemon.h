@@ -46,6 +46,7 @@ struct Flags {
   std::string watch_interval = "1s";
   std::string drain = "5s";
   std::string log_level = "info";
+  float near_limit_ratio = 0.8F;  // Their NEAR_LIMIT_RATIO.
   bool shadow_mode = false;
   bool response_headers = false;
   bool quota_mode = false;

@@ -175,10 +175,11 @@ absl::StatusOr<EnvSettings> Reader::Read() {
   auto own = [](const std::string& name) { return !Contains(kShared, name); };
   out_.theirs = std::any_of(out_.found.begin(), out_.found.end(), own) ||
                 std::any_of(out_.ignored.begin(), out_.ignored.end(), own);
-  for (const auto& [name, value] : environment_) {
+  for (const auto& entry : environment_) {
+    const std::string& name = entry.first;  // (Clang's lambdas cannot capture a binding.)
     const bool prefixed = std::any_of(std::begin(kIgnoredPrefixes), std::end(kIgnoredPrefixes),
                                       [&](std::string_view p) { return name.starts_with(p); });
-    if (prefixed && !value.empty()) {
+    if (prefixed && !entry.second.empty()) {
       out_.ignored.push_back(name);
     }
   }

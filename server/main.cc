@@ -71,6 +71,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_option("--near-limit-ratio", flags.near_limit_ratio,
+                 "Near the limit: past this share of it (near_limit counts)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--shadow-mode", flags.shadow_mode,
                "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
   app.add_flag("--response-headers", flags.response_headers,
