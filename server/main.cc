@@ -22,22 +22,8 @@
 namespace sluice::server {
 namespace {
 
-void AddFlags(CLI::App& app, Flags& flags) {
-  app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
-  app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
-  app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
-  app.add_option("--debug", flags.debug,
-                 "Debug listen address HOST:PORT for /rlconfig (default: none)");
-  app.add_option("--store", flags.store, "memory, or redis://[user:pass@]host:port[/db]")
-      ->capture_default_str();
-  app.add_option("--redis-timeout", flags.redis_timeout, "How long a decision waits for Redis")
-      ->capture_default_str();
-  app.add_option("--redis-on-failure", flags.redis_on_failure,
-                 "When Redis does not answer in time: allow, deny (an error) or local")
-      ->capture_default_str();
-  app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
-      ->capture_default_str()
-      ->check(CLI::Range(1, kMaxRedisConnections));
+// TLS on the gRPC listener and to Redis.
+void AddTlsFlags(CLI::App& app, Flags& flags) {
   app.add_option("--grpc-tls-cert", flags.grpc_tls.cert_file,
                  "gRPC over TLS: the server's certificate chain (PEM), with --grpc-tls-key");
   app.add_option("--grpc-tls-key", flags.grpc_tls.key_file,
@@ -55,22 +41,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "rediss://: the client certificate's private key (PEM, unencrypted)");
   app.add_flag("--redis-tls-skip-verify", flags.redis_tls_skip_verify,
                "rediss://: accept a certificate that names another host (its CA is still checked)");
-  app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
-  app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
-      ->capture_default_str();
-  app.add_option("--snapshot", flags.snapshot,
-                 "Memory store snapshot file: loaded at start, written at shutdown");
-  app.add_option("--snapshot-interval", flags.snapshot_interval,
-                 "Also write the snapshot this often (0: only at shutdown)")
-      ->capture_default_str();
-  app.add_option("--watch-interval", flags.watch_interval,
-                 "How often to look for a changed rules file (0: only on SIGHUP)")
-      ->capture_default_str();
-  app.add_option("--drain", flags.drain, "How long SIGTERM waits for requests in flight")
-      ->capture_default_str();
-  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+}
+
+// How the Envoy API answers (envoyproxy/ratelimit's settings of the same meaning).
+void AddEnvoyFlags(CLI::App& app, Flags& flags) {
   app.add_option("--near-limit-ratio", flags.near_limit_ratio,
                  "Near the limit: past this share of it (near_limit counts)")
       ->capture_default_str()
@@ -92,6 +66,40 @@ void AddFlags(CLI::App& app, Flags& flags) {
                "Envoy API: the request and its rules' metadata in dynamic_metadata");
   app.add_flag("--stop-counting-over-limit", flags.stop_counting_over_limit,
                "Envoy API: a hit over the limit counts nothing (theirs counts every hit)");
+}
+
+void AddFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
+  app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
+  app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
+  app.add_option("--debug", flags.debug,
+                 "Debug listen address HOST:PORT for /rlconfig (default: none)");
+  app.add_option("--store", flags.store, "memory, or redis://[user:pass@]host:port[/db]")
+      ->capture_default_str();
+  app.add_option("--redis-timeout", flags.redis_timeout, "How long a decision waits for Redis")
+      ->capture_default_str();
+  app.add_option("--redis-on-failure", flags.redis_on_failure,
+                 "When Redis does not answer in time: allow, deny (an error) or local")
+      ->capture_default_str();
+  app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxRedisConnections));
+  app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
+  app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
+      ->capture_default_str();
+  app.add_option("--snapshot", flags.snapshot,
+                 "Memory store snapshot file: loaded at start, written at shutdown");
+  app.add_option("--snapshot-interval", flags.snapshot_interval,
+                 "Also write the snapshot this often (0: only at shutdown)")
+      ->capture_default_str();
+  app.add_option("--watch-interval", flags.watch_interval,
+                 "How often to look for a changed rules file (0: only on SIGHUP)")
+      ->capture_default_str();
+  app.add_option("--drain", flags.drain, "How long SIGTERM waits for requests in flight")
+      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--cache-key-prefix", flags.cache_key_prefix,
                  "Redis store: the prefix of every key (default sluice:)");
   app.add_flag("--merge-domains", flags.merge_domains,
@@ -102,6 +110,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "Send envoyproxy/ratelimit's stats to statsd at HOST:PORT over UDP (empty: off)");
   app.add_option("--statsd-interval", flags.statsd_interval, "How often to send them")
       ->capture_default_str();
+  AddTlsFlags(app, flags);
+  AddEnvoyFlags(app, flags);
 }
 
 // Sets one flag from the environment, as if given on the command line, through the flag's own

@@ -12,18 +12,17 @@ standard library only.
     python3 tests/integration/ratelimit_env_test.py --sluiced build/bin/sluiced
 """
 
-import argparse
 import http.client
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
+import http_fixture
 import sluiced
 from redis_test import Redis
 
@@ -297,13 +296,5 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         eventually(lambda: get(port, "/healthcheck"), (200, "OK"), "/healthcheck with rules")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    http_fixture.main(__doc__)
