@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "fmt/format.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 
@@ -37,6 +38,21 @@ Value Number(double number) {
   return value;
 }
 
+// A limit override as their Go server prints it (prototext, whose spacing its authors keep
+// unstable on purpose; this is the form of their build at the commit we compare with).
+std::string LimitText(
+    const envoy::extensions::common::ratelimit::v3::RateLimitDescriptor::RateLimitOverride& limit) {
+  std::string text;
+  if (limit.requests_per_unit() != 0) {
+    text = fmt::format("requests_per_unit:{}", limit.requests_per_unit());
+  }
+  if (limit.unit() != envoy::type::v3::UNKNOWN) {
+    text += fmt::format("{}unit:{}", text.empty() ? "" : "  ",
+                        envoy::type::v3::RateLimitUnit_Name(limit.unit()));
+  }
+  return text;
+}
+
 Value Descriptor(const envoy::extensions::common::ratelimit::v3::RateLimitDescriptor& descriptor) {
   Value value;
   auto& fields = *value.mutable_struct_value()->mutable_fields();
@@ -45,7 +61,7 @@ Value Descriptor(const envoy::extensions::common::ratelimit::v3::RateLimitDescri
     *entries.add_values() = Text(entry.key() + "=" + entry.value());
   }
   if (descriptor.has_limit()) {
-    fields["limit"] = Text(descriptor.limit().ShortDebugString());
+    fields["limit"] = Text(LimitText(descriptor.limit()));
   }
   if (descriptor.has_hits_addend()) {
     fields["hitsAddend"] = Number(static_cast<double>(descriptor.hits_addend().value()));
