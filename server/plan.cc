@@ -203,8 +203,9 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
       planned.push_back(*std::move(p));
       continue;
     }
-    std::vector<const DescriptorNode*> path;
-    const Rule* rule = RuleSet::Match(domain, descriptor.entries, &path);
+    std::vector<const DescriptorNode*> path;  // Asked for only where it can matter.
+    const Rule* rule =
+        RuleSet::Match(domain, descriptor.entries, domain.share_threshold ? &path : nullptr);
     if (rule == nullptr) {
       continue;
     }

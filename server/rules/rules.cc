@@ -45,11 +45,22 @@ std::string FileParser::DomainName(const YAML::Node& root) const {
   return name;
 }
 
+namespace {
+
+bool AnyShareThreshold(const DescriptorLevel& level) {
+  return std::any_of(level.nodes.begin(), level.nodes.end(), [](const auto& node) {
+    return node->share_threshold || AnyShareThreshold(node->children);
+  });
+}
+
+}  // namespace
+
 void FileParser::ParseDomain(const YAML::Node& root, Domain& domain, bool merging) {
   ParseDomainSettings(root, domain, merging);
   if (const YAML::Node descriptors = root["descriptors"]) {
     ParseLevel(descriptors, domain, domain.name, domain.descriptors);
   }
+  domain.share_threshold = AnyShareThreshold(domain.descriptors);
 }
 
 void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain,

@@ -209,6 +209,8 @@ struct Domain {
   std::vector<std::string> ip_keys;
   int ipv6_prefix = 64;
   std::vector<std::vector<AuthEntry>> auth;  // GET /v1/auth descriptors; empty if none.
+  // Some descriptor has share_threshold: matching must say which nodes a request went through.
+  bool share_threshold = false;
 };
 
 // Keeps RuleCounters by name for the process's lifetime, so that a reload keeps the counts of
