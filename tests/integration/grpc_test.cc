@@ -56,7 +56,9 @@ descriptors:
 // of its own).
 class SluicedProcess {
  public:
-  explicit SluicedProcess(std::vector<std::string> extra = {}) {
+  // `environment`: NAME=VALUE entries added to this process's environment for sluiced.
+  explicit SluicedProcess(std::vector<std::string> extra = {},
+                          std::vector<std::string> environment = {}) {
     static int started = 0;
     dir_ = std::filesystem::temp_directory_path() /
            fmt::format("sluice-grpc-test.{}.{}", static_cast<int>(getpid()), ++started);
@@ -79,8 +81,16 @@ class SluicedProcess {
       argv.push_back(arg.data());
     }
     argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      envp.push_back(*entry);
+    }
+    for (std::string& entry : environment) {
+      envp.push_back(entry.data());
+    }
+    envp.push_back(nullptr);
     started_ =
-        posix_spawn(&pid_, sluiced_path.c_str(), &actions, nullptr, argv.data(), environ) == 0;
+        posix_spawn(&pid_, sluiced_path.c_str(), &actions, nullptr, argv.data(), envp.data()) == 0;
     posix_spawn_file_actions_destroy(&actions);
   }
 
@@ -306,12 +316,9 @@ TEST(GrpcIntegrationTest, ASecondServerOnTheGrpcPortExits2AndTheFirstKeepsAllThe
   EXPECT_EQ(first.Stop(), 0);
 }
 
-// --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca: Envoy's calls over mutual TLS.
-TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
-  testing::TestCertificates certs;
-  ASSERT_TRUE(certs.ok());
-  SluicedProcess sluiced({"--grpc-tls-cert", certs.Cert("server"), "--grpc-tls-key",
-                          certs.Key("server"), "--grpc-tls-client-ca", certs.Cert("ca")});
+// Envoy's calls to `sluiced` over mutual TLS with `certs`: served with the client's
+// certificate, refused without.
+void ExpectMutualTls(SluicedProcess& sluiced, const testing::TestCertificates& certs) {
   const int port = sluiced.AwaitGrpcPort();
   ASSERT_NE(port, 0) << "sluiced did not report its gRPC port: " << sluiced.Log();
   EXPECT_THAT(sluiced.Log(), ::testing::HasSubstr("over TLS, client certificates required"));
@@ -332,6 +339,29 @@ TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
   rls::RateLimitResponse::Code code{};
   EXPECT_EQ(AskOnce(*stub, "192.0.2.45", code).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(sluiced.Stop(), 0);
+}
+
+// --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca: Envoy's calls over mutual TLS.
+TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
+  testing::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  SluicedProcess sluiced({"--grpc-tls-cert", certs.Cert("server"), "--grpc-tls-key",
+                          certs.Key("server"), "--grpc-tls-client-ca", certs.Cert("ca")});
+  ExpectMutualTls(sluiced, certs);
+}
+
+// The same from envoyproxy/ratelimit's variables, as their container spec sets them (the
+// memory store and the test's addresses given as flags, which win; their log level, warn by
+// default, raised so that the port can be read from the log).
+TEST(GrpcIntegrationTest, ServesOverMutualTlsFromTheirEnvironment) {
+  testing::TestCertificates certs;
+  ASSERT_TRUE(certs.ok());
+  SluicedProcess sluiced({"--store", "memory"},
+                         {"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certs.Cert("server"),
+                          "GRPC_SERVER_TLS_KEY=" + certs.Key("server"),
+                          "GRPC_CLIENT_TLS_CACERT=" + certs.Cert("ca"), "USE_STATSD=false",
+                          "LOG_LEVEL=info"});
+  ExpectMutualTls(sluiced, certs);
 }
 
 TEST(GrpcIntegrationTest, TlsFilesThatAreWrongExit2NamingTheFile) {
