@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 
@@ -19,7 +20,6 @@ using env::GoBool;
 using env::Integer;
 using env::JoinHostPort;
 using env::Kind;
-using env::Lower;
 using env::Malformed;
 using env::UrlEscape;
 
@@ -202,7 +202,7 @@ absl::StatusOr<EnvSettings> Reader::Read() {
 
 // Settings that would have sluiced serve something other than what they ask: refused.
 absl::Status Reader::Refusals() const {
-  if (const std::optional<std::string> type = Get("CONFIG_TYPE"); type && Lower(*type) != "file") {
+  if (const std::optional<std::string> type = Get("CONFIG_TYPE"); type && absl::AsciiStrToLower(*type) != "file") {
     return Malformed("CONFIG_TYPE", *type,
                      "sluiced loads its rules from files only (CONFIG_TYPE=FILE); rules from an "
                      "xDS server are not supported");
@@ -251,7 +251,7 @@ absl::Status Reader::LogLevel() {
   if (given_("--log-level") || (!value && !out_.theirs)) {
     return absl::OkStatus();
   }
-  const std::string level = Lower(value.value_or("warn"));
+  const std::string level = absl::AsciiStrToLower(value.value_or("warn"));
   static constexpr std::pair<std::string_view, std::string_view> kLevels[] = {
       {"trace", "trace"},  {"debug", "debug"}, {"info", "info"},   {"warn", "warn"},
       {"warning", "warn"}, {"error", "error"}, {"fatal", "error"}, {"panic", "error"}};
@@ -321,15 +321,15 @@ absl::Status Reader::Store() {
     return absl::OkStatus();
   }
   if (const std::optional<std::string> backend = Get("BACKEND_TYPE")) {
-    if (Lower(*backend) == "memcache") {
+    if (absl::AsciiStrToLower(*backend) == "memcache") {
       return Malformed("BACKEND_TYPE", *backend,
                        "sluiced has no memcache store yet: use BACKEND_TYPE=redis");
     }
-    if (Lower(*backend) != "redis") {
+    if (absl::AsciiStrToLower(*backend) != "redis") {
       return Malformed("BACKEND_TYPE", *backend, "expected redis");
     }
   }
-  const std::string type = Lower(Get("REDIS_TYPE").value_or("single"));
+  const std::string type = absl::AsciiStrToLower(Get("REDIS_TYPE").value_or("single"));
   if (type == "sentinel") {
     return Malformed("REDIS_TYPE", *Get("REDIS_TYPE"),
                      "Redis Sentinel is not supported yet: it comes with the scale-out issue; "
@@ -338,7 +338,7 @@ absl::Status Reader::Store() {
   if (type != "single" && type != "cluster") {
     return Malformed("REDIS_TYPE", *Get("REDIS_TYPE"), "expected SINGLE or CLUSTER");
   }
-  const std::string socket = Lower(Get("REDIS_SOCKET_TYPE").value_or("unix"));
+  const std::string socket = absl::AsciiStrToLower(Get("REDIS_SOCKET_TYPE").value_or("unix"));
   if (socket != "unix" && socket != "tcp" && socket != "tcp4" && socket != "tcp6") {
     return Malformed("REDIS_SOCKET_TYPE", *Get("REDIS_SOCKET_TYPE"), "expected tcp or unix");
   }

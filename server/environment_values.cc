@@ -29,13 +29,6 @@ std::string JoinHostPort(std::string_view host, int port) {
                                                   : fmt::format("[{}]:{}", host, port);
 }
 
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 absl::Status Malformed(std::string_view variable, std::string_view value, std::string_view why) {
   return absl::InvalidArgumentError(fmt::format("{}={}: {}", variable, value, why));
 }

@@ -41,9 +41,6 @@ std::optional<int64_t> Integer(std::string_view text);
 // up (a timeout of some nanoseconds is not none); nullopt for anything else.
 std::optional<Micros> GoDuration(std::string_view text);
 
-// ASCII lower case (their enumerations are read case-insensitively).
-std::string Lower(std::string_view text);
-
 // "host:port", "[v6::host]:port": as --http, --grpc, --debug and --statsd read it.
 std::string JoinHostPort(std::string_view host, int port);
 
