@@ -108,10 +108,9 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
         static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
     // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one outside quota mode
     // over all others.
-    const bool decisive = result.over_limit && !result.quota_mode;
-    if (closest == nullptr || decisive ||
-        (!(closest->over_limit && !closest->quota_mode) &&
-         result.limit_remaining < closest->limit_remaining)) {
+    auto decisive = [](const DescriptorResult& r) { return r.over_limit && !r.quota_mode; };
+    if (closest == nullptr || decisive(result) ||
+        (!decisive(*closest) && result.limit_remaining < closest->limit_remaining)) {
       closest = &result;
     }
   }
