@@ -89,7 +89,8 @@ class Process:
             return f.read().decode(errors="replace")
 
     def wait_listening(self, port):
-        """Waits until /healthcheck on `port` answers (any status); False if sluiced exited."""
+        """Waits until /healthcheck on `port` answers (any status, so the debug listener's 404
+        will do); False if sluiced exited."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -166,7 +167,10 @@ class RatelimitEnvironmentTest(unittest.TestCase):
             self.processes.append(process)
             port = (int(args[args.index("--http") + 1].rsplit(":", 1)[1]) if "--http" in args
                     else int(variables["PORT"]))
-            if process.wait_listening(port):
+            # The debug listener starts last: once it answers, every listener does.
+            if process.wait_listening(port) and (
+                    "DEBUG_PORT" not in variables or
+                    process.wait_listening(int(variables["DEBUG_PORT"]))):
                 return process
             if "in use" not in process.output():
                 return None
