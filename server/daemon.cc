@@ -465,9 +465,16 @@ std::string Daemon::StoreMetrics() const {
         "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
         "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
         "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
-        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n",
+        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
+        "# HELP sluice_redis_split_requests_total Cluster: requests over several slots.\n"
+        "# TYPE sluice_redis_split_requests_total counter\nsluice_redis_split_requests_total {}\n"
+        "# HELP sluice_redis_give_backs_total Slots given back after a later slot denied.\n"
+        "# TYPE sluice_redis_give_backs_total counter\nsluice_redis_give_backs_total {}\n"
+        "# HELP sluice_redis_give_backs_failed_total Give-backs not reached: units left charged.\n"
+        "# TYPE sluice_redis_give_backs_failed_total counter\n"
+        "sluice_redis_give_backs_failed_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
-        stats.connections_ready);
+        stats.connections_ready, stats.split_requests, stats.give_backs, stats.give_backs_failed);
   }
   const MemoryStoreStats stats = memory_->Stats();
   return fmt::format(

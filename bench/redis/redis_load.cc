@@ -1,7 +1,9 @@
 // sluice_redis_load: decisions through RedisStore with a fixed number of calls in flight
 // (a closed loop: each answer starts the next call), for bench/redis/run.sh. One gcra limit,
 // high enough that every call is admitted, on keys drawn from `--keys`. Prints decisions per
-// second, script calls per second and latency percentiles.
+// second, script calls per second and latency percentiles. `--limits 2` puts two limits on
+// each request, on a key and on a second key of the same hash tag (one slot), or with
+// `--apart` of its own (two slots: on a cluster, decided slot by slot).
 
 #include <algorithm>
 #include <atomic>
@@ -26,11 +28,13 @@ struct Load {
   sluice::RedisStore* store;
   const sluice::Limit* limit;
   std::vector<std::string> keys;
+  std::vector<std::string> seconds;  // --limits 2: each key's partner.
   SteadyClock::time_point until;
 
   std::mutex mu;
   std::vector<double> latencies_us;  // Guarded by mu.
   std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> decided{0};
   std::atomic<int> running{0};
 };
 
@@ -39,7 +43,7 @@ struct Slot {
   Load* load;
   uint64_t seed;
   std::mt19937_64 rng{seed};
-  sluice::Decision each;
+  sluice::Decision each[2];
   SteadyClock::time_point started;
   std::vector<double> latencies_us;
 
@@ -53,15 +57,18 @@ struct Slot {
       load->running.fetch_sub(1);
       return;
     }
-    const std::string& key = load->keys[rng() % load->keys.size()];
-    const sluice::LimitedKey request{load->limit, key};
+    const size_t at = rng() % load->keys.size();
+    const size_t limits = load->seconds.empty() ? 1 : 2;
+    const sluice::LimitedKey requests[] = {{load->limit, load->keys[at]},
+                                           {load->limit, limits == 1 ? "" : load->seconds[at]}};
     started = SteadyClock::now();
     load->store->DecideAllAsync(
-        {&request, 1}, 1, sluice::Timestamp{}, {&each, 1},
+        {requests, limits}, 1, sluice::Timestamp{}, {each, limits},
         [this](absl::StatusOr<sluice::Decision> d) {
           if (!d.ok() || !d->allowed) {
             load->errors.fetch_add(1);
           }
+          load->decided.fetch_add(1, std::memory_order_relaxed);
           latencies_us.push_back(
               std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
           Next();
@@ -79,6 +86,8 @@ int main(int argc, char** argv) {
   int batch = 1;
   int inflight = 1;
   int keys = 100'000;
+  int limits = 1;
+  bool apart = false;
   double duration = 5;
   app.add_option("--url", url, "Redis URL");
   app.add_option("--connections", connections, "connections to Redis");
@@ -86,6 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "decisions per script call, at most");
   app.add_option("--inflight", inflight, "decisions in flight");
   app.add_option("--keys", keys, "distinct keys");
+  app.add_option("--limits", limits, "limits per request: 1, or 2 on two keys")
+      ->check(CLI::Range(1, 2));
+  app.add_flag("--apart", apart, "--limits 2: the two keys in different hash slots");
   app.add_option("--duration", duration, "seconds");
   CLI11_PARSE(app, argc, argv);
 
@@ -112,6 +124,10 @@ int main(int argc, char** argv) {
   load.limit = &limit;
   for (int i = 0; i < keys; ++i) {
     load.keys.push_back(fmt::format("k{}", i));
+    if (limits == 2) {
+      // "{k7}:ip" shares k7's hash tag (and slot); "ip7" has a slot of its own.
+      load.seconds.push_back(apart ? fmt::format("ip{}", i) : fmt::format("{{k{}}}:ip", i));
+    }
   }
   // Warm up: connect, load the script.
   for (int i = 0; i < 100; ++i) {
@@ -139,7 +155,7 @@ int main(int argc, char** argv) {
   auto percentile = [&](double p) {
     return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
   };
-  const double calls = static_cast<double>(after.calls - before.calls);
+  const double calls = static_cast<double>(load.decided.load());
   const double scripts = static_cast<double>(after.script_calls - before.script_calls);
   std::printf(
       "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "

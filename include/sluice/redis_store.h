@@ -21,14 +21,46 @@
 // Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
 // names the algorithm and its parameters (so a changed limit starts afresh, as in MemoryStore)
 // and <key> carries a Redis Cluster hash tag: the key's own {tag} if it has one, else the
-// whole key in braces. So every limit on one key lives in one slot; a request over several
-// keys (user and IP) must tag them alike to be decided all or nothing in a cluster, and is
-// refused with InvalidArgument there otherwise.
+// whole key in braces. So every limit on one key lives in one slot, decided all or nothing
+// in one script call; keys tagged alike ("{alice}:ip", "{alice}:user") share a slot too.
 //
 // Redis Cluster (redis+cluster://): the slot map comes from CLUSTER SLOTS, asked of any node;
 // each master has its own connections; a batch holds calls of one slot. MOVED updates the map
 // (and asks for a fresh one), ASK sends the batch once to the importing node after ASKING,
 // TRYAGAIN sends it again; a batch is given up after 5 redirections.
+//
+// A request over several slots (DecideAll on a user and an address, LeaseAll on two keys) is
+// split into one script call per slot, each atomic, and decided slot by slot in ascending slot
+// order: each slot is charged (or takes its leases) only once every slot before it has
+// allowed; when a slot denies, the slots before it are given back (sluice/give_back.h; a
+// take, by releasing its id there) and the slots after it are asked a dry run, before the
+// request is answered. A request that charges nothing (cost 0, a query, a release) asks every
+// slot at once. What a client can observe:
+//   - Never more admitted than a limit allows: a charge is made only where it is checked, and
+//     what a give-back returns was charged.
+//   - Sequentially (no other request in flight), the same answer, figure for figure, as one
+//     atomic call (MemoryStore's): a denied request leaves nothing charged; each limit
+//     reports as DecideAll says (the denying one its denial, the others as a cost-0 query).
+//   - Concurrently, a request in flight holds its charges on the earlier slots until its
+//     later slots answer (a round trip each), so another request may be denied by a charge
+//     that is then given back; never the reverse: no request is admitted because of one in
+//     flight. The figures of one answer come from different instants, one per slot.
+//   - A give-back that cannot reach its node (an error, the timeout) is not retried: its units
+//     stay charged until their window or bucket lets them go (fewer admitted, never more),
+//     counted by RedisStoreStats::give_backs_failed. A dry run that fails reports its limits as
+//     the `allow` policy does (allowed, every figure 0: nothing is known); the request stays
+//     denied.
+//   - The failure policy applies to each slot's charge as to any call: under kDeny the
+//     request fails with the error and the slots before it are given back; under kAllow the
+//     failed slot counts as allowed, so the request is admitted if the other slots allow it;
+//     under kLocal the failed slot is decided in the local store (and its charge there is not
+//     given back after a later denial).
+//   - Each call has its own timeout: a request over k slots answers within k + 2 timeouts (its
+//     charges one after another, then its give-backs and dry runs all at once, and for leases
+//     the query that follows a release).
+//   - Leases: a take given back is a release of its id on the earlier slots. An id that
+//     already held a lease there (a renewal) loses it: treat a renewal over several slots that
+//     is denied as the lease lost (sluiced takes a fresh id each time and never renews).
 //
 // Thread-safe.
 
@@ -132,6 +164,10 @@ struct RedisStoreStats {
   uint64_t reconnects = 0;    // Connections opened after the first.
   uint64_t redirects = 0;     // Cluster: script calls sent again after MOVED, ASK, TRYAGAIN.
   uint64_t asks = 0;          // Of those, after ASK (a slot migrating).
+  uint64_t split_requests = 0;     // Cluster: requests over several slots, decided slot by slot
+                                   // (each slot's call also counts in `calls`).
+  uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
+  uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
   int connections_ready = 0;  // Connections up now.
 };
 

@@ -14,6 +14,9 @@
 -- KEYS: the Redis keys of every limit of every request, in order.
 -- ARGV: margin_ms, request count, then per request:
 --   time ('' for Redis's TIME), cost, limit count, then per limit:
+--   (a negative cost -c is a dry run of cost c: each limit answers as if another limit of the
+--   request had denied it, and nothing is recorded; RedisStore asks it of the slots after
+--   the one that denied a request split across cluster slots)
 --   algorithm code (the order of sluice::Algorithm), N, P, B, K, N', P' (the rate in lowest
 --   terms, Limit::rate_units() and rate_period_us()).
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
@@ -414,7 +417,8 @@ end
 -- except that a release gives back the lease wherever it is held.
 local function decide_request(keys, limits, now, cost, out)
   local first = #out
-  local all_allowed = true
+  local all_allowed = cost >= 0
+  cost = math.abs(cost)
   local results = {}
   for i = 1, #limits do
     local r = { decide(keys[i], limits[i], now, cost, false) }
