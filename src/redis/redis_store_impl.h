@@ -59,6 +59,16 @@ class RedisStore::Impl {
   // different cluster slots.
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
               std::span<Decision> each, DecideDone done);
+  // Submit with a mode (Call::Mode): kCharge also writes each limit's charge to `receipts`
+  // (zeroed first; left so when the failure policy decides); kGiveBack gives back `charges`,
+  // one per request, and fails with its error, whatever the policy, when Redis cannot be asked.
+  struct LimitsCall {
+    internal::Call::Mode mode = internal::Call::Mode::kDecide;
+    std::span<Charge> receipts = {};
+    std::span<const Charge> charges = {};
+  };
+  void SubmitLimits(const LimitsCall& how, std::span<const LimitedKey> requests, int64_t cost,
+                    Timestamp now, std::span<Decision> each, DecideDone done);
   void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
                     Timestamp now, std::span<Decision> each, DecideDone done);
   RedisStoreStats Stats() const;
@@ -85,6 +95,8 @@ class RedisStore::Impl {
   // thread (from Submit), the rest on the I/O thread.
   CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
                   DecideDone done) const;
+  void FillCall(Call& call, int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                DecideDone done) const;
   bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
   void Enqueue(CallPtr call);
   void TakeIncoming();
