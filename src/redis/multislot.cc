@@ -141,7 +141,6 @@ void RedisStore::Impl::AskPart(SplitPtr split, size_t i, PartAsk ask) {
     requests.push_back({&s.limits[a], s.keys[a]});
   }
   LimitsCall how;
-  int64_t cost = s.cost;
   switch (ask) {
     case PartAsk::kCharge:
       how = {.mode = Call::Mode::kCharge, .receipts = part.receipts};
@@ -150,12 +149,12 @@ void RedisStore::Impl::AskPart(SplitPtr split, size_t i, PartAsk ask) {
       how = {.mode = Call::Mode::kGiveBack, .charges = part.receipts};
       break;
     case PartAsk::kDryRun:
-      cost = -cost;  // decide.lua: a dry run of the cost.
+      how = {.mode = Call::Mode::kDryRun};
       break;
     case PartAsk::kAsIs:
       break;
   }
-  SubmitLimits(how, requests, cost, s.now, part.each, std::move(done));
+  SubmitLimits(how, requests, s.cost, s.now, part.each, std::move(done));
 }
 
 // On the I/O thread: the charge of part `next` answered. Allowed: on to the next part, or

@@ -25,8 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#include "sluice/algorithms.h"
 #include "sluice/decision.h"
+#include "sluice/give_back.h"
 #include "sluice/limit.h"
 #include "sluice/store.h"
 #include "src/redis/call.h"

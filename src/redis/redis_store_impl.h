@@ -7,6 +7,7 @@
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies;
+//   multislot.cc    a request over several cluster slots, decided slot by slot;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
@@ -41,6 +42,9 @@
 #include "src/redis/call.h"
 
 namespace sluice {
+namespace internal {
+struct Split;  // multislot.h
+}  // namespace internal
 
 class RedisStore::Impl {
  public:
@@ -55,12 +59,28 @@ class RedisStore::Impl {
   std::string RedisKey(const Limit& limit, std::string_view key) const;
   std::string LeaseKey(std::string_view key) const;
   // Frame a request as one Call and queue it for the I/O thread, which completes it by
-  // `done`; or complete it at once on this thread (InvalidArgument) when its keys are in
-  // different cluster slots.
+  // `done`; or, when its keys are in different cluster slots, split it (SubmitSplit).
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
               std::span<Decision> each, DecideDone done);
+  // Submit with a mode (Call::Mode): kCharge also writes each limit's charge to `receipts`
+  // (zeroed first; left so when the failure policy decides); kGiveBack gives back `charges`,
+  // one per request, and fails with its error, whatever the policy, when Redis cannot be asked.
+  struct LimitsCall {
+    internal::Call::Mode mode = internal::Call::Mode::kDecide;
+    std::span<Charge> receipts = {};
+    std::span<const Charge> charges = {};
+  };
+  void SubmitLimits(const LimitsCall& how, std::span<const LimitedKey> requests, int64_t cost,
+                    Timestamp now, std::span<Decision> each, DecideDone done);
   void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
                     Timestamp now, std::span<Decision> each, DecideDone done);
+  // multislot.cc: a request (mode kDecide) or leases whose keys are in several cluster slots,
+  // decided slot by slot (multislot.h); from SubmitLimits and SubmitLeases. A charge or a
+  // give-back over several slots is refused (InvalidArgument), as ever.
+  void SubmitSplit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                   std::span<Decision> each, DecideDone done);
+  void SubmitSplitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
+                         Micros ttl, Timestamp now, std::span<Decision> each, DecideDone done);
   RedisStoreStats Stats() const;
 
  private:
@@ -85,6 +105,8 @@ class RedisStore::Impl {
   // thread (from Submit), the rest on the I/O thread.
   CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
                   DecideDone done) const;
+  void FillCall(Call& call, int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                DecideDone done) const;
   bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
   void Enqueue(CallPtr call);
   void TakeIncoming();
@@ -92,6 +114,17 @@ class RedisStore::Impl {
   void CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply);
   template <typename Calls>
   void FailAll(Calls& calls, const absl::Status& status);
+
+  // multislot.cc: a split request's steps, each from the completion of the call before it
+  // (StartSplit on the caller's thread, the rest on the I/O thread).
+  using SplitPtr = std::shared_ptr<internal::Split>;
+  enum class PartAsk : uint8_t { kCharge, kAsIs, kGiveBack, kDryRun };
+  void StartSplit(SplitPtr split);
+  void AskPart(SplitPtr split, size_t part, PartAsk ask);
+  void OnCharged(SplitPtr split, absl::StatusOr<Decision> result);
+  void Unwind(SplitPtr split);
+  void OnSettled(SplitPtr split, size_t part, PartAsk ask, absl::StatusOr<Decision> result);
+  void AnswerSplit(internal::Split& split);
 
   // redis_store.cc: nodes, routing and batching; I/O thread.
   Node& NodeAt(const RedisEndpoint& endpoint);
@@ -154,6 +187,9 @@ class RedisStore::Impl {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> asks_{0};
+  std::atomic<uint64_t> split_requests_{0};     // multislot.cc's, on any thread.
+  std::atomic<uint64_t> give_backs_{0};
+  std::atomic<uint64_t> give_backs_failed_{0};
   std::atomic<int> ready_{0};
 };
 
