@@ -270,20 +270,30 @@ TEST_F(RedisClusterTest, DecidesAsTheMemoryStoreWithKeysOnEveryNode) {
   EXPECT_EQ(redis->Stats().failures, 0u);
 }
 
-TEST_F(RedisClusterTest, OneRequestMustKeepToOneSlot) {
+// Keys of different tags are decided slot by slot (redis_store_multislot_test.cc has the
+// rest); keys tagged alike in one call. A charge that must be given back later (ChargeAll)
+// keeps to one slot.
+TEST_F(RedisClusterTest, KeysApartAreSplitByTagsAlikeAreNot) {
   std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
   const Limit limit = MustLimit({.limit = 5, .period = 1h});
   const Limit other = MustLimit({.limit = 9, .period = 1h});
   Decision each[2];
   const LimitedKey apart[] = {{&limit, "alice"}, {&other, "bob"}};
   absl::StatusOr<Decision> d = redis->DecideAll(apart, 1, At(kEpoch), each);
-  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
-  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("same {tag}"));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(each[0].remaining, 4);
+  EXPECT_EQ(each[1].remaining, 8);
+  EXPECT_EQ(redis->Stats().split_requests, 1u);
   const LimitedKey tagged[] = {{&limit, "{alice}:ip"}, {&other, "{alice}:user"}};
   d = redis->DecideAll(tagged, 1, At(kEpoch), each);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(each[0].remaining, 4);
   EXPECT_EQ(each[1].remaining, 8);
+  EXPECT_EQ(redis->Stats().split_requests, 1u);
+  Charge charges[2];
+  d = redis->ChargeAll(apart, 1, At(kEpoch), each, charges);
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  EXPECT_THAT(d.status().message(), ::testing::HasSubstr("same {tag}"));
 }
 
 // redis:// at a cluster node: keys on other nodes are refused with a hint, never followed.

@@ -117,8 +117,9 @@ TEST_F(MultiSlotTest, LeasesAcrossSlotsAsTheMemoryStore) {
   int refused = 0;
   for (int i = 0; i < 800; ++i) {
     t += rnd.Between(0, 300'000);
-    std::vector<LeasedKey> keys = {{"{job" + std::to_string(rnd.Between(0, 2)) + "}", 2},
-                                   {"{host" + std::to_string(rnd.Between(0, 2)) + "}", 3}};
+    const std::string job = "{job" + std::to_string(rnd.Between(0, 2)) + "}";
+    const std::string host = "{host" + std::to_string(rnd.Between(0, 2)) + "}";
+    std::vector<LeasedKey> keys = {{job, 2}, {host, 3}};
     if (rnd.OneIn(3)) {
       keys.push_back({"{tenant}", 4});
     }
@@ -136,7 +137,7 @@ TEST_F(MultiSlotTest, LeasesAcrossSlotsAsTheMemoryStore) {
     absl::StatusOr<Decision> want = memory.LeaseAll(op, keys, id, 1s, At(t), want_each);
     ASSERT_TRUE(got.ok() && want.ok()) << got.status() << want.status();
     ASSERT_EQ(*got, *want) << "step " << i << " op " << static_cast<int>(op);
-    ASSERT_EQ(got_each, want_each) << "step " << i;
+    ASSERT_EQ(got_each, want_each) << "step " << i << " op " << static_cast<int>(op);
     if (op == LeaseOp::kTake && got->allowed) {
       taken.push_back(id);
     }
