@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -60,7 +61,7 @@ struct Slot {
     const size_t at = rng() % load->keys.size();
     const size_t limits = load->seconds.empty() ? 1 : 2;
     const sluice::LimitedKey requests[] = {{load->limit, load->keys[at]},
-                                           {load->limit, limits == 1 ? "" : load->seconds[at]}};
+                                           {load->limit, limits == 1 ? std::string_view() : load->seconds[at]}};
     started = SteadyClock::now();
     load->store->DecideAllAsync(
         {requests, limits}, 1, sluice::Timestamp{}, {each, limits},
