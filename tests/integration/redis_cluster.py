@@ -9,10 +9,12 @@ only; commands go through redis-cli.
     cluster.keyslot(key)                 # CLUSTER KEYSLOT
     cluster.master_of(slot)              # the port of the master serving a slot
     cluster.failover(slot)               # CLUSTER FAILOVER on that master's replica
+    cluster.pause(port), resume(port)    # SIGSTOP, SIGCONT
     cluster.stop()
 """
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -126,28 +128,39 @@ class RedisCluster:
         return None
 
     def replica_of(self, master_port):
-        nodes = self.nodes(master_port)
+        """The port of a replica of the master at `master_port` (asking another node, so that
+        the master may be frozen)."""
+        nodes = self.nodes(next(p for p in self.ports if p != master_port))
         master_id = next(i for i, n in nodes.items() if n[0] == master_port)
         for node_port, flags, master, _ in nodes.values():
             if "slave" in flags and master == master_id:
                 return node_port
         return None
 
-    def failover(self, slot):
-        """CLUSTER FAILOVER on the replica of the master serving `slot`; waits until that
-        replica calls itself master. Returns (old master's port, new master's port)."""
-        old = self.master_of(slot)
+    def failover(self, slot, force=False, old=None):
+        """CLUSTER FAILOVER (FORCE: without the master's agreement, as when it is down) on the
+        replica of the master serving `slot` (or of `old`); waits until that replica calls
+        itself master. Returns (old master's port, new master's port)."""
+        old = old or self.master_of(slot)
         new = self.replica_of(old)
-        answer = cli(new, "CLUSTER", "FAILOVER")
+        answer = cli(new, "CLUSTER", "FAILOVER", *(["FORCE"] if force else []))
         if answer != "OK":
             raise AssertionError(f"CLUSTER FAILOVER on {new}: {answer}")
         self._await(lambda: "role:master" in cli(new, "INFO", "replication"),
                     f"replica {new} promoted")
         return old, new
 
+    def pause(self, port):
+        """Freezes the node at `port` (SIGSTOP): it answers nothing until resume()."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port):
+        self.procs[port].send_signal(signal.SIGCONT)
+
     def stop(self):
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.terminate()
         for proc in self.procs.values():
             try:

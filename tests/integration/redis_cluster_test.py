@@ -92,8 +92,8 @@ def start(domain, *flags, **limits):
     return server.start()
 
 
-def on_cluster(domain, *flags, **limits):
-    return start(domain, "--store", CLUSTER.url(), "--redis-timeout", "500ms", *flags, **limits)
+def on_cluster(domain, *flags, timeout="500ms", **limits):
+    return start(domain, "--store", CLUSTER.url(), "--redis-timeout", timeout, *flags, **limits)
 
 
 class ClusterTest(unittest.TestCase):
@@ -252,6 +252,59 @@ class ClusterTest(unittest.TestCase):
             # A denied request's give-back that failed leaves its units counted (positive);
             # a count lost in the failover would be negative.
             self.assertGreaterEqual(lost[user], 0, f"{user}: counts lost")
+
+    def test_4_master_frozen_then_forced_failover(self):
+        """The master of a user's slot freezes (SIGSTOP) under load, then its replica takes
+        over (CLUSTER FAILOVER FORCE): during the gap the slot's calls time out and `deny`
+        answers 503; then the new master serves; the old one, resumed, becomes a replica."""
+        limits = {"user": 100000, "ip": 100000, "pool": 10}
+        servers = [self.serve(on_cluster("ff", "--redis-on-failure", "deny", timeout="200ms",
+                                         **limits))
+                   for _ in range(2)]
+        users = [f"ff{i}" for i in range(6)]
+        ips = [f"10.4.0.{i}" for i in range(4)]
+        answers = []
+        stop = threading.Event()
+        threads = self.load(servers, "ff", users, ips, 60, answers, stop)
+        time.sleep(1.5)
+        keys = [k for k in CLUSTER.find_keys("*ff0*") if "lease" not in k]
+        self.assertTrue(keys, "no key of user ff0 in the cluster")
+        old = CLUSTER.master_of(CLUSTER.keyslot(keys[0]))
+        began = time.monotonic()
+        CLUSTER.pause(old)
+        try:
+            time.sleep(0.5)  # The gap: calls to `old` time out.
+            _, new = CLUSTER.failover(None, force=True, old=old)
+            promoted = time.monotonic() - began
+            served_after = None
+            while time.monotonic() < began + 20:
+                status, _ = post(servers[0], "/v1/check", body("ff", "ff0", ips[0], cost=0))
+                if status == 200:
+                    served_after = time.monotonic() - began
+                    break
+                time.sleep(0.05)
+            time.sleep(1)
+        finally:
+            stop.set()
+            CLUSTER.resume(old)
+        for t in threads:
+            t.join(timeout=30)
+            self.assertFalse(t.is_alive(), "a load thread hung")
+        self.assertIsNotNone(served_after, "the new master never answered within 20 s")
+        statuses = collections.Counter(a[0] for a in answers)
+        self.assertEqual(set(statuses) - {200, 503}, set(), statuses)
+        self.assertGreater(statuses[503], 0, "the gap went unseen")
+        self.assertLess(max(a[4] for a in answers), 5, "an answer took 5 s or more")
+        CLUSTER.await_healthy()
+        own = collections.Counter(a[1] for a in answers if a[0] == 200 and not a[3])
+        left = self.counts_left(servers[1], "ff", users, ips)
+        diff = {u: (limits["user"] - left[u]) - own[u] for u in users}
+        failed = sum(s.metric("sluice_redis_give_backs_failed_total") for s in servers)
+        # Not asserted: what the frozen master had not replicated is lost (negative), what a
+        # timed-out call or a failed give-back charged stays counted (positive).
+        print(f"\nforced failover: {old} frozen, {new} promoted after {promoted:.2f} s, slot "
+              f"served after {served_after:.2f} s; answers {dict(statuses)}; give-backs failed "
+              f"{failed:.0f}; counted minus admitted per user {diff}", file=sys.stderr)
 
 
 def main():
