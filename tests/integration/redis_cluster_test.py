@@ -204,6 +204,56 @@ class ClusterTest(unittest.TestCase):
         failed = sum(s.metric("sluice_redis_give_backs_failed_total") for s in servers)
         self.assertEqual(failed, 0)
 
+    def test_2b_leases_over_two_slots_never_above_a_capacity(self):
+        """Workers on 3 servers take a lease on a job (2 at once) and a host (3 at once),
+        each in a slot of its own, hold it a moment and release it: no more held at once than
+        a capacity, counted from the grants the workers saw."""
+        servers = [self.serve(on_cluster("lease")) for _ in range(3)]
+        lock = threading.Lock()
+        held = collections.Counter()
+        most = collections.Counter()
+        granted = collections.Counter()
+        errors = []
+
+        def work(n):
+            rnd = random.Random(100 + n)
+            until = time.monotonic() + 5
+            while time.monotonic() < until:
+                job, host = f"j{rnd.randrange(2)}", f"h{rnd.randrange(2)}"
+                server = servers[n % 3]
+                payload = body("lease", f"lu{n}", "10.5.0.1", job=job, host=host)
+                payload["descriptors"] = payload["descriptors"][2:]  # The leases alone.
+                status, answer = post(server, "/v1/check", payload)
+                if status != 200:
+                    if status != 429:
+                        errors.append((status, answer))
+                    continue
+                with lock:
+                    for key in (job, host):
+                        held[key] += 1
+                        most[key] = max(most[key], held[key])
+                        granted[key] += 1
+                time.sleep(rnd.uniform(0, 0.02))
+                with lock:  # Counted out before it goes back: never undercounted.
+                    held[job] -= 1
+                    held[host] -= 1
+                status, answer = post(servers[rnd.randrange(3)], "/v1/release",
+                                      {"lease": answer["lease"]})
+                if status != 200 or answer != {"released": True}:
+                    errors.append((status, answer))
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for key in ("j0", "j1"):
+            self.assertLessEqual(most[key], 2, key)
+        for key in ("h0", "h1"):
+            self.assertLessEqual(most[key], 3, key)
+        self.assertGreater(sum(granted.values()), 50, granted)
+
     def test_3_failover_during_load(self):
         limits = {"user": 100000, "ip": 100000, "pool": 10}
         servers = [self.serve(on_cluster("fo", "--redis-on-failure", "deny", **limits))
