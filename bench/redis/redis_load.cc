@@ -77,6 +77,17 @@ struct Slot {
   }
 };
 
+// `keys` keys, and with `limits` 2 a partner for each: "{k7}:ip" shares k7's hash tag (and
+// slot), "ip7" (`apart`) has a slot of its own.
+void AddKeys(Load& load, int keys, int limits, bool apart) {
+  for (int i = 0; i < keys; ++i) {
+    load.keys.push_back(fmt::format("k{}", i));
+    if (limits == 2) {
+      load.seconds.push_back(apart ? fmt::format("ip{}", i) : fmt::format("{{k{}}}:ip", i));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,13 +134,7 @@ int main(int argc, char** argv) {
   Load load;
   load.store = store->get();
   load.limit = &limit;
-  for (int i = 0; i < keys; ++i) {
-    load.keys.push_back(fmt::format("k{}", i));
-    if (limits == 2) {
-      // "{k7}:ip" shares k7's hash tag (and slot); "ip7" has a slot of its own.
-      load.seconds.push_back(apart ? fmt::format("ip{}", i) : fmt::format("{{k{}}}:ip", i));
-    }
-  }
+  AddKeys(load, keys, limits, apart);
   // Warm up: connect, load the script.
   for (int i = 0; i < 100; ++i) {
     (void)(*store)->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
