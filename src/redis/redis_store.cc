@@ -172,8 +172,9 @@ bool RedisStore::Impl::SameSlot(Call& call, const std::string& redis_key, std::s
       return false;
     }
     std::move(call.done)(absl::InvalidArgumentError(
-        fmt::format("keys '{}' and '{}' are in different Redis Cluster slots, and one request "
-                    "is decided in one slot: give them the same {{tag}}, as in '{{user}}:ip'",
+        fmt::format("keys '{}' and '{}' are in different Redis Cluster slots, and a charge to "
+                    "be given back is made in one slot: give them the same {{tag}}, as in "
+                    "'{{user}}:ip'",
                     call.keys.front(), key)));
     return false;
   }
