@@ -47,7 +47,8 @@
 //     flight. The figures of one answer come from different instants, one per slot.
 //   - A give-back that cannot reach its node (an error, the timeout) is not retried: its units
 //     stay charged until their window or bucket lets them go (fewer admitted, never more),
-//     counted by RedisStoreStats::give_backs_failed. A dry run that fails reports its limits as
+//     counted by RedisStoreStats::give_backs_failed. (One that timed out after it was sent may
+//     still be applied, late, by a node that wakes up.) A dry run that fails reports its limits as
 //     the `allow` policy does (allowed, every figure 0: nothing is known); the request stays
 //     denied.
 //   - The failure policy applies to each slot's charge as to any call: under kDeny the

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -49,6 +50,25 @@ class MultiSlotTest : public RedisClusterTest {
       }
     }
     return keys;
+  }
+
+  // Two keys whose slots are on different nodes, `low`'s slot before `high`'s.
+  struct TwoNodes {
+    std::string low, high;
+    int low_node = -1, high_node = -1;
+  };
+  static TwoNodes KeysOnTwoNodes(const RedisStore& redis, const Limit& limit) {
+    const std::vector<std::string> keys = KeysApart(redis, limit, "node", 40);
+    for (const std::string& a : keys) {
+      for (const std::string& b : keys) {
+        const int sa = internal::HashSlot(redis.RedisKey(limit, a));
+        const int sb = internal::HashSlot(redis.RedisKey(limit, b));
+        if (sa < sb && Owner(sa) != Owner(sb)) {
+          return {a, b, Owner(sa), Owner(sb)};
+        }
+      }
+    }
+    return {};
   }
 };
 
@@ -206,32 +226,22 @@ TEST_F(MultiSlotTest, RacingThreadsNeverAdmitMoreThanALimit) {
 }
 
 // A slot whose node is frozen: under `deny` the request fails with the timeout and what an
-// earlier slot charged is given back; under `allow` it is admitted.
+// earlier slot charged is given back; under `allow` and `local` it is admitted, the earlier
+// slot charged in Redis.
 TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
   const Limit limit = MustLimit({.limit = 10, .period = 1h});
   std::unique_ptr<RedisStore> probe = MustStore(ClusterOptions());
-  // Two keys on different nodes, the frozen one's slot after the other's.
-  std::vector<std::string> keys = KeysApart(*probe, limit, "frozen", 40);
-  std::string low, high;
-  int high_node = -1;
-  for (size_t i = 0; i < keys.size() && high_node < 0; ++i) {
-    for (size_t j = 0; j < keys.size() && high_node < 0; ++j) {
-      const int si = internal::HashSlot(probe->RedisKey(limit, keys[i]));
-      const int sj = internal::HashSlot(probe->RedisKey(limit, keys[j]));
-      if (si < sj && Owner(si) != Owner(sj)) {
-        low = keys[i];
-        high = keys[j];
-        high_node = Owner(sj);
-      }
-    }
-  }
+  const auto [low, high, low_node, high_node] = KeysOnTwoNodes(*probe, limit);
   ASSERT_GE(high_node, 0);
-  for (FailurePolicy policy : {FailurePolicy::kDeny, FailurePolicy::kAllow}) {
+  int64_t hour = 0;  // Each policy in a window of its own, later each time (time never runs
+                     // backwards on a key: an earlier time is taken as the last one seen).
+  for (FailurePolicy policy :
+       {FailurePolicy::kDeny, FailurePolicy::kAllow, FailurePolicy::kLocal}) {
     RedisStoreOptions options = ClusterOptions();
     options.timeout = 300ms;
     options.on_failure = policy;
     std::unique_ptr<RedisStore> redis = MustStore(options);
-    const Timestamp now = At(kEpoch + (policy == FailurePolicy::kDeny ? 1 : 2) * 3'600'000'000);
+    const Timestamp now = At(kEpoch + ++hour * 3'600'000'000);
     const LimitedKey requests[] = {{&limit, low}, {&limit, high}};
     Decision each[2];
     ASSERT_TRUE(redis->DecideAll(requests, 1, now, each).ok());  // Connected, slots known.
@@ -241,7 +251,7 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
     if (policy == FailurePolicy::kDeny) {
       EXPECT_TRUE(absl::IsDeadlineExceeded(d.status()) || absl::IsUnavailable(d.status()))
           << d.status();
-    } else {
+    } else {  // kAllow: the frozen slot counts as allowed; kLocal: decided in this process.
       ASSERT_TRUE(d.ok()) << d.status();
       EXPECT_TRUE(d->allowed);
     }
@@ -254,6 +264,55 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
     EXPECT_EQ(query->remaining, policy == FailurePolicy::kDeny ? 9 : 8)
         << FailurePolicyName(policy);
   }
+}
+
+// A give-back whose node does not answer in time: the request is still answered (denied) within
+// its timeouts, give_backs_failed counts it, and the earlier slot holds its units at most. Staged with frozen nodes:
+// the later slot's node is frozen while the earlier slot is charged, then the earlier slot's
+// node is frozen and the later one thawed, to deny.
+TEST_F(MultiSlotTest, AGiveBackThatTimesOutIsCountedAndNeverAdmitsMore) {
+  const Limit limit = MustLimit({.limit = 10, .period = 1h});
+  RedisStoreOptions options = ClusterOptions();
+  options.timeout = 1500ms;
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  const auto [low, high, low_node, high_node] = KeysOnTwoNodes(*redis, limit);
+  ASSERT_GE(high_node, 0);
+  const Timestamp now = At(kEpoch + 9 * 3'600'000'000);
+  ASSERT_TRUE(redis->Decide(limit, high, 10, now)->allowed);  // The later slot is full.
+  ASSERT_TRUE(redis->Decide(limit, low, 0, now).ok());       // Connected to both.
+  const LimitedKey requests[] = {{&limit, low}, {&limit, high}};
+  Decision each[2];
+  std::promise<absl::StatusOr<Decision>> answered;
+  nodes_[high_node]->Pause();
+  redis->DecideAllAsync(requests, 1, now, each, [&](absl::StatusOr<Decision> d) {
+    answered.set_value(std::move(d));
+  });
+  // Wait until the earlier slot's charge is in Redis (its count is 1).
+  testing::Client client(nodes_[low_node]->port());
+  const std::string low_key = redis->RedisKey(limit, low);
+  bool charged = false;
+  for (int tries = 0; tries < 500 && !charged; ++tries) {
+    testing::Reply value = client.Run({"GET", low_key});
+    charged = value && value->type == REDIS_REPLY_STRING &&
+              std::string(value->str).ends_with(" 1");
+    std::this_thread::sleep_for(2ms);
+  }
+  nodes_[low_node]->Pause();
+  nodes_[high_node]->Resume();
+  ASSERT_TRUE(charged) << "the earlier slot was never charged";
+  absl::StatusOr<Decision> d = answered.get_future().get();
+  nodes_[low_node]->Resume();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->allowed);
+  EXPECT_EQ(redis->Stats().give_backs_failed, 1u);
+  absl::StatusOr<Decision> query = redis->Decide(limit, low, 0, now);
+  for (int tries = 0; !query.ok() && tries < 20; ++tries) {
+    query = redis->Decide(limit, low, 0, now);  // Reconnecting after the freeze.
+  }
+  ASSERT_TRUE(query.ok()) << query.status();
+  // Still charged (fewer admitted, never more), or given back after all: the command had been
+  // sent, and the node ran it when it woke.
+  EXPECT_TRUE(query->remaining == 9 || query->remaining == 10) << query->remaining;
 }
 
 }  // namespace
