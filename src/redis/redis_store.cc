@@ -23,6 +23,7 @@
 #include "src/redis/connection.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
+#include "src/redis/sentinel.h"
 #include "src/redis/stream.h"
 
 namespace sluice {
@@ -67,6 +68,10 @@ RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::con
   }
   thread_ = std::thread([this] { io_.run(); });
   asio::post(io_, [this] {
+    if (!options_.sentinel.master_name.empty()) {  // The sentinels name the master (sentinel.h).
+      sentinel_ = std::make_unique<Sentinel>(*this);
+      sentinel_->Start();
+    }
     for (const RedisEndpoint& endpoint : options_.endpoints) {
       NodeAt(endpoint);
     }
@@ -172,6 +177,7 @@ RedisStoreStats RedisStore::Impl::Stats() const {
           .reconnects = reconnects_.load(std::memory_order_relaxed),
           .redirects = redirects_.load(std::memory_order_relaxed),
           .asks = asks_.load(std::memory_order_relaxed),
+          .master_switches = master_switches_.load(std::memory_order_relaxed),
           .connections_ready = ready_.load(std::memory_order_relaxed)};
 }
 
@@ -331,7 +337,9 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }
+  // (Before a sentinel has named the master, its node has no connection yet: calls wait.)
   if ((!node.queue.empty() || !node.asked.empty()) &&
+      (sentinel_ == nullptr || sentinel_->master_known()) &&
       std::none_of(node.connections.begin(), node.connections.end(),
                    [](const auto& c) { return c->opening() || c->ready(); })) {
     // Every connection to it is waiting out a backoff: fail now rather than at the deadline.
@@ -444,6 +452,9 @@ void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
   slots_timer_.cancel();
+  if (sentinel_ != nullptr) {
+    sentinel_->Stop();
+  }
   const absl::Status status = absl::CancelledError("the Redis store is shutting down");
   for (auto& node : nodes_) {
     for (auto& c : node->connections) {
@@ -462,7 +473,10 @@ void RedisStore::Impl::Shutdown() {
 // RedisStore
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
-  if (options.endpoints.empty()) {
+  if (absl::Status s = internal::CheckSentinelOptions(options); !s.ok()) {
+    return s;
+  }
+  if (options.endpoints.empty() && options.sentinel.master_name.empty()) {
     return absl::InvalidArgumentError("the Redis store needs a host");
   }
   if (options.cluster && options.database != 0) {
