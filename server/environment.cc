@@ -401,10 +401,10 @@ absl::StatusOr<std::string> Reader::SentinelUrl(const std::string& url, bool tls
   std::string query;
   if (const std::optional<std::string> auth = Get("REDIS_SENTINEL_AUTH")) {
     const size_t colon = auth->find(':');
-    query = colon == std::string::npos
-                ? fmt::format("?sentinel_password={}", UrlEscape(*auth))
-                : fmt::format("?sentinel_user={}&sentinel_password={}",
-                              UrlEscape(auth->substr(0, colon)), UrlEscape(auth->substr(colon + 1)));
+    query = colon == std::string::npos ? fmt::format("?sentinel_password={}", UrlEscape(*auth))
+                                       : fmt::format("?sentinel_user={}&sentinel_password={}",
+                                                     UrlEscape(auth->substr(0, colon)),
+                                                     UrlEscape(auth->substr(colon + 1)));
   }
   return fmt::format("{}://{}{}/{}{}", tls ? "rediss+sentinel" : "redis+sentinel",
                      UserInfo(Get("REDIS_AUTH")), list.substr(comma + 1),

@@ -318,8 +318,8 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
     // Sentinel: this master was demoted to a replica. Drop the connection, which asks the
     // sentinels again and reconnects.
     store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
-    Fail(absl::UnavailableError(fmt::format("Redis at {} is a replica now: {}",
-                                            RedisEndpointName(node_.endpoint), text)));
+    Fail(absl::UnavailableError(
+        fmt::format("Redis at {} is a replica now: {}", RedisEndpointName(node_.endpoint), text)));
   } else if (error) {
     // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
     // deciding.

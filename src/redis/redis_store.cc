@@ -68,10 +68,7 @@ RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::con
   }
   thread_ = std::thread([this] { io_.run(); });
   asio::post(io_, [this] {
-    if (!options_.sentinel.master_name.empty()) {  // The sentinels name the master (sentinel.h).
-      sentinel_ = std::make_unique<Sentinel>(*this);
-      sentinel_->Start();
-    }
+    sentinel_ = Sentinel::Start(*this);  // With redis+sentinel://, the master's node.
     for (const RedisEndpoint& endpoint : options_.endpoints) {
       NodeAt(endpoint);
     }
@@ -337,9 +334,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }
-  // (Before a sentinel has named the master, its node has no connection yet: calls wait.)
   if ((!node.queue.empty() || !node.asked.empty()) &&
-      (sentinel_ == nullptr || sentinel_->master_known()) &&
+      (sentinel_ == nullptr || sentinel_->master_known()) &&  // Else: wait for a master.
       std::none_of(node.connections.begin(), node.connections.end(),
                    [](const auto& c) { return c->opening() || c->ready(); })) {
     // Every connection to it is waiting out a backoff: fail now rather than at the deadline.
@@ -473,11 +469,8 @@ void RedisStore::Impl::Shutdown() {
 // RedisStore
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
-  if (absl::Status s = internal::CheckSentinelOptions(options); !s.ok()) {
+  if (absl::Status s = internal::CheckWhereRedisIs(options); !s.ok()) {
     return s;
-  }
-  if (options.endpoints.empty() && options.sentinel.master_name.empty()) {
-    return absl::InvalidArgumentError("the Redis store needs a host");
   }
   if (options.cluster && options.database != 0) {
     return absl::InvalidArgumentError("a Redis Cluster has only database 0");

@@ -62,12 +62,14 @@ std::optional<RedisEndpoint> ReadSwitchMaster(std::string_view payload,
   return Endpoint(fields[2], fields[3]);
 }
 
-absl::Status CheckSentinelOptions(const RedisStoreOptions& options) {
+absl::Status CheckWhereRedisIs(const RedisStoreOptions& options) {
   const RedisSentinelOptions& sentinel = options.sentinel;
   if (sentinel.master_name.empty()) {
-    return sentinel.endpoints.empty()
-               ? absl::OkStatus()
-               : absl::InvalidArgumentError("sentinels are given without a master name");
+    if (!sentinel.endpoints.empty()) {
+      return absl::InvalidArgumentError("sentinels are given without a master name");
+    }
+    return options.endpoints.empty() ? absl::InvalidArgumentError("the Redis store needs a host")
+                                     : absl::OkStatus();
   }
   if (sentinel.endpoints.empty()) {
     return absl::InvalidArgumentError(fmt::format(
@@ -115,14 +117,20 @@ RedisStore::Impl::Sentinel::~Sentinel() {
   }
 }
 
-void RedisStore::Impl::Sentinel::Start() {
-  auto node = std::make_unique<Node>();
-  for (int i = 0; i < store_.options_.connections; ++i) {
-    node->connections.push_back(std::make_unique<Connection>(store_, *node));
+std::unique_ptr<RedisStore::Impl::Sentinel> RedisStore::Impl::Sentinel::Start(Impl& store) {
+  if (store.options_.sentinel.master_name.empty()) {
+    return nullptr;
   }
-  store_.nodes_.push_back(std::move(node));
-  store_.last_error_ = fmt::format("no sentinel has named master '{}' yet", options_.master_name);
-  Open();
+  auto node = std::make_unique<Node>();
+  for (int i = 0; i < store.options_.connections; ++i) {
+    node->connections.push_back(std::make_unique<Connection>(store, *node));
+  }
+  store.nodes_.push_back(std::move(node));
+  store.last_error_ =
+      fmt::format("no sentinel has named master '{}' yet", store.options_.sentinel.master_name);
+  auto sentinel = std::make_unique<Sentinel>(store);
+  sentinel->Open();
+  return sentinel;
 }
 
 void RedisStore::Impl::Sentinel::AskAgain() {
@@ -152,9 +160,8 @@ void RedisStore::Impl::Sentinel::Open() {
   state_ = State::kAsking;
   asked_at_ = SteadyClock::now();
   const uint64_t generation = generation_;
-  stream_ = std::make_shared<internal::RedisStream>(store_.io_, options_.endpoints[at_],
-                                                    store_.tls_.get(),
-                                                    store_.options_.tls.verify_hostname);
+  stream_ = std::make_shared<internal::RedisStream>(
+      store_.io_, options_.endpoints[at_], store_.tls_.get(), store_.options_.tls.verify_hostname);
   stream_->Connect([this, generation](absl::Status status) {
     if (generation != generation_) {
       return;
@@ -255,7 +262,7 @@ void RedisStore::Impl::Sentinel::Read() {
     }
     if (ec) {
       Next(absl::UnavailableError(ec == asio::error::eof ? std::string("closed the connection")
-                                                          : ec.message()));
+                                                         : ec.message()));
       return;
     }
     if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
@@ -297,8 +304,8 @@ void RedisStore::Impl::Sentinel::OnReply(ReplyPtr reply) {
   const Expect expect = expected_.front();
   expected_.pop_front();
   if (error) {
-    Next(absl::UnavailableError(fmt::format("refused {}: {}",
-                                            expect == Expect::kAuth ? "AUTH" : "a question", text)));
+    Next(absl::UnavailableError(
+        fmt::format("refused {}: {}", expect == Expect::kAuth ? "AUTH" : "a question", text)));
     return;
   }
   switch (expect) {
@@ -310,8 +317,8 @@ void RedisStore::Impl::Sentinel::OnReply(ReplyPtr reply) {
         backoff_ = store_.options_.backoff_min;
         SwitchTo(*master);
       } else {
-        Next(absl::UnavailableError(
-            fmt::format("does not know master '{}'", options_.master_name)));
+        Next(
+            absl::UnavailableError(fmt::format("does not know master '{}'", options_.master_name)));
       }
       return;
     case Expect::kSubscribe:
@@ -327,9 +334,10 @@ void RedisStore::Impl::Sentinel::SwitchTo(const RedisEndpoint& master) {
     return;
   }
   const absl::Status moved = absl::UnavailableError(
-      master_known_ ? fmt::format("the Redis master moved from {} to {}",
-                                  RedisEndpointName(node.endpoint), RedisEndpointName(master))
-                    : fmt::format("connecting to the Redis master at {}", RedisEndpointName(master)));
+      master_known_
+          ? fmt::format("the Redis master moved from {} to {}", RedisEndpointName(node.endpoint),
+                        RedisEndpointName(master))
+          : fmt::format("connecting to the Redis master at {}", RedisEndpointName(master)));
   if (master_known_) {
     store_.master_switches_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -52,8 +52,9 @@ std::optional<RedisEndpoint> ReadMasterAddress(const redisReply& reply);
 std::optional<RedisEndpoint> ReadSwitchMaster(std::string_view payload,
                                               std::string_view master_name);
 
-// RedisStore::Create's checks of options.sentinel: InvalidArgument naming what is wrong.
-absl::Status CheckSentinelOptions(const RedisStoreOptions& options);
+// RedisStore::Create's checks of where Redis is: endpoints, or sentinels and a master's name.
+// InvalidArgument naming what is wrong.
+absl::Status CheckWhereRedisIs(const RedisStoreOptions& options);
 
 }  // namespace internal
 
@@ -65,8 +66,9 @@ class RedisStore::Impl::Sentinel {
   Sentinel(const Sentinel&) = delete;
   Sentinel& operator=(const Sentinel&) = delete;
 
-  // Adds the store's node, without an address yet, and asks the first sentinel.
-  void Start();
+  // With options.sentinel, a Sentinel that has added the store's node, without an address
+  // yet, and asks the first sentinel; null without.
+  static std::unique_ptr<Sentinel> Start(Impl& store);
   // The master may have moved: ask again (now, or when kAskInterval has passed since the last
   // question; nothing if a question is on its way).
   void AskAgain();

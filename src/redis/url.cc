@@ -215,8 +215,8 @@ absl::Status ReadSocket(std::string_view rest, std::string_view redacted,
 }
 
 // "host[:port][,host[:port]...]", added to `endpoints`.
-absl::Status ReadEndpoints(std::string_view hosts, std::string_view redacted,
-                           uint16_t default_port, std::vector<RedisEndpoint>& endpoints) {
+absl::Status ReadEndpoints(std::string_view hosts, std::string_view redacted, uint16_t default_port,
+                           std::vector<RedisEndpoint>& endpoints) {
   while (true) {
     const size_t comma = hosts.find(',');
     absl::StatusOr<RedisEndpoint> endpoint =
@@ -288,9 +288,10 @@ absl::Status ReadSentinelQuery(std::string_view query, std::string_view redacted
     } else if (name == "sentinel_password") {
       options.sentinel.password = PercentDecode(value, ok);
     } else if (!param.empty()) {
-      return bad(fmt::format("unknown query parameter '{}': expected db, sentinel_user or "
-                             "sentinel_password",
-                             name));
+      return bad(
+          fmt::format("unknown query parameter '{}': expected db, sentinel_user or "
+                      "sentinel_password",
+                      name));
     }
     if (!ok) {
       return bad(fmt::format("a '%' in {} must be followed by two hex digits", name));
@@ -328,8 +329,7 @@ absl::Status ReadSentinel(std::string_view rest, std::string_view redacted,
   if (!ok) {
     return bad("a '%' in the master name must be followed by two hex digits");
   }
-  if (absl::Status s = ReadEndpoints(hosts, redacted, 26379, options.sentinel.endpoints);
-      !s.ok()) {
+  if (absl::Status s = ReadEndpoints(hosts, redacted, 26379, options.sentinel.endpoints); !s.ok()) {
     return s;
   }
   return ReadSentinelQuery(query, redacted, options);

@@ -219,21 +219,19 @@ class RedisSentinelTest : public ::testing::Test {
     const auto start = SteadyClock::now();
     while (SteadyClock::now() < start + 30s) {
       const bool switched = store.Stats().master_switches > 0;  // Before the call: it is then
-      const int64_t before = stream.decided;                     // the new master's.
+      const int64_t before = stream.decided;                    // the new master's.
       DecideOnce(store, stream);
       if (switched && stream.decided > before) {
         break;
       }
     }
     decided_ += stream.decided;
-    return {stream, std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
-                                                                          start)};
+    return {stream,
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start)};
   }
 
   // Of the decisions made so far, how many the server that made the last one does not count.
-  int64_t Lost(const Stream& last) const {
-    return decided_ - (kLimit - last.last->remaining);
-  }
+  int64_t Lost(const Stream& last) const { return decided_ - (kLimit - last.last->remaining); }
 
   int64_t decided_ = 0;  // Decisions Redis made, on any master.
 };
@@ -255,9 +253,9 @@ TEST_F(RedisSentinelTest, FollowsAKilledMasterToItsReplica) {
   EXPECT_EQ(gap.fallback, 0);
   const int64_t lost = Lost(gap);
   EXPECT_GE(lost, 0);
-  std::cout << "[ measured ] kill to first decision of the new master: " << took.count()
-            << " ms; " << gap.failed << " calls failed meanwhile; " << lost << " of "
-            << decided_ - gap.decided << " decisions lost (not yet replicated)\n";
+  std::cout << "[ measured ] kill to first decision of the new master: " << took.count() << " ms; "
+            << gap.failed << " calls failed meanwhile; " << lost << " of " << decided_ - gap.decided
+            << " decisions lost (not yet replicated)\n";
 
   // The old master, back, is made a replica by the sentinels; the store stays on the new one.
   fleet.master().Start();
@@ -284,8 +282,8 @@ TEST_F(RedisSentinelTest, FollowsAFailoverOrderedOfASentinel) {
   const int64_t lost = Lost(gap);
   EXPECT_GE(lost, 0);
   std::cout << "[ measured ] SENTINEL FAILOVER to first decision of the new master: "
-            << took.count() << " ms; " << gap.fallback << " calls allowed by the policy; "
-            << lost << " decisions lost\n";
+            << took.count() << " ms; " << gap.fallback << " calls allowed by the policy; " << lost
+            << " decisions lost\n";
 
   // The old master is demoted; decisions stay on the new one.
   const Stream after = DecideFor(*store, 1000ms);
@@ -300,9 +298,9 @@ TEST_F(RedisSentinelTest, RefusesAServerThatIsNotAMaster) {
   RedisServer master;
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   SentinelProcess sentinel(replica.port(), 1, 60000);
-  std::unique_ptr<RedisStore> store = Store(
-      "redis+sentinel://127.0.0.1:" + std::to_string(sentinel.port()) + "/" + kMaster,
-      FailurePolicy::kDeny);
+  std::unique_ptr<RedisStore> store =
+      Store("redis+sentinel://127.0.0.1:" + std::to_string(sentinel.port()) + "/" + kMaster,
+            FailurePolicy::kDeny);
   bool refused = false;
   const auto until = SteadyClock::now() + 10s;
   while (!refused && SteadyClock::now() < until) {

@@ -49,30 +49,30 @@ TEST(ReadSwitchMasterTest, ReadsTheNewAddressOfItsMasterOnly) {
   EXPECT_EQ(ReadSwitchMaster("my master 10.0.0.1 1 10.0.0.2 2", "my master"),
             (RedisEndpoint{"10.0.0.2", 2}));
   EXPECT_EQ(ReadSwitchMaster("other 127.0.0.1 6379 127.0.0.1 6380", "mymaster"), std::nullopt);
-  EXPECT_EQ(ReadSwitchMaster("mymaster2 127.0.0.1 6379 127.0.0.1 6380", "mymaster"),
-            std::nullopt);
+  EXPECT_EQ(ReadSwitchMaster("mymaster2 127.0.0.1 6379 127.0.0.1 6380", "mymaster"), std::nullopt);
   EXPECT_EQ(ReadSwitchMaster("127.0.0.1 6379 127.0.0.1 6380", "mymaster"), std::nullopt);
   EXPECT_EQ(ReadSwitchMaster("mymaster 127.0.0.1 6379 127.0.0.1 x", "mymaster"), std::nullopt);
   EXPECT_EQ(ReadSwitchMaster("", "mymaster"), std::nullopt);
 }
 
-TEST(CheckSentinelOptionsTest, RefusesWhatCannotWork) {
+TEST(CheckWhereRedisIsTest, RefusesWhatCannotWork) {
   RedisStoreOptions options;
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("needs a host"));
   options.endpoints = {{"a", 1}};
-  EXPECT_TRUE(CheckSentinelOptions(options).ok());  // No sentinel: nothing to check.
+  EXPECT_TRUE(CheckWhereRedisIs(options).ok());
   options.sentinel.endpoints = {{"s", 26379}};
-  EXPECT_THAT(CheckSentinelOptions(options).message(), HasSubstr("without a master name"));
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("without a master name"));
   options.sentinel.master_name = "mymaster";
-  EXPECT_THAT(CheckSentinelOptions(options).message(), HasSubstr("give no Redis endpoints"));
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("give no Redis endpoints"));
   options.endpoints.clear();
-  EXPECT_TRUE(CheckSentinelOptions(options).ok());
+  EXPECT_TRUE(CheckWhereRedisIs(options).ok());
   options.cluster = true;
-  EXPECT_THAT(CheckSentinelOptions(options).message(), HasSubstr("no cluster"));
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("no cluster"));
   options.cluster = false;
   options.sentinel.endpoints = {{.host = "", .port = 0, .socket = "/s.sock"}};
-  EXPECT_THAT(CheckSentinelOptions(options).message(), HasSubstr("a host and a port"));
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("a host and a port"));
   options.sentinel.endpoints.clear();
-  EXPECT_THAT(CheckSentinelOptions(options).message(), HasSubstr("no sentinel"));
+  EXPECT_THAT(CheckWhereRedisIs(options).message(), HasSubstr("no sentinel"));
   // RedisStore::Create runs them.
   EXPECT_THAT(RedisStore::Create(options).status().message(), HasSubstr("no sentinel"));
 }

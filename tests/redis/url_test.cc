@@ -205,11 +205,13 @@ TEST(ParseRedisUrlTest, RefusesASentinelUrlNamingWhatIsWrong) {
   EXPECT_THAT(Error("redis+sentinel://a/m/2"), HasSubstr("holds a '/' (the database is ?db=N)"));
   EXPECT_THAT(Error("redis+sentinel://a/m%zz"), HasSubstr("master name"));
   EXPECT_THAT(Error("redis+sentinel://a/m?db=x"), HasSubstr("database 'x' is not a number"));
-  EXPECT_THAT(Error("redis+sentinel://a/m?master=n"), HasSubstr("unknown query parameter 'master'"));
+  EXPECT_THAT(Error("redis+sentinel://a/m?master=n"),
+              HasSubstr("unknown query parameter 'master'"));
   EXPECT_THAT(Error("redis+sentinel://a/m?sentinel_password=%4"),
               HasSubstr("'%' in sentinel_password"));
-  for (const char* url : {"redis+sentinel://u:hunter2@a:0/m", "redis+sentinel://a/m?db=x&"
-                                                              "sentinel_password=hunter2"}) {
+  for (const char* url : {"redis+sentinel://u:hunter2@a:0/m",
+                          "redis+sentinel://a/m?db=x&"
+                          "sentinel_password=hunter2"}) {
     const std::string error = Error(url);
     EXPECT_THAT(error, HasSubstr("***")) << url;
     EXPECT_THAT(error, ::testing::Not(HasSubstr("hunter2"))) << url;
@@ -217,8 +219,9 @@ TEST(ParseRedisUrlTest, RefusesASentinelUrlNamingWhatIsWrong) {
 }
 
 TEST(RedactRedisUrlTest, HidesBothPasswordsOfASentinelUrl) {
-  EXPECT_EQ(RedactRedisUrl("redis+sentinel://u:p@w@a,b/m?db=1&sentinel_password=x@y&sentinel_user=s"),
-            "redis+sentinel://u:***@a,b/m?db=1&sentinel_password=***&sentinel_user=s");
+  EXPECT_EQ(
+      RedactRedisUrl("redis+sentinel://u:p@w@a,b/m?db=1&sentinel_password=x@y&sentinel_user=s"),
+      "redis+sentinel://u:***@a,b/m?db=1&sentinel_password=***&sentinel_user=s");
   EXPECT_EQ(RedactRedisUrl("rediss+sentinel://a/m?sentinel_password=x"),
             "rediss+sentinel://a/m?sentinel_password=***");
   EXPECT_EQ(RedactRedisUrl("redis+sentinel://a/m"), "redis+sentinel://a/m");

@@ -112,8 +112,7 @@ TEST(EnvironmentTest, SentinelStore) {
   EXPECT_EQ(options->password, "p@ss");
   EXPECT_EQ(options->sentinel.user, "sen");
   EXPECT_EQ(options->sentinel.password, "t&nel");
-  EXPECT_EQ(options->sentinel.endpoints,
-            (std::vector<RedisEndpoint>{{"a", 26379}, {"b", 26380}}));
+  EXPECT_EQ(options->sentinel.endpoints, (std::vector<RedisEndpoint>{{"a", 26379}, {"b", 26380}}));
 }
 
 TEST(EnvironmentTest, TheStore) {

@@ -2,8 +2,9 @@
 
 // A real redis-server (Debian's), started by a test on a loopback port it picks and on a unix
 // socket in a directory of its own, with persistence off. Stop() ends it (SIGTERM), Kill()
-// crashes it (SIGKILL: no goodbye to its replicas), Pause()/Resume() freeze it (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on
-// the same port. And Client, a blocking hiredis connection for a test to look inside.
+// crashes it (SIGKILL: no goodbye to its replicas), Pause()/Resume() freeze it
+// (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on the same port. And
+// Client, a blocking hiredis connection for a test to look inside.
 
 #include <netinet/in.h>
 #include <signal.h>
