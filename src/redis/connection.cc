@@ -208,24 +208,14 @@ void RedisStore::Impl::Connection::Read() {
               : fmt::format("reading from Redis at {}: {}{}", at, ec.message(), Hint())));
       return;
     }
-    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+    auto same = [this, generation] { return generation == generation_; };
+    if (!internal::ReadReplies(
+            *reader_, in_.data(), n, [this](ReplyPtr r) { OnReply(std::move(r)); }, same)) {
       Fail(absl::UnavailableError(
           fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
       return;
     }
-    while (generation == generation_) {
-      void* reply = nullptr;
-      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-        Fail(absl::UnavailableError(
-            fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
-        return;
-      }
-      if (reply == nullptr) {
-        break;
-      }
-      OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
-    }
-    if (generation == generation_) {
+    if (same()) {
       Read();
     }
   });

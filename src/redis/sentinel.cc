@@ -265,22 +265,13 @@ void RedisStore::Impl::Sentinel::Read() {
                                                          : ec.message()));
       return;
     }
-    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+    auto same = [this, generation] { return generation == generation_; };
+    if (!internal::ReadReplies(
+            *reader_, in_.data(), n, [this](ReplyPtr r) { OnReply(std::move(r)); }, same)) {
       Next(absl::UnavailableError("sent what is not RESP"));
       return;
     }
-    while (generation == generation_) {
-      void* reply = nullptr;
-      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-        Next(absl::UnavailableError("sent what is not RESP"));
-        return;
-      }
-      if (reply == nullptr) {
-        break;
-      }
-      OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
-    }
-    if (generation == generation_) {
+    if (same()) {
       Read();
     }
   });
