@@ -8,6 +8,7 @@
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies;
 //   multislot.cc    a request over several cluster slots, decided slot by slot;
+//   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
@@ -85,6 +86,7 @@ class RedisStore::Impl {
 
  private:
   class Connection;  // connection.h
+  class Sentinel;    // sentinel.h
 
   using Call = internal::Call;
   using CallPtr = internal::CallPtr;
@@ -178,6 +180,9 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
+  // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
+  // otherwise.
+  std::unique_ptr<Sentinel> sentinel_;
 
   // Counters for Stats(): written on the I/O thread (calls_ on the callers'), read on any.
   std::atomic<uint64_t> calls_{0};
@@ -190,6 +195,7 @@ class RedisStore::Impl {
   std::atomic<uint64_t> split_requests_{0};     // multislot.cc's, on any thread.
   std::atomic<uint64_t> give_backs_{0};
   std::atomic<uint64_t> give_backs_failed_{0};
+  std::atomic<uint64_t> master_switches_{0};  // Sentinel: written by sentinel.cc.
   std::atomic<int> ready_{0};
 };
 
