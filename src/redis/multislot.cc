@@ -1,10 +1,12 @@
 // RedisStore::Impl's requests over several cluster slots (multislot.h): split, charged part
 // by part, unwound after a denial, answered once.
 //
-// The charging goes in one fixed order (ascending slot), and each part waits for the one
-// before it, so a request holds a charge on at most the parts before the one it is asking:
-// two requests over the same slots meet first on the lowest they share, where the later of
-// them is decided against the earlier's charge, never against a charge it cannot see coming.
+// The charging goes in one order for every request (ascending slot), each part after the one
+// before it has allowed. A request holds charges only on slots below the one it is asking, so
+// two requests cannot each hold what the other needs: with room for one of them on slots A < B,
+// one that holds A while asking B can only meet, at B, a request that has passed A, which it
+// then lets through. (In any order, each could hold one slot, be denied at the other by the
+// other's charge, and both be denied.)
 
 #include "src/redis/multislot.h"
 
@@ -41,6 +43,11 @@ std::vector<SplitPart> PartsBySlot(std::span<const int> slots) {
 absl::StatusOr<Decision> Merge(Split& split) {
   if (split.error) {
     return *split.error;
+  }
+  for (const SplitPart& part : split.parts) {
+    if (part.error) {
+      return *part.error;
+    }
   }
   for (const SplitPart& part : split.parts) {
     for (size_t j = 0; j < part.at.size(); ++j) {
@@ -105,7 +112,7 @@ void RedisStore::Impl::StartSplit(SplitPtr split) {
   // `open` is set before the first call is handed over: from then on, the I/O thread may
   // complete calls while this thread hands over the rest.
   const size_t parts = split->parts.size();
-  split->open = parts;
+  split->open.store(parts, std::memory_order_relaxed);
   for (size_t i = 0; i < parts; ++i) {
     AskPart(split, i, PartAsk::kAsIs);
   }
@@ -197,7 +204,7 @@ void RedisStore::Impl::Unwind(SplitPtr split) {
     AnswerSplit(s);
     return;
   }
-  s.open = asks.size();
+  s.open.store(asks.size(), std::memory_order_relaxed);
   give_backs_.fetch_add(
       std::count_if(asks.begin(), asks.end(),
                     [](const auto& a) { return a.second == PartAsk::kGiveBack; }),
@@ -231,13 +238,11 @@ void RedisStore::Impl::OnSettled(SplitPtr split, size_t i, PartAsk ask,
         break;
       case PartAsk::kAsIs:
       case PartAsk::kCharge:
-        if (!s.error) {
-          s.error = absl::Status(result.status().code(), result.status().message());
-        }
+        part.error = absl::Status(result.status().code(), result.status().message());
         break;
     }
   }
-  if (--s.open == 0) {
+  if (s.open.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     AnswerSplit(s);
   }
 }

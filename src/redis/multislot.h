@@ -15,6 +15,7 @@
 // Thread-compatible: a Split is built on its caller's thread and then touched only from the
 // completions of its calls, on the store's I/O thread, one at a time.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -40,9 +41,13 @@ struct SplitPart {
   std::vector<Decision> each;  // Its figures, as the last call on it answered them.
   bool charged = false;        // Its charge was allowed (by Redis or by the failure policy).
   std::vector<Charge> receipts;  // What Redis charged it, to give back after a later denial.
+  std::optional<absl::Status> error;  // A request asked of every part at once: its failure.
 };
 
-// A request of limits (DecideAll) or of leases (LeaseAll), split by slot.
+// A request of limits (DecideAll) or of leases (LeaseAll), split by slot. The parts' calls
+// complete one at a time while charging; once several are in flight, each writes its own part
+// only, and `open` counts them down (atomic, so that whichever thread completes the last one,
+// should a call ever complete on its caller's thread, sees every part written).
 struct Split {
   // The request, copied: the parts' calls are made after the caller has returned.
   std::vector<Limit> limits;  // Empty for leases.
@@ -59,8 +64,8 @@ struct Split {
 
   std::vector<SplitPart> parts;   // In ascending slot order.
   size_t next = 0;                // The part being charged.
-  size_t open = 0;                // Calls in flight once the charging has stopped.
-  std::optional<absl::Status> error;  // The failure the request answers with, if any.
+  std::atomic<size_t> open{0};    // Calls in flight once the charging has stopped.
+  std::optional<absl::Status> error;  // The failure of a charge, which the request answers.
 
   bool leases() const { return lease_op.has_value(); }
   // Whether the request records anything when allowed, and so is charged part by part.
@@ -70,8 +75,8 @@ struct Split {
 // Groups the entries of a request by slot (`slots[i]`, entry i's), in ascending slot order.
 std::vector<SplitPart> PartsBySlot(std::span<const int> slots);
 
-// The answer: `split.error` if set; else every part's figures, written to `split.each` where
-// they stand in the request, and their Combine.
+// The answer: `split.error` if set, else the first part's error if any; else every part's
+// figures, written to `split.each` where they stand in the request, and their Combine.
 absl::StatusOr<Decision> Merge(Split& split);
 
 }  // namespace sluice::internal
