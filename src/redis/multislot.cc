@@ -1,12 +1,10 @@
 // RedisStore::Impl's requests over several cluster slots (multislot.h): split, charged part
 // by part, unwound after a denial, answered once.
 //
-// The charging goes in one order for every request (ascending slot), each part after the one
-// before it has allowed. A request holds charges only on slots below the one it is asking, so
-// two requests cannot each hold what the other needs: with room for one of them on slots A < B,
-// one that holds A while asking B can only meet, at B, a request that has passed A, which it
-// then lets through. (In any order, each could hold one slot, be denied at the other by the
-// other's charge, and both be denied.)
+// The charging goes in one order for every request (ascending slot), each part only after the
+// one before it has allowed. A request thus holds charges only on slots below the one it is
+// asking, so two requests can never each hold a slot the other is asking for (in any order
+// they could, and then be denied both, each by the other's charge, which is then given back).
 
 #include "src/redis/multislot.h"
 
