@@ -60,8 +60,9 @@ struct Slot {
     }
     const size_t at = rng() % load->keys.size();
     const size_t limits = load->seconds.empty() ? 1 : 2;
-    const sluice::LimitedKey requests[] = {{load->limit, load->keys[at]},
-                                           {load->limit, limits == 1 ? std::string_view() : load->seconds[at]}};
+    const sluice::LimitedKey requests[] = {
+        {load->limit, load->keys[at]},
+        {load->limit, limits == 1 ? std::string_view() : load->seconds[at]}};
     started = SteadyClock::now();
     load->store->DecideAllAsync(
         {requests, limits}, 1, sluice::Timestamp{}, {each, limits},

@@ -194,7 +194,7 @@ struct RedisStoreStats {
                                    // (each slot's call also counts in `calls`).
   uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
-  int connections_ready = 0;  // Connections up now.
+  int connections_ready = 0;       // Connections up now.
 };
 
 class RedisStore final : public Store {

@@ -188,9 +188,8 @@ void RedisStore::Impl::Unwind(SplitPtr split) {
   std::vector<std::pair<size_t, PartAsk>> asks;
   for (size_t i = 0; i < s.next; ++i) {
     const SplitPart& part = s.parts[i];
-    const bool in_redis =
-        s.leases() || std::any_of(part.receipts.begin(), part.receipts.end(),
-                                  [](const Charge& c) { return c.units > 0; });
+    const bool in_redis = s.leases() || std::any_of(part.receipts.begin(), part.receipts.end(),
+                                                    [](const Charge& c) { return c.units > 0; });
     if (part.charged && in_redis) {
       asks.emplace_back(i, PartAsk::kGiveBack);
     }
@@ -203,10 +202,9 @@ void RedisStore::Impl::Unwind(SplitPtr split) {
     return;
   }
   s.open.store(asks.size(), std::memory_order_relaxed);
-  give_backs_.fetch_add(
-      std::count_if(asks.begin(), asks.end(),
-                    [](const auto& a) { return a.second == PartAsk::kGiveBack; }),
-      std::memory_order_relaxed);
+  give_backs_.fetch_add(std::count_if(asks.begin(), asks.end(),
+                                      [](const auto& a) { return a.second == PartAsk::kGiveBack; }),
+                        std::memory_order_relaxed);
   for (auto [i, ask] : asks) {
     AskPart(split, i, ask);
   }
@@ -245,8 +243,6 @@ void RedisStore::Impl::OnSettled(SplitPtr split, size_t i, PartAsk ask,
   }
 }
 
-void RedisStore::Impl::AnswerSplit(Split& split) {
-  std::move(split.done)(internal::Merge(split));
-}
+void RedisStore::Impl::AnswerSplit(Split& split) { std::move(split.done)(internal::Merge(split)); }
 
 }  // namespace sluice

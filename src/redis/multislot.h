@@ -37,10 +37,10 @@ namespace sluice::internal {
 // One slot's share of a split request.
 struct SplitPart {
   int slot = 0;
-  std::vector<size_t> at;      // Where its limits (or keys) stand in the caller's request.
-  std::vector<Decision> each;  // Its figures, as the last call on it answered them.
-  bool charged = false;        // Its charge was allowed (by Redis or by the failure policy).
-  std::vector<Charge> receipts;  // What Redis charged it, to give back after a later denial.
+  std::vector<size_t> at;             // Where its limits (or keys) stand in the caller's request.
+  std::vector<Decision> each;         // Its figures, as the last call on it answered them.
+  bool charged = false;               // Its charge was allowed (by Redis or by the failure policy).
+  std::vector<Charge> receipts;       // What Redis charged it, to give back after a later denial.
   std::optional<absl::Status> error;  // A request asked of every part at once: its failure.
 };
 
@@ -62,9 +62,9 @@ struct Split {
   DecideDone done;
   SteadyTime deadline;  // The charges share the request's deadline.
 
-  std::vector<SplitPart> parts;   // In ascending slot order.
-  size_t next = 0;                // The part being charged.
-  std::atomic<size_t> open{0};    // Calls in flight once the charging has stopped.
+  std::vector<SplitPart> parts;       // In ascending slot order.
+  size_t next = 0;                    // The part being charged.
+  std::atomic<size_t> open{0};        // Calls in flight once the charging has stopped.
   std::optional<absl::Status> error;  // The failure of a charge, which the request answers.
 
   bool leases() const { return lease_op.has_value(); }

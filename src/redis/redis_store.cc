@@ -225,8 +225,8 @@ RedisStore::Impl::Node& RedisStore::Impl::NodeAt(const RedisEndpoint& endpoint) 
 void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   // A give-back that fails leaves its units charged: no policy can make Redis take them back.
   // A dry run that fails is its caller's to report (multislot.cc): it must charge nothing.
-  if (!result.ok() && IsTransportFailure(result.status()) &&
-      call.mode != Call::Mode::kGiveBack && call.mode != Call::Mode::kDryRun) {
+  if (!result.ok() && IsTransportFailure(result.status()) && call.mode != Call::Mode::kGiveBack &&
+      call.mode != Call::Mode::kDryRun) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     switch (options_.on_failure) {
       case FailurePolicy::kDeny:

@@ -192,7 +192,7 @@ class RedisStore::Impl {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> asks_{0};
-  std::atomic<uint64_t> split_requests_{0};     // multislot.cc's, on any thread.
+  std::atomic<uint64_t> split_requests_{0};  // multislot.cc's, on any thread.
   std::atomic<uint64_t> give_backs_{0};
   std::atomic<uint64_t> give_backs_failed_{0};
   std::atomic<uint64_t> master_switches_{0};  // Sentinel: written by sentinel.cc.

@@ -267,9 +267,9 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
 }
 
 // A give-back whose node does not answer in time: the request is still answered (denied) within
-// its timeouts, give_backs_failed counts it, and the earlier slot holds its units at most. Staged with frozen nodes:
-// the later slot's node is frozen while the earlier slot is charged, then the earlier slot's
-// node is frozen and the later one thawed, to deny.
+// its timeouts, give_backs_failed counts it, and the earlier slot holds its units at most. Staged
+// with frozen nodes: the later slot's node is frozen while the earlier slot is charged, then the
+// earlier slot's node is frozen and the later one thawed, to deny.
 TEST_F(MultiSlotTest, AGiveBackThatTimesOutIsCountedAndNeverAdmitsMore) {
   const Limit limit = MustLimit({.limit = 10, .period = 1h});
   RedisStoreOptions options = ClusterOptions();
@@ -279,22 +279,20 @@ TEST_F(MultiSlotTest, AGiveBackThatTimesOutIsCountedAndNeverAdmitsMore) {
   ASSERT_GE(high_node, 0);
   const Timestamp now = At(kEpoch + 9 * 3'600'000'000);
   ASSERT_TRUE(redis->Decide(limit, high, 10, now)->allowed);  // The later slot is full.
-  ASSERT_TRUE(redis->Decide(limit, low, 0, now).ok());       // Connected to both.
+  ASSERT_TRUE(redis->Decide(limit, low, 0, now).ok());        // Connected to both.
   const LimitedKey requests[] = {{&limit, low}, {&limit, high}};
   Decision each[2];
   std::promise<absl::StatusOr<Decision>> answered;
   nodes_[high_node]->Pause();
-  redis->DecideAllAsync(requests, 1, now, each, [&](absl::StatusOr<Decision> d) {
-    answered.set_value(std::move(d));
-  });
+  redis->DecideAllAsync(requests, 1, now, each,
+                        [&](absl::StatusOr<Decision> d) { answered.set_value(std::move(d)); });
   // Wait until the earlier slot's charge is in Redis (its count is 1).
   testing::Client client(nodes_[low_node]->port());
   const std::string low_key = redis->RedisKey(limit, low);
   bool charged = false;
   for (int tries = 0; tries < 500 && !charged; ++tries) {
     testing::Reply value = client.Run({"GET", low_key});
-    charged = value && value->type == REDIS_REPLY_STRING &&
-              std::string(value->str).ends_with(" 1");
+    charged = value && value->type == REDIS_REPLY_STRING && std::string(value->str).ends_with(" 1");
     std::this_thread::sleep_for(2ms);
   }
   nodes_[low_node]->Pause();
