@@ -12,7 +12,8 @@
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
 // Threads: callers reach the engine from any thread through Submit and SubmitLeases, which
-// hand their call over under incoming_mu_, and through Stats, which reads atomics (RedisKey,
+// hand their call over under incoming_mu_ (Submit may first answer it from deny_cache_, which
+// locks its own shards), and through Stats, which reads atomics (RedisKey,
 // LeaseKey and local() read only what is constant or thread-safe). Everything else, the
 // connections included, runs on the I/O thread alone and takes no lock.
 
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +41,7 @@
 #include "sluice/redis_store.h"
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
+#include "src/redis/deny_cache.h"
 
 namespace sluice {
 
@@ -112,8 +115,15 @@ class RedisStore::Impl {
   void OnSlotsRefused(std::string_view error);
   void Redirect(Pending batch, std::string_view error);
 
+  // The denial cache (deny_cache.h): answers on the callers' threads, learns on the I/O
+  // thread. Null when options_.deny_cache_entries is 0.
+  std::optional<Decision> AnswerDenied(std::span<const LimitedKey> requests, int64_t cost,
+                                       Timestamp now, std::span<Decision> each);
+  Timestamp DenyCacheNow(Timestamp now) const;
+
   // Constant after construction; read on any thread.
   const RedisStoreOptions options_;
+  const std::unique_ptr<internal::DenyCache> deny_cache_;  // Thread-safe itself.
   const std::string margin_ms_;  // options_.expiry_margin, as ARGV carries it.
   // rediss://: what every connection's TLS shares (CAs, the client's certificate); null
   // otherwise. Used on the I/O thread only once built.
