@@ -53,19 +53,20 @@ std::optional<Decision> DenyCache::Answer(std::span<const LimitedKey> requests, 
     if (!entry.figures.allowed && cost < entry.cost) {
       return std::nullopt;  // Denied for more than this request asks: unknown for this cost.
     }
-    denied = denied || !entry.figures.allowed;
     // A time before the call was made counts as none elapsed (Redis's figures, then, are
     // larger still: the bounds hold).
     const Micros elapsed = std::max(Micros{0}, now - entry.at);
     Decision& d = each[i];
     d = entry.figures;
     d.reset_after = std::max(Micros{0}, d.reset_after - elapsed);
-    if (!d.allowed) {
-      // A cost past the limit's capacity is never allowed, whatever the state: Redis says so.
-      d.retry_after = cost > requests[i].limit->burst()
-                          ? kNeverAllowed
-                          : std::max(Micros{1}, d.retry_after - elapsed);
+    if (cost > requests[i].limit->burst()) {
+      // Past the limit's capacity: never allowed, whatever the state, as Redis would say.
+      d.allowed = false;
+      d.retry_after = kNeverAllowed;
+    } else if (!d.allowed) {
+      d.retry_after = std::max(Micros{1}, d.retry_after - elapsed);
     }
+    denied = denied || !d.allowed;
   }
   if (!denied) {
     return std::nullopt;  // Nothing here denies: only Redis can say whether it is allowed.

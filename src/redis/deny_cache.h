@@ -47,6 +47,8 @@
 //   reset_after   likewise counted down, >= 0: a lower bound, exact in the same case.
 //   remaining     as Redis gave it (last known; for a denied limit, like Redis's own, < cost).
 //   delay         0, as every denial.
+//   never allowed a cost past a limit's capacity (burst, or N) gets retry_after -1 there, as
+//                 from Redis: exact, whatever the state.
 //   other limits  of a multi-limit request (those Redis did not deny): their figures as Redis
 //                 last gave them (allowed true, reset_after counted down): last known, not
 //                 exact; Combine of all of them as the result, so the request's retry_after
