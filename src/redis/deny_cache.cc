@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "absl/hash/hash.h"
+#include "fmt/format.h"
 
 namespace sluice::internal {
 namespace {
@@ -14,6 +15,22 @@ constexpr int64_t kMaxShards = 16;
 size_t ShardIndex(size_t hash, size_t shards) { return (hash >> 32) % shards; }
 
 }  // namespace
+
+absl::Status DenyCache::CheckOptions(int64_t entries, std::chrono::milliseconds max_ttl) {
+  if (entries < 0 || entries > kMaxEntries) {
+    return absl::InvalidArgumentError(fmt::format(
+        "deny_cache_entries must be between 0 (off) and {}, not {}", kMaxEntries, entries));
+  }
+  if (max_ttl <= std::chrono::milliseconds(0)) {
+    return absl::InvalidArgumentError(
+        fmt::format("deny_cache_max_ttl must be positive, not {} ms", max_ttl.count()));
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<DenyCache> DenyCache::Create(int64_t entries, std::chrono::milliseconds max_ttl) {
+  return entries > 0 ? std::make_unique<DenyCache>(entries, max_ttl) : nullptr;
+}
 
 DenyCache::DenyCache(int64_t entries, Micros max_ttl)
     : per_shard_(static_cast<size_t>(entries / std::min(entries, kMaxShards))),

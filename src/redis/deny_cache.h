@@ -58,11 +58,13 @@
 // 200 bytes plus the key in a hash map), in 16 shards; a full shard drops what has expired,
 // else the entry that would expire first.
 //
-// Thread-safe: Answer and Stamp from any caller thread, Record and Forget from the store's I/O
+// Thread-safe: Answer, Stamp and Forget from any thread, Record from the store's I/O
 // thread; each shard has its own mutex, the counters are atomics.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,6 +73,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
@@ -88,6 +91,14 @@ struct DenyStamp {
 
 class DenyCache {
  public:
+  // The most entries a cache may hold: at about 200 bytes each, 10^8 is 20 GB, surely a
+  // mistake.
+  static constexpr int64_t kMaxEntries = 100'000'000;
+  // OK, or InvalidArgument naming the option (RedisStoreOptions::deny_cache_entries, ...).
+  static absl::Status CheckOptions(int64_t entries, std::chrono::milliseconds max_ttl);
+  // A cache of `entries`, or null for 0 (off). REQUIRES: CheckOptions(entries, max_ttl).ok().
+  static std::unique_ptr<DenyCache> Create(int64_t entries, std::chrono::milliseconds max_ttl);
+
   // REQUIRES: entries >= 1, max_ttl >= 1 us.
   DenyCache(int64_t entries, Micros max_ttl);
   DenyCache(const DenyCache&) = delete;

@@ -43,8 +43,6 @@ using internal::ReadReply;
 
 // The largest B x P' the script keeps exact (its sums of two such values stay below 2^53).
 constexpr int64_t kMaxExactProduct = int64_t{1} << 52;
-// The denial cache holds about 200 bytes per entry: 10^8 of them is 20 GB, surely a mistake.
-constexpr int64_t kMaxDenyCacheEntries = 100'000'000;
 // One script call reads every bucket of a sliding_buckets key; keep that bounded.
 constexpr int64_t kMaxRedisBuckets = 10'000;
 
@@ -60,10 +58,8 @@ bool IsTransportFailure(const absl::Status& s) {
 
 RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::context> tls)
     : options_(std::move(options)),
-      deny_cache_(options_.deny_cache_entries > 0
-                      ? std::make_unique<internal::DenyCache>(options_.deny_cache_entries,
-                                                              options_.deny_cache_max_ttl)
-                      : nullptr),
+      deny_cache_(
+          internal::DenyCache::Create(options_.deny_cache_entries, options_.deny_cache_max_ttl)),
       margin_ms_(fmt::format_int(options_.expiry_margin.count()).str()),
       tls_(std::move(tls)),
       work_(asio::make_work_guard(io_)),
@@ -110,14 +106,11 @@ internal::CallPtr RedisStore::Impl::NewCall(int64_t cost, size_t keys, Timestamp
 
 void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                               std::span<Decision> each, DecideDone done) {
-  if (std::optional<Decision> denied = AnswerDenied(requests, cost, now, each)) {
-    std::move(done)(*denied);
-    return;
+  if (AnsweredDenied(requests, cost, now, each, done)) {
+    return;  // deny_calls.cc: denied from memory, as Redis would.
   }
   CallPtr call = NewCall(cost, requests.size(), now, each, std::move(done));
-  if (deny_cache_ != nullptr) {
-    call->deny_stamp = deny_cache_->Stamp(DenyCacheNow(now));
-  }
+  call->deny_stamp = DenyStamp(now);
   call->limits.reserve(requests.size());
   for (const LimitedKey& r : requests) {
     const std::string redis_key = RedisKey(*r.limit, r.key);
@@ -127,29 +120,6 @@ void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost
     AppendLimit(*call, redis_key, r);
   }
   Enqueue(std::move(call));
-}
-
-// The denial cache's time: the caller's under use_caller_time (Redis decides at it), else a
-// steady clock's, which no setting of the system time moves.
-Timestamp RedisStore::Impl::DenyCacheNow(Timestamp now) const {
-  if (options_.use_caller_time) {
-    return now;
-  }
-  return Timestamp(std::chrono::duration_cast<Micros>(SteadyClock::now().time_since_epoch()));
-}
-
-// A request that the denial cache answers, counted as a call (one that needs no script call).
-std::optional<Decision> RedisStore::Impl::AnswerDenied(std::span<const LimitedKey> requests,
-                                                       int64_t cost, Timestamp now,
-                                                       std::span<Decision> each) {
-  if (deny_cache_ == nullptr) {
-    return std::nullopt;
-  }
-  std::optional<Decision> denied = deny_cache_->Answer(requests, cost, DenyCacheNow(now), each);
-  if (denied) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return denied;
 }
 
 void RedisStore::Impl::SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys,
@@ -236,9 +206,7 @@ RedisStore::Impl::Node& RedisStore::Impl::NodeAt(const RedisEndpoint& endpoint) 
 
 // Completes a call: with Redis's answer, or with a failure the policy turns into one.
 void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
-  if (deny_cache_ != nullptr && result.ok() && !result->allowed && !call.lease_op) {
-    deny_cache_->Record(call.limits, call.keys, call.cost, call.deny_stamp, call.each);
-  }
+  RecordDenial(call, result);  // deny_calls.cc
   if (!result.ok() && IsTransportFailure(result.status())) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     switch (options_.on_failure) {
@@ -517,13 +485,10 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions
   if (options.expiry_margin < std::chrono::milliseconds(0)) {
     return absl::InvalidArgumentError("the expiry margin must not be negative");
   }
-  if (options.deny_cache_entries < 0 || options.deny_cache_entries > kMaxDenyCacheEntries) {
-    return absl::InvalidArgumentError(
-        fmt::format("deny_cache_entries must be between 0 (off) and {}, not {}",
-                    kMaxDenyCacheEntries, options.deny_cache_entries));
-  }
-  if (options.deny_cache_max_ttl <= std::chrono::milliseconds(0)) {
-    return absl::InvalidArgumentError("deny_cache_max_ttl must be positive");
+  if (absl::Status s =
+          internal::DenyCache::CheckOptions(options.deny_cache_entries, options.deny_cache_max_ttl);
+      !s.ok()) {
+    return s;
   }
   if (options.key_prefix.find_first_of("{}") != std::string::npos) {
     return absl::InvalidArgumentError("the key prefix may not contain '{' or '}'");

@@ -8,6 +8,7 @@
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
+//   deny_calls.cc   the denial cache's side (deny_cache.h): denials answered from memory;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
@@ -115,15 +116,24 @@ class RedisStore::Impl {
   void OnSlotsRefused(std::string_view error);
   void Redirect(Pending batch, std::string_view error);
 
-  // The denial cache (deny_cache.h): answers on the callers' threads, learns on the I/O
-  // thread. Null when options_.deny_cache_entries is 0.
-  std::optional<Decision> AnswerDenied(std::span<const LimitedKey> requests, int64_t cost,
-                                       Timestamp now, std::span<Decision> each);
+  // deny_calls.cc: the denial cache (deny_cache.h), which answers on the callers' threads
+  // and learns on the I/O thread (Complete). AnsweredDenied, from Submit: whether the cache answered (then `done` has been called),
+  // or Submit must go on (`done` left as it was).
+  bool AnsweredDenied(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                      std::span<Decision> each, DecideDone& done);
   Timestamp DenyCacheNow(Timestamp now) const;
+  internal::DenyStamp DenyStamp(Timestamp now) const;  // For a call made at `now`.
+  // What Redis answered `call` (I/O thread), kept when it was a denial.
+  void RecordDenial(const Call& call, const absl::StatusOr<Decision>& result);
+  // A give-back of `limit` on `key` frees units sooner than time: whatever sends one (a
+  // multi-slot request's undo, a share handed back) calls this before sending it and again
+  // once Redis has answered it (any thread). Nothing when the cache is off.
+  void ForgetDenials(const Limit& limit, std::string_view key);
 
   // Constant after construction; read on any thread.
   const RedisStoreOptions options_;
-  const std::unique_ptr<internal::DenyCache> deny_cache_;  // Thread-safe itself.
+  // Null when options_.deny_cache_entries is 0; thread-safe itself.
+  const std::unique_ptr<internal::DenyCache> deny_cache_;
   const std::string margin_ms_;  // options_.expiry_margin, as ARGV carries it.
   // rediss://: what every connection's TLS shares (CAs, the client's certificate); null
   // otherwise. Used on the I/O thread only once built.
