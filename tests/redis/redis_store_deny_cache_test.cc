@@ -24,26 +24,22 @@ namespace {
 
 using testing::At;
 using testing::kEpoch;
-using testing::MustLimit;
-using testing::MustStore;
-using testing::OptionsFor;
-using testing::RedisServer;
 using namespace std::chrono_literals;
 
 // Three stores of a fleet on the keys "fleet:...", the first two with the cache, and a
 // reference without it on "ref:...".
 struct Fleet {
-  explicit Fleet(const RedisServer& server) {
+  explicit Fleet(const testing::RedisServer& server) {
     for (int i = 0; i < 3; ++i) {
-      RedisStoreOptions options = OptionsFor(server);
+      RedisStoreOptions options = testing::OptionsFor(server);
       options.key_prefix = "fleet:";
       options.deny_cache_entries = i < 2 ? 1000 : 0;
       options.deny_cache_max_ttl = std::chrono::hours(24 * 1000);  // Test time runs days.
-      stores.push_back(MustStore(options));
+      stores.push_back(testing::MustStore(options));
     }
-    RedisStoreOptions options = OptionsFor(server);
+    RedisStoreOptions options = testing::OptionsFor(server);
     options.key_prefix = "ref:";
-    reference = MustStore(options);
+    reference = testing::MustStore(options);
   }
   uint64_t answered_locally() const {
     uint64_t n = 0;
@@ -118,7 +114,7 @@ Limit SmallLimitMostly(testing::Random& rnd, const Store& store, Algorithm algor
 // in turn at random, times never going back (as Redis's clock): one limit, then two (the
 // algorithm's and another's, on a user key and an address key).
 TEST_P(DenyCacheFleetTest, DecidesAsRedisAloneOnRandomTracesOfSeveralServers) {
-  RedisServer server;
+  testing::RedisServer server;
   Fleet fleet(server);
   testing::Random rnd(testing::Seed(20261210) + static_cast<uint64_t>(GetParam()));
   const std::vector<std::string> users = {"{alice}", "{bob}", "{carol}"};
@@ -166,16 +162,17 @@ INSTANTIATE_TEST_SUITE_P(AllAlgorithms, DenyCacheFleetTest,
 // One key at 50 times its limit (10 per second, 500 requests a second for 3 s), every algorithm: a
 // store with the cache asks Redis far less often, and decides exactly as one without it.
 TEST(RedisDenyCacheTest, AnAbusiveKeyCostsFewerScriptCalls) {
-  RedisServer server;
-  RedisStoreOptions options = OptionsFor(server);
+  testing::RedisServer server;
+  RedisStoreOptions options = testing::OptionsFor(server);
   options.key_prefix = "with:";
   options.deny_cache_entries = 100;
-  std::unique_ptr<RedisStore> with = MustStore(options);
+  std::unique_ptr<RedisStore> with = testing::MustStore(options);
   options.key_prefix = "without:";
   options.deny_cache_entries = 0;
-  std::unique_ptr<RedisStore> without = MustStore(options);
+  std::unique_ptr<RedisStore> without = testing::MustStore(options);
   for (Algorithm a : testing::AllAlgorithms()) {
-    const Limit limit = MustLimit({.algorithm = a, .limit = 10, .period = 1s, .buckets = 10});
+    const Limit limit =
+        testing::MustLimit({.algorithm = a, .limit = 10, .period = 1s, .buckets = 10});
     const RedisStoreStats with_before = with->Stats();
     const RedisStoreStats without_before = without->Stats();
     int allowed = 0;
@@ -201,12 +198,12 @@ TEST(RedisDenyCacheTest, AnAbusiveKeyCostsFewerScriptCalls) {
 // The same on Redis's clock and the store's steady clock, from two threads: the cache answers
 // some denials, and the key is never allowed more than its limit per window.
 TEST(RedisDenyCacheTest, OnRedisTimeAnAbusiveKeyStaysWithinItsLimit) {
-  RedisServer server;
-  RedisStoreOptions options = OptionsFor(server);
+  testing::RedisServer server;
+  RedisStoreOptions options = testing::OptionsFor(server);
   options.use_caller_time = false;
   options.deny_cache_entries = 100;
-  std::unique_ptr<RedisStore> store = MustStore(options);
-  const Limit limit = MustLimit({.limit = 5, .period = 200ms});
+  std::unique_ptr<RedisStore> store = testing::MustStore(options);
+  const Limit limit = testing::MustLimit({.limit = 5, .period = 200ms});
   std::atomic<int> allowed{0};
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
