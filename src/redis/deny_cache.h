@@ -33,9 +33,12 @@
 //     a cluster, quota leasing) by *other* servers: this process cannot see them. A denial kept
 //     here may then outlast Redis's: it errs only toward denying, never admits more than the
 //     limit, and lasts at most max_ttl (an entry's life is min(R, max_ttl));
-//   - give-backs by *this* process: Forget(limit, key) before it is sent and when it is
-//     answered; a denial whose call was made before a Forget and answered after it is not
-//     kept (the epoch in its DenyStamp), for Redis may have applied the give-back after it.
+//   - give-backs by *this* process (RedisStore::GiveBackAll): Forget(limit, key) before it is
+//     sent and when it is answered; a denial whose call was made before a Forget and answered
+//     after it is not kept (the epoch in its DenyStamp), for Redis may have applied the
+//     give-back after it.
+// A charge (RedisStore::ChargeAll) is a decision that also reports what it charged: its
+// denials are kept and answered alike, and one answered here charged nothing.
 //
 // The figures of an answer from memory. A request is answered here when at least one of its
 // limits holds a fresh denial for a cost <= the request's, and every other limit holds a fresh

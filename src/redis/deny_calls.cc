@@ -1,6 +1,6 @@
 // RedisStore::Impl's side of the denial cache (deny_cache.h): its time, the answer from
-// memory that Submit tries first, and the give-backs that make it forget. Submit stamps each
-// call with the cache's time and epoch, and Complete records what Redis denied.
+// memory that SubmitLimits tries first, and the give-backs that make it forget. SubmitLimits
+// stamps each call with the cache's time and epoch, and Complete records what Redis denied.
 
 #include <chrono>
 #include <optional>
@@ -25,15 +25,33 @@ internal::DenyStamp RedisStore::Impl::DenyStamp(Timestamp now) const {
 }
 
 void RedisStore::Impl::RecordDenial(const Call& call, const absl::StatusOr<Decision>& result) {
-  if (deny_cache_ != nullptr && result.ok() && !result->allowed && !call.lease_op) {
+  if (deny_cache_ == nullptr || call.lease_op) {
+    return;
+  }
+  if (call.mode == Call::Mode::kGiveBack) {
+    // Answered or not (a timeout may follow Redis's applying it), it may have freed units.
+    for (size_t i = 0; i < call.limits.size(); ++i) {
+      deny_cache_->Forget(call.limits[i], call.keys[i]);
+    }
+    return;
+  }
+  if (result.ok() && !result->allowed) {
     deny_cache_->Record(call.limits, call.keys, call.cost, call.deny_stamp, call.each);
   }
 }
 
 // A request that the denial cache answers, counted as a call (one that needs no script call).
-bool RedisStore::Impl::AnsweredDenied(std::span<const LimitedKey> requests, int64_t cost,
-                                      Timestamp now, std::span<Decision> each, DecideDone& done) {
+// A charge denied here charges nothing: its receipts stay as SubmitLimits cleared them.
+bool RedisStore::Impl::AnsweredDenied(Call::Mode mode, std::span<const LimitedKey> requests,
+                                      int64_t cost, Timestamp now, std::span<Decision> each,
+                                      DecideDone& done) {
   if (deny_cache_ == nullptr) {
+    return false;
+  }
+  if (mode == Call::Mode::kGiveBack) {
+    for (const LimitedKey& r : requests) {
+      deny_cache_->Forget(*r.limit, r.key);
+    }
     return false;
   }
   std::optional<Decision> denied = deny_cache_->Answer(requests, cost, DenyCacheNow(now), each);
@@ -43,12 +61,6 @@ bool RedisStore::Impl::AnsweredDenied(std::span<const LimitedKey> requests, int6
   calls_.fetch_add(1, std::memory_order_relaxed);
   std::move(done)(*denied);
   return true;
-}
-
-void RedisStore::Impl::ForgetDenials(const Limit& limit, std::string_view key) {
-  if (deny_cache_ != nullptr) {
-    deny_cache_->Forget(limit, key);
-  }
 }
 
 }  // namespace sluice

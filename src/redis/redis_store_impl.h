@@ -63,6 +63,16 @@ class RedisStore::Impl {
   // different cluster slots.
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
               std::span<Decision> each, DecideDone done);
+  // Submit with a mode (Call::Mode): kCharge also writes each limit's charge to `receipts`
+  // (zeroed first; left so when the failure policy decides); kGiveBack gives back `charges`,
+  // one per request, and fails with its error, whatever the policy, when Redis cannot be asked.
+  struct LimitsCall {
+    internal::Call::Mode mode = internal::Call::Mode::kDecide;
+    std::span<Charge> receipts = {};
+    std::span<const Charge> charges = {};
+  };
+  void SubmitLimits(const LimitsCall& how, std::span<const LimitedKey> requests, int64_t cost,
+                    Timestamp now, std::span<Decision> each, DecideDone done);
   void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
                     Timestamp now, std::span<Decision> each, DecideDone done);
   RedisStoreStats Stats() const;
@@ -89,6 +99,8 @@ class RedisStore::Impl {
   // thread (from Submit), the rest on the I/O thread.
   CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
                   DecideDone done) const;
+  void FillCall(Call& call, int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                DecideDone done) const;
   bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
   void Enqueue(CallPtr call);
   void TakeIncoming();
@@ -119,16 +131,15 @@ class RedisStore::Impl {
   // deny_calls.cc: the denial cache (deny_cache.h), which answers on the callers' threads
   // and learns on the I/O thread (Complete). AnsweredDenied, from Submit: whether the cache answered (then `done` has been called),
   // or Submit must go on (`done` left as it was).
-  bool AnsweredDenied(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                      std::span<Decision> each, DecideDone& done);
+  // A give-back (mode kGiveBack) is never answered here: it makes the cache forget its limits
+  // instead, before it is sent and again when it is answered (RecordDenial).
+  bool AnsweredDenied(Call::Mode mode, std::span<const LimitedKey> requests, int64_t cost,
+                      Timestamp now, std::span<Decision> each, DecideDone& done);
   Timestamp DenyCacheNow(Timestamp now) const;
   internal::DenyStamp DenyStamp(Timestamp now) const;  // For a call made at `now`.
-  // What Redis answered `call` (I/O thread), kept when it was a denial.
+  // What Redis answered `call` (I/O thread), kept when it was a denial (a decision or a
+  // charge); a give-back's limits forgotten.
   void RecordDenial(const Call& call, const absl::StatusOr<Decision>& result);
-  // A give-back of `limit` on `key` frees units sooner than time: whatever sends one (a
-  // multi-slot request's undo, a share handed back) calls this before sending it and again
-  // once Redis has answered it (any thread). Nothing when the cache is off.
-  void ForgetDenials(const Limit& limit, std::string_view key);
 
   // Constant after construction; read on any thread.
   const RedisStoreOptions options_;

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 
+#include "sluice/give_back.h"
 #include "sluice/redis_store.h"
 #include "tests/redis/fixtures.h"
 #include "tests/testing/random.h"
@@ -225,6 +226,34 @@ TEST(RedisDenyCacheTest, OnRedisTimeAnAbusiveKeyStaysWithinItsLimit) {
   const RedisStoreStats stats = store->Stats();
   EXPECT_GT(stats.denials_answered_locally, 0u);
   EXPECT_LE(stats.script_calls, stats.calls - stats.denials_answered_locally);
+}
+
+// A give-back of this store frees units sooner than time: its limit's denial is forgotten, and
+// the next request goes to Redis, which allows it. A charge denied from memory charged nothing.
+TEST(RedisDenyCacheTest, AGiveBackOfThisStoreIsNotAnsweredFromAnOlderDenial) {
+  testing::RedisServer server;
+  RedisStoreOptions options = testing::OptionsFor(server);
+  options.deny_cache_entries = 10;
+  std::unique_ptr<RedisStore> store = testing::MustStore(options);
+  const Limit limit = testing::MustLimit({.limit = 2, .period = 1s});
+  const LimitedKey request{&limit, "carl"};
+  const int64_t t = kEpoch;
+  Decision each;
+  Charge charges[2];
+  ASSERT_TRUE(store->ChargeAll({&request, 1}, 1, At(t), {&each, 1}, {&charges[0], 1})->allowed);
+  ASSERT_TRUE(store->ChargeAll({&request, 1}, 1, At(t), {&each, 1}, {&charges[1], 1})->allowed);
+  EXPECT_EQ(charges[1].units, 1);
+  EXPECT_FALSE(store->Decide(limit, "carl", 1, At(t + 10))->allowed);  // Redis: denied.
+  EXPECT_FALSE(store->Decide(limit, "carl", 1, At(t + 20))->allowed);  // From memory.
+  Charge none{.units = 7};
+  EXPECT_FALSE(store->ChargeAll({&request, 1}, 1, At(t + 30), {&each, 1}, {&none, 1})->allowed);
+  EXPECT_EQ(none, Charge{});
+  EXPECT_EQ(store->Stats().denials_answered_locally, 2u);
+  ASSERT_TRUE(store->GiveBackAll({&request, 1}, {&charges[1], 1}, At(t + 40), {&each, 1}).ok());
+  absl::StatusOr<Decision> after = store->Decide(limit, "carl", 1, At(t + 50));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->allowed);
+  EXPECT_EQ(store->Stats().denials_answered_locally, 2u);
 }
 
 }  // namespace
