@@ -3,7 +3,8 @@
 // RedisStore: the Store a fleet shares. Every decision is one Lua script call in Redis
 // (src/redis/decide.lua), atomic there, on Redis's own clock, so that any number of servers
 // enforce one exact limit. The decisions equal MemoryStore's for the same (time, key, cost)
-// sequence, figure for figure.
+// sequence, figure for figure. (With deny_cache_entries, a repeat of a denial is answered from
+// memory: the same decision, some figures bounds; see there.)
 //
 //   auto options = sluice::ParseRedisUrl("redis://127.0.0.1:6379");
 //   auto store = sluice::RedisStore::Create(*options);

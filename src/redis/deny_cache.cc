@@ -76,6 +76,7 @@ std::optional<Decision> DenyCache::Answer(std::span<const LimitedKey> requests, 
     Decision& d = each[i];
     d = entry.figures;
     d.reset_after = std::max(Micros{0}, d.reset_after - elapsed);
+    d.delay = std::max(Micros{0}, d.delay - elapsed);  // A leaky_bucket's queue, beside a denial.
     if (cost > requests[i].limit->burst()) {
       // Past the limit's capacity: never allowed, whatever the state, as Redis would say.
       d.allowed = false;

@@ -49,13 +49,13 @@
 //                 allowed on the key since, for the same cost).
 //   reset_after   likewise counted down, >= 0: a lower bound, exact in the same case.
 //   remaining     as Redis gave it (last known; for a denied limit, like Redis's own, < cost).
-//   delay         0, as every denial.
+//   delay         0 for the request, as every denial.
 //   never allowed a cost past a limit's capacity (burst, or N) gets retry_after -1 there, as
 //                 from Redis: exact, whatever the state.
 //   other limits  of a multi-limit request (those Redis did not deny): their figures as Redis
-//                 last gave them (allowed true, reset_after counted down): last known, not
-//                 exact; Combine of all of them as the result, so the request's retry_after
-//                 is a lower bound.
+//                 last gave them (allowed true, reset_after and delay counted down): last
+//                 known, not exact; Combine of all of them as the result, so the request's
+//                 retry_after is a lower bound.
 //
 // Memory: at most `entries` entries (each a Limit, the key, and 64 bytes of figures, about
 // 200 bytes plus the key in a hash map), in 16 shards; a full shard drops what has expired,
