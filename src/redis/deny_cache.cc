@@ -9,7 +9,14 @@
 namespace sluice::internal {
 namespace {
 
+// Up to 16 shards, each of 64 entries at least: a small cache is one shard, whose evictions
+// see all of it.
 constexpr int64_t kMaxShards = 16;
+constexpr int64_t kMinPerShard = 64;
+
+int64_t ShardsFor(int64_t entries) {
+  return std::clamp<int64_t>(entries / kMinPerShard, 1, kMaxShards);
+}
 
 // A shard index from a hash: its high bits, as the map inside uses the low ones.
 size_t ShardIndex(size_t hash, size_t shards) { return (hash >> 32) % shards; }
@@ -33,9 +40,9 @@ std::unique_ptr<DenyCache> DenyCache::Create(int64_t entries, std::chrono::milli
 }
 
 DenyCache::DenyCache(int64_t entries, Micros max_ttl)
-    : per_shard_(static_cast<size_t>(entries / std::min(entries, kMaxShards))),
+    : per_shard_(static_cast<size_t>(entries / ShardsFor(entries))),
       max_ttl_(max_ttl),
-      shards_(static_cast<size_t>(std::min(entries, kMaxShards))) {
+      shards_(static_cast<size_t>(ShardsFor(entries))) {
   assert(entries >= 1 && max_ttl >= Micros{1});
 }
 

@@ -58,9 +58,9 @@
 //                 retry_after is a lower bound.
 //
 // Memory: at most `entries` entries (each a Limit, the key, and 64 bytes of figures, about
-// 200 bytes plus the key in a hash map), in 16 shards; a full shard drops what has expired,
-// else the entry that would expire first (a scan of the shard, entries/16 at most, on the
-// I/O thread, only when a denial arrives at a full shard).
+// 200 bytes plus the key in a hash map), in up to 16 shards of 64 entries or more (one for a
+// small cache); a full shard drops what has expired, else the entry that would expire first
+// (a scan of the shard, on the I/O thread, only when a denial arrives at a full shard).
 //
 // Thread-safe: Answer, Stamp and Forget from any thread, Record from the store's I/O
 // thread; each shard has its own mutex, the counters are atomics.

@@ -139,23 +139,28 @@ TEST(DenyCacheTest, ForgetsOnAGiveBackAndRefusesDenialsMadeBeforeIt) {
 }
 
 TEST(DenyCacheTest, HoldsAtMostItsEntriesDroppingTheExpiredThenTheSoonestToExpire) {
-  DenyCache cache(32, 10s);
-  // Forty keys denied for 1 s each, made one after the other: never more than 32 kept.
+  DenyCache cache(32, 10s);  // One shard: a small cache is not cut in pieces.
+  // Forty keys denied for 1 s each, made one after the other: the 32 that expire last stay.
   for (int i = 0; i < 40; ++i) {
     Record(cache, {Window()}, {absl::StrCat("k", i)}, 1, kT + i, {Denied(0, 1'000'000, 1'000'000)});
     EXPECT_LE(cache.size(), 32u);
   }
-  // The last one made is kept; in its shard, the soonest to expire went first.
-  EXPECT_TRUE(Ask(cache, Window(), "k39", 1, kT + 100));
-  // Once they have all expired, new denials take their place.
   for (int i = 0; i < 40; ++i) {
-    Record(cache, {Window()}, {absl::StrCat("n", i)}, 1, kT + 2'000'000,
-           {Denied(0, 1'000'000, 1'000'000)});
+    EXPECT_EQ(Ask(cache, Window(), absl::StrCat("k", i), 1, kT + 100).has_value(), i >= 8) << i;
   }
-  EXPECT_LE(cache.size(), 32u);
-  EXPECT_FALSE(Ask(cache, Window(), "k39", 1, kT + 100));
-  EXPECT_TRUE(Ask(cache, Window(), "n39", 1, kT + 2'000'001));
-  // One entry: one shard of one.
+  // Once they have all expired, new denials take their place, all of them at once.
+  Record(cache, {Window()}, {"n"}, 1, kT + 2'000'000, {Denied(0, 1'000'000, 1'000'000)});
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_TRUE(Ask(cache, Window(), "n", 1, kT + 2'000'001));
+  // A big cache is cut in shards, and holds no more than it was given either.
+  DenyCache big(1000, 10s);
+  for (int i = 0; i < 5000; ++i) {
+    Record(big, {Window()}, {absl::StrCat("b", i)}, 1, kT + i, {Denied(0, 1'000'000, 1'000'000)});
+  }
+  EXPECT_LE(big.size(), 1000u);
+  EXPECT_GE(big.size(), 900u);
+  EXPECT_TRUE(Ask(big, Window(), "b4999", 1, kT + 5000));
+  // One entry.
   DenyCache one(1, 10s);
   Record(one, {Window()}, {"a"}, 1, kT, {Denied(0, 1'000'000, 1'000'000)});
   Record(one, {Window()}, {"b"}, 1, kT, {Denied(0, 2'000'000, 2'000'000)});
