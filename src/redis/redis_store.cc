@@ -23,6 +23,7 @@
 #include "src/redis/connection.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
+#include "src/redis/sentinel.h"
 #include "src/redis/stream.h"
 
 namespace sluice {
@@ -60,6 +61,7 @@ RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::con
   }
   thread_ = std::thread([this] { io_.run(); });
   asio::post(io_, [this] {
+    sentinel_ = Sentinel::Start(*this);  // With redis+sentinel://, the master's node.
     for (const RedisEndpoint& endpoint : options_.endpoints) {
       NodeAt(endpoint);
     }
@@ -188,6 +190,7 @@ RedisStoreStats RedisStore::Impl::Stats() const {
           .redirects = redirects_.load(std::memory_order_relaxed),
           .asks = asks_.load(std::memory_order_relaxed),
           .denials_answered_locally = deny_cache_ ? deny_cache_->answered() : 0,
+          .master_switches = master_switches_.load(std::memory_order_relaxed),
           .connections_ready = ready_.load(std::memory_order_relaxed)};
 }
 
@@ -351,6 +354,7 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     c->Send(std::move(batch), /*asking=*/false);
   }
   if ((!node.queue.empty() || !node.asked.empty()) &&
+      (sentinel_ == nullptr || sentinel_->master_known()) &&  // Else: wait for a master.
       std::none_of(node.connections.begin(), node.connections.end(),
                    [](const auto& c) { return c->opening() || c->ready(); })) {
     // Every connection to it is waiting out a backoff: fail now rather than at the deadline.
@@ -463,6 +467,9 @@ void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
   slots_timer_.cancel();
+  if (sentinel_ != nullptr) {
+    sentinel_->Stop();
+  }
   const absl::Status status = absl::CancelledError("the Redis store is shutting down");
   for (auto& node : nodes_) {
     for (auto& c : node->connections) {

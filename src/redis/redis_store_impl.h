@@ -7,6 +7,7 @@
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies;
+//   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 //   deny_calls.cc   the denial cache's side (deny_cache.h): denials answered from memory;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
@@ -79,6 +80,7 @@ class RedisStore::Impl {
 
  private:
   class Connection;  // connection.h
+  class Sentinel;    // sentinel.h
 
   using Call = internal::Call;
   using CallPtr = internal::CallPtr;
@@ -176,6 +178,9 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
+  // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
+  // otherwise.
+  std::unique_ptr<Sentinel> sentinel_;
 
   // Counters for Stats(): written on the I/O thread (calls_ on the callers'), read on any.
   std::atomic<uint64_t> calls_{0};
@@ -185,6 +190,7 @@ class RedisStore::Impl {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> asks_{0};
+  std::atomic<uint64_t> master_switches_{0};  // Sentinel: written by sentinel.cc.
   std::atomic<int> ready_{0};
 };
 
