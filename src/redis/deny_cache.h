@@ -29,8 +29,9 @@
 //
 // What can free units sooner than time, and what the cache does about it:
 //   - leases (Store::LeaseAll) are another Redis key and another path: never cached;
-//   - an operator deleting a key, and give-backs (a charge given back: multi-slot requests on
-//     a cluster, quota leasing) by *other* servers: this process cannot see them. A denial kept
+//   - an operator deleting a key, a failover to a replica that missed some charges, and
+//     give-backs (a charge given back: multi-slot requests on a cluster, quota leasing) by
+//     *other* servers: this process cannot see them. A denial kept
 //     here may then outlast Redis's: it errs only toward denying, never admits more than the
 //     limit, and lasts at most max_ttl (an entry's life is min(R, max_ttl));
 //   - give-backs by *this* process (RedisStore::GiveBackAll): Forget(limit, key) before it is
