@@ -305,6 +305,14 @@ absl::Status Daemon::OpenStore() {
   options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
   options->on_failure = *policy;
   options->connections = flags_.redis_connections;
+  absl::StatusOr<Micros> deny_ttl = ParseDuration(flags_.redis_deny_cache_ttl);
+  if (!deny_ttl.ok() || *deny_ttl < std::chrono::milliseconds(1)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--redis-deny-cache-ttl '{}': {}", flags_.redis_deny_cache_ttl,
+        deny_ttl.ok() ? "must be at least 1ms" : internal::Message(deny_ttl.status())));
+  }
+  options->deny_cache_entries = flags_.redis_deny_cache;
+  options->deny_cache_max_ttl = std::chrono::floor<std::chrono::milliseconds>(*deny_ttl);
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
   }
@@ -326,9 +334,14 @@ std::string Daemon::StoreDescription() const {
   if (memory_ != nullptr) {
     return fmt::format("memory store (max {} keys)", flags_.max_keys);
   }
-  return fmt::format("Redis store {} ({} connection(s), timeout {}, on failure {})",
-                     RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
-                     flags_.redis_on_failure);
+  return fmt::format(
+      "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {})",
+      RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
+      flags_.redis_on_failure,
+      flags_.redis_deny_cache > 0
+          ? fmt::format("{} entries for at most {}", flags_.redis_deny_cache,
+                        flags_.redis_deny_cache_ttl)
+          : "off");
 }
 
 // Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
@@ -476,10 +489,14 @@ std::string Daemon::StoreMetrics() const {
         "# TYPE sluice_redis_give_backs_total counter\nsluice_redis_give_backs_total {}\n"
         "# HELP sluice_redis_give_backs_failed_total Give-backs not reached: units left charged.\n"
         "# TYPE sluice_redis_give_backs_failed_total counter\n"
-        "sluice_redis_give_backs_failed_total {}\n",
+        "sluice_redis_give_backs_failed_total {}\n"
+        "# HELP sluice_redis_denials_answered_locally_total Calls denied from the denial cache "
+        "(--redis-deny-cache), with no script call.\n"
+        "# TYPE sluice_redis_denials_answered_locally_total counter\n"
+        "sluice_redis_denials_answered_locally_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
         stats.master_switches, stats.connections_ready, stats.split_requests, stats.give_backs,
-        stats.give_backs_failed);
+        stats.give_backs_failed, stats.denials_answered_locally);
   }
   const MemoryStoreStats stats = memory_->Stats();
   return fmt::format(

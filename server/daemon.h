@@ -61,6 +61,8 @@ struct Flags {
   std::string redis_timeout = "100ms";
   std::string redis_on_failure = "deny";
   int redis_connections = 2;
+  int64_t redis_deny_cache = 0;  // Denials kept to answer repeats locally; 0: off.
+  std::string redis_deny_cache_ttl = "1s";
   GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
   RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;

@@ -86,6 +86,13 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxRedisConnections));
+  app.add_option("--redis-deny-cache", flags.redis_deny_cache,
+                 "Denials Redis gave kept to deny repeats without asking it (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{100'000'000}));
+  app.add_option("--redis-deny-cache-ttl", flags.redis_deny_cache_ttl,
+                 "The longest a denial is repeated from memory")
+      ->capture_default_str();
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();

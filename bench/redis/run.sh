@@ -3,19 +3,23 @@
 # redis-benchmark running EVALSHA of the same script, with the same arguments, at the same
 # number of calls in flight, on a redis-server of its own on a free loopback port.
 #
-#   bench/redis/run.sh [--duration 5] [--requests 200000]
+#   bench/redis/run.sh [--duration 5] [--requests 200000] [--abusive]
 #
 # Rows: calls in flight; redis-benchmark's calls/s (the ceiling); RedisStore on 1 and on 8
 # connections (a script call per decision); RedisStore batching the decisions in flight
-# together into one script call (--pipeline 1 --batch 32 per connection).
+# together into one script call (--pipeline 1 --batch 32 per connection). Last (or alone, with
+# --abusive): an abusive key at 50x its limit, with and without the denial cache, paced and
+# as fast as 8 threads can ask.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 duration=5
 requests=200000
+only_abusive=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --requests) requests=$2; shift 2 ;;
+    --abusive) only_abusive=1; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +51,22 @@ store() {  # flags -> the generator's line
   "$load" --url "redis://127.0.0.1:$port" --duration "$duration" "$@"
 }
 
+# One fixed_window key of 200 per second asked 10,000 times a second (50x), then unpaced.
+abusive() {
+  local common=(--abuse-limit 200 --inflight 8 --connections 2 --pipeline 16 --batch 32)
+  echo
+  echo "== an abusive key at 50x its limit: fixed_window 200/s, 10,000 decisions/s from 8 threads"
+  echo "without the denial cache: $(store "${common[@]}" --rate 10000)"
+  echo "with the denial cache:    $(store "${common[@]}" --rate 10000 --deny-cache 1000)"
+  echo "== the same key, as fast as 8 threads can ask"
+  echo "without the denial cache: $(store "${common[@]}")"
+  echo "with the denial cache:    $(store "${common[@]}" --deny-cache 1000)"
+}
+if [[ $only_abusive == 1 ]]; then
+  abusive
+  exit 0
+fi
+
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*'), $(nproc) cores; ${duration}s per RedisStore run"
 for inflight in 1 16; do
   c=$(ceiling "$inflight")
@@ -62,3 +82,4 @@ echo
 echo "== $inflight in flight (batching's home ground): redis-benchmark EVALSHA (-c $inflight): $(ceiling $inflight) calls/s"
 echo "RedisStore, 8 connections:           $(store --inflight $inflight --connections 8 --pipeline 16 --batch 1)"
 echo "RedisStore, 2 connections, batching: $(store --inflight $inflight --connections 2 --pipeline 1 --batch 32)"
+abusive

@@ -3,7 +3,8 @@
 // RedisStore: the Store a fleet shares. Every decision is one Lua script call in Redis
 // (src/redis/decide.lua), atomic there, on Redis's own clock, so that any number of servers
 // enforce one exact limit. The decisions equal MemoryStore's for the same (time, key, cost)
-// sequence, figure for figure.
+// sequence, figure for figure. (With deny_cache_entries, a repeat of a denial is answered from
+// memory: the same decision, some figures bounds; see there.)
 //
 //   auto options = sluice::ParseRedisUrl("redis://127.0.0.1:6379");
 //   auto store = sluice::RedisStore::Create(*options);
@@ -156,6 +157,16 @@ struct RedisStoreOptions {
   // Added to every key's expiry beyond its reset_after.
   std::chrono::milliseconds expiry_margin{1000};
 
+  // Denials answered locally: keep up to this many of the denials Redis gave, and deny a
+  // repeat (the same limit and key, a cost at least as large) from memory, without a script
+  // call, until the retry time Redis gave has passed: Redis would deny it too, for the rest of
+  // a fleet can only consume more. 0 (the default) keeps none. At most max_ttl per denial:
+  // the longest a denial can outlast Redis's when units are freed out of sight (another
+  // server's give-back, a key deleted by hand). What is exact and what is a bound: docs/redis.md,
+  // "Denials answered locally".
+  int64_t deny_cache_entries = 0;
+  std::chrono::milliseconds deny_cache_max_ttl{1000};
+
   // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
   // has as many clocks as servers.
@@ -181,13 +192,14 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 std::string RedactRedisUrl(std::string_view url);
 
 struct RedisStoreStats {
-  uint64_t calls = 0;         // Decisions asked of the store.
+  uint64_t calls = 0;         // Decisions asked of the store (those answered locally too).
   uint64_t script_calls = 0;  // Script calls sent (fewer than calls when batched).
   uint64_t failures = 0;      // Decisions Redis did not answer (error, timeout, no connection).
   uint64_t fallbacks = 0;     // Failures decided by the failure policy (allow or local).
   uint64_t reconnects = 0;    // Connections opened after the first.
   uint64_t redirects = 0;     // Cluster: script calls sent again after MOVED, ASK, TRYAGAIN.
   uint64_t asks = 0;          // Of those, after ASK (a slot migrating).
+  uint64_t denials_answered_locally = 0;  // Calls denied from the denial cache, no script call.
   // Sentinel: times the master moved (a sentinel named another server than the one in use).
   uint64_t master_switches = 0;
   uint64_t split_requests = 0;     // Cluster: requests over several slots, decided slot by slot

@@ -26,6 +26,7 @@
 #include "sluice/give_back.h"
 #include "sluice/limit.h"
 #include "sluice/store.h"
+#include "src/redis/deny_cache.h"
 
 namespace sluice::internal {
 
@@ -57,8 +58,9 @@ struct Call {
   std::span<Decision> each;
   DecideDone done;
   SteadyTime deadline;
-  int slot = -1;      // The Redis Cluster hash slot of its keys; -1 outside a cluster.
-  int redirects = 0;  // MOVED, ASK and TRYAGAIN followed so far.
+  int slot = -1;         // The Redis Cluster hash slot of its keys; -1 outside a cluster.
+  int redirects = 0;     // MOVED, ASK and TRYAGAIN followed so far.
+  DenyStamp deny_stamp;  // When it was made, for the denial cache (deny_cache.h).
 };
 using CallPtr = std::unique_ptr<Call>;
 

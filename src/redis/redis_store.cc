@@ -50,6 +50,8 @@ bool IsTransportFailure(const absl::Status& s) {
 
 RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::context> tls)
     : options_(std::move(options)),
+      deny_cache_(
+          internal::DenyCache::Create(options_.deny_cache_entries, options_.deny_cache_max_ttl)),
       margin_ms_(fmt::format_int(options_.expiry_margin.count()).str()),
       tls_(std::move(tls)),
       work_(asio::make_work_guard(io_)),
@@ -109,10 +111,14 @@ void RedisStore::Impl::SubmitLimits(const LimitsCall& how, std::span<const Limit
                                     int64_t cost, Timestamp now, std::span<Decision> each,
                                     DecideDone done) {
   std::fill(how.receipts.begin(), how.receipts.end(), Charge{});
+  if (AnsweredDenied(how.mode, requests, cost, now, each, done)) {
+    return;  // deny_calls.cc: denied from memory, as Redis would (a denial charges nothing).
+  }
   CallPtr call = std::make_unique<Call>();
   call->mode = how.mode;
   call->receipts = how.receipts;
   FillCall(*call, cost, requests.size(), now, each, std::move(done));
+  call->deny_stamp = DenyStamp(now);
   call->limits.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string redis_key = RedisKey(*requests[i].limit, requests[i].key);
@@ -192,6 +198,7 @@ RedisStoreStats RedisStore::Impl::Stats() const {
           .reconnects = reconnects_.load(std::memory_order_relaxed),
           .redirects = redirects_.load(std::memory_order_relaxed),
           .asks = asks_.load(std::memory_order_relaxed),
+          .denials_answered_locally = deny_cache_ ? deny_cache_->answered() : 0,
           .master_switches = master_switches_.load(std::memory_order_relaxed),
           .split_requests = split_requests_.load(std::memory_order_relaxed),
           .give_backs = give_backs_.load(std::memory_order_relaxed),
@@ -223,6 +230,7 @@ RedisStore::Impl::Node& RedisStore::Impl::NodeAt(const RedisEndpoint& endpoint) 
 
 // Completes a call: with Redis's answer, or with a failure the policy turns into one.
 void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
+  RecordDenial(call, result);  // deny_calls.cc
   // A give-back that fails leaves its units charged: no policy can make Redis take them back.
   // A dry run that fails is its caller's to report (multislot.cc): it must charge nothing.
   if (!result.ok() && IsTransportFailure(result.status()) && call.mode != Call::Mode::kGiveBack &&

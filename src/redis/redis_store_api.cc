@@ -59,6 +59,11 @@ absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions
   if (options.expiry_margin < std::chrono::milliseconds(0)) {
     return absl::InvalidArgumentError("the expiry margin must not be negative");
   }
+  if (absl::Status s =
+          internal::DenyCache::CheckOptions(options.deny_cache_entries, options.deny_cache_max_ttl);
+      !s.ok()) {
+    return s;
+  }
   if (options.key_prefix.find_first_of("{}") != std::string::npos) {
     return absl::InvalidArgumentError("the key prefix may not contain '{' or '}'");
   }

@@ -10,11 +10,13 @@
 //   multislot.cc    a request over several cluster slots, decided slot by slot;
 //   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
+//   deny_calls.cc   the denial cache's side (deny_cache.h): denials answered from memory;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
 // Threads: callers reach the engine from any thread through Submit and SubmitLeases, which
-// hand their call over under incoming_mu_, and through Stats, which reads atomics (RedisKey,
+// hand their call over under incoming_mu_ (Submit may first answer it from deny_cache_, which
+// locks its own shards), and through Stats, which reads atomics (RedisKey,
 // LeaseKey and local() read only what is constant or thread-safe). Everything else, the
 // connections included, runs on the I/O thread alone and takes no lock.
 
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,6 +44,7 @@
 #include "sluice/redis_store.h"
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
+#include "src/redis/deny_cache.h"
 
 namespace sluice {
 namespace internal {
@@ -147,8 +151,23 @@ class RedisStore::Impl {
   void OnSlotsRefused(std::string_view error);
   void Redirect(Pending batch, std::string_view error);
 
+  // deny_calls.cc: the denial cache (deny_cache.h), which answers on the callers' threads
+  // and learns on the I/O thread (Complete). AnsweredDenied, from Submit: whether the cache answered (then `done` has been called),
+  // or Submit must go on (`done` left as it was).
+  // A give-back (mode kGiveBack) is never answered here: it makes the cache forget its limits
+  // instead, before it is sent and again when it is answered (RecordDenial).
+  bool AnsweredDenied(Call::Mode mode, std::span<const LimitedKey> requests, int64_t cost,
+                      Timestamp now, std::span<Decision> each, DecideDone& done);
+  Timestamp DenyCacheNow(Timestamp now) const;
+  internal::DenyStamp DenyStamp(Timestamp now) const;  // For a call made at `now`.
+  // What Redis answered `call` (I/O thread), kept when it was a denial (a decision or a
+  // charge); a give-back's limits forgotten.
+  void RecordDenial(const Call& call, const absl::StatusOr<Decision>& result);
+
   // Constant after construction; read on any thread.
   const RedisStoreOptions options_;
+  // Null when options_.deny_cache_entries is 0; thread-safe itself.
+  const std::unique_ptr<internal::DenyCache> deny_cache_;
   const std::string margin_ms_;  // options_.expiry_margin, as ARGV carries it.
   // rediss://: what every connection's TLS shares (CAs, the client's certificate); null
   // otherwise. Used on the I/O thread only once built.

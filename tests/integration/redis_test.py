@@ -2,7 +2,7 @@
 """sluiced on the Redis store: a fleet of servers enforces one limit.
 
 Starts Debian's redis-server on a free loopback port and sluiced processes on it: two servers
-share one quota exactly; a restarted server keeps the limits (Redis holds them); when Redis
+share one quota exactly; three, two with the denial cache, answer as Redis alone; a restarted server keeps the limits (Redis holds them); when Redis
 stops, each failure policy answers as configured and service resumes when it is back; bad
 Redis flags are refused at start. Python 3 standard library only.
 
@@ -226,6 +226,37 @@ class RedisStoreTest(unittest.TestCase):
         finally:
             self.redis.proc.send_signal(signal.SIGCONT)
 
+    def test_denial_cache_decides_as_redis_alone(self):
+        """Three servers, two with --redis-deny-cache, take turns on one user's hourly quota of
+        5 with costs of 1 to 3: every answer is what Redis alone gives (count + cost <= 5
+        within the hour), and the two answer some denials without asking Redis."""
+        servers = [self.start("--redis-deny-cache", "100"), self.start("--redis-deny-cache", "100"),
+                   self.start()]
+        self.assertIn("denial cache 100 entries", servers[0].output())
+        costs = [1, 2, 1, 3, 1, 1, 2, 1, 1, 3, 1, 1, 2, 1, 1, 1, 2, 3, 1, 1, 1]
+        for attempt in range(2):  # Again if the hour turned meanwhile.
+            hour = int(time.time()) // 3600
+            user, count, got, want = f"dora{attempt}", 0, [], []
+            for i, cost in enumerate(costs):
+                response = servers[i % 3].request(
+                    "POST", "/v1/check", {"domain": "fleet", "cost": cost,
+                                          "descriptors": [{"entries": [
+                                              {"key": "user", "value": user}]}]})
+                got.append(response.status)
+                allowed = count + cost <= 5
+                count += cost if allowed else 0
+                want.append(200 if allowed else 429)
+            if int(time.time()) // 3600 == hour:
+                break
+        self.assertEqual(got, want)
+        local = [metric(server, "sluice_redis_denials_answered_locally_total")
+                 for server in servers]
+        self.assertGreater(local[0] + local[1], 0)
+        self.assertEqual(local[2], 0)
+        # Answered locally, never sent: fewer script calls than calls.
+        self.assertLess(metric(servers[0], "sluice_redis_script_calls_total"),
+                        metric(servers[0], "sluice_redis_calls_total"))
+
     def test_bad_redis_flags_are_refused_at_start(self):
         cases = [
             (["--store", "redis://127.0.0.1:99999"], "port '99999'"),
@@ -234,6 +265,11 @@ class RedisStoreTest(unittest.TestCase):
             (["--store", self.redis.url, "--redis-on-failure", "panic"], "allow, deny or local"),
             (["--store", self.redis.url, "--redis-timeout", "soon"], "--redis-timeout"),
             (["--store", self.redis.url, "--snapshot", "x.snap"], "memory store"),
+            (["--store", self.redis.url, "--redis-deny-cache", "-1"], "--redis-deny-cache"),
+            (["--store", self.redis.url, "--redis-deny-cache-ttl", "0s"],
+             "--redis-deny-cache-ttl '0s': must be at least 1ms"),
+            (["--store", self.redis.url, "--redis-deny-cache-ttl", "later"],
+             "--redis-deny-cache-ttl 'later'"),
         ]
         for flags, message in cases:
             proc = subprocess.run([sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc",
