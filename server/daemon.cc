@@ -304,6 +304,7 @@ absl::Status Daemon::OpenStore() {
   options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
   options->on_failure = *policy;
   options->connections = flags_.redis_connections;
+  options->shares = flags_.redis_shares;
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
   }
@@ -325,9 +326,9 @@ std::string Daemon::StoreDescription() const {
   if (memory_ != nullptr) {
     return fmt::format("memory store (max {} keys)", flags_.max_keys);
   }
-  return fmt::format("Redis store {} ({} connection(s), timeout {}, on failure {})",
+  return fmt::format("Redis store {} ({} connection(s), timeout {}, on failure {}{})",
                      RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
-                     flags_.redis_on_failure);
+                     flags_.redis_on_failure, flags_.redis_shares ? ", shares on" : "");
 }
 
 // Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
@@ -465,9 +466,22 @@ std::string Daemon::StoreMetrics() const {
         "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
         "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
         "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
-        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n",
+        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
+        "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
+        "# TYPE sluice_redis_share_decisions_total counter\nsluice_redis_share_decisions_total {}\n"
+        "# HELP sluice_redis_shares_taken_total Shares of a quota taken from Redis.\n"
+        "# TYPE sluice_redis_shares_taken_total counter\nsluice_redis_shares_taken_total {}\n"
+        "# HELP sluice_redis_shares_refused_total Shares Redis refused (asked exactly then).\n"
+        "# TYPE sluice_redis_shares_refused_total counter\nsluice_redis_shares_refused_total {}\n"
+        "# HELP sluice_redis_share_units_returned_total Unused units of shares given back.\n"
+        "# TYPE sluice_redis_share_units_returned_total counter\n"
+        "sluice_redis_share_units_returned_total {}\n"
+        "# HELP sluice_redis_share_units_lapsed_total Unused units of shares whose window ended.\n"
+        "# TYPE sluice_redis_share_units_lapsed_total counter\n"
+        "sluice_redis_share_units_lapsed_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
-        stats.connections_ready);
+        stats.connections_ready, stats.share_decisions, stats.shares_taken, stats.shares_refused,
+        stats.share_units_returned, stats.share_units_lapsed);
   }
   const MemoryStoreStats stats = memory_->Stats();
   return fmt::format(

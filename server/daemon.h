@@ -61,6 +61,7 @@ struct Flags {
   std::string redis_timeout = "100ms";
   std::string redis_on_failure = "deny";
   int redis_connections = 2;
+  bool redis_shares = false;  // Quota leasing for rules with `share:` (docs/redis.md).
   GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
   RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;

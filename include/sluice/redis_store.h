@@ -106,6 +106,15 @@ struct RedisStoreOptions {
   // Added to every key's expiry beyond its reset_after.
   std::chrono::milliseconds expiry_margin{1000};
 
+  // Quota leasing (SharePolicy in store.h; docs/redis.md, "Quota leasing (shares)"). Off, every
+  // decision asks Redis whatever the requests' policies. On, a request whose only limit has a
+  // policy may be answered from a share of that limit's quota this store took from Redis, and
+  // the share's unused units are given back when it ends. Shares are kept for at most
+  // `share_keys` (limit, key) pairs (a few hundred bytes each); beyond, the least recently used
+  // pair is forgotten and its share given back.
+  bool shares = false;
+  size_t share_keys = 100'000;
+
   // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
   // has as many clocks as servers.
@@ -133,6 +142,13 @@ struct RedisStoreStats {
   uint64_t redirects = 0;     // Cluster: script calls sent again after MOVED, ASK, TRYAGAIN.
   uint64_t asks = 0;          // Of those, after ASK (a slot migrating).
   int connections_ready = 0;  // Connections up now.
+  // Quota leasing (RedisStoreOptions::shares). `calls` counts decisions answered from shares
+  // and the calls that take or give back shares as well.
+  uint64_t share_decisions = 0;     // Decisions answered from a share, without Redis.
+  uint64_t shares_taken = 0;        // Shares Redis granted.
+  uint64_t shares_refused = 0;      // Shares Redis refused (the request was asked exactly).
+  uint64_t share_units_returned = 0;  // Unused units given back when a share ended.
+  uint64_t share_units_lapsed = 0;    // Unused units whose window ended with the share.
 };
 
 class RedisStore final : public Store {

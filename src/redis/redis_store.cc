@@ -104,6 +104,9 @@ internal::CallPtr RedisStore::Impl::NewCall(int64_t cost, size_t keys, Timestamp
 
 void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                               std::span<Decision> each, DecideDone done) {
+  if (shares_ && SubmitLeased(requests, cost, now, each, done)) {
+    return;  // Leased (share_calls.cc): answered from a share, or a share is being taken.
+  }
   CallPtr call = NewCall(cost, requests.size(), now, each, std::move(done));
   call->limits.reserve(requests.size());
   for (const LimitedKey& r : requests) {
@@ -165,7 +168,7 @@ bool RedisStore::Impl::SameSlot(Call& call, const std::string& redis_key, std::s
 }
 
 RedisStoreStats RedisStore::Impl::Stats() const {
-  return {.calls = calls_.load(std::memory_order_relaxed),
+  RedisStoreStats stats{.calls = calls_.load(std::memory_order_relaxed),
           .script_calls = script_calls_.load(std::memory_order_relaxed),
           .failures = failures_.load(std::memory_order_relaxed),
           .fallbacks = fallbacks_.load(std::memory_order_relaxed),
@@ -173,6 +176,8 @@ RedisStoreStats RedisStore::Impl::Stats() const {
           .redirects = redirects_.load(std::memory_order_relaxed),
           .asks = asks_.load(std::memory_order_relaxed),
           .connections_ready = ready_.load(std::memory_order_relaxed)};
+  AddShareStats(stats);  // share_calls.cc
+  return stats;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -201,6 +206,7 @@ RedisStore::Impl::Node& RedisStore::Impl::NodeAt(const RedisEndpoint& endpoint) 
 void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   if (!result.ok() && IsTransportFailure(result.status())) {
     failures_.fetch_add(1, std::memory_order_relaxed);
+    internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
     switch (options_.on_failure) {
       case FailurePolicy::kDeny:
         break;
@@ -444,6 +450,7 @@ void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
   slots_timer_.cancel();
+  share_timer_.cancel();
   const absl::Status status = absl::CancelledError("the Redis store is shutting down");
   for (auto& node : nodes_) {
     for (auto& c : node->connections) {
