@@ -68,6 +68,9 @@ class CountQueue {
   void Add(int64_t index, int64_t count);
   // Drops every entry whose index is <= `index`.
   void DropThrough(int64_t index);
+  // Takes up to `count` off the entry at `index`, dropping the entry when nothing is left of
+  // it; nothing when there is none (a give-back, sluice/give_back.h). REQUIRES: count >= 0.
+  void Subtract(int64_t index, int64_t count);
 
   // Equal when the live entries are (however the vector is laid out).
   friend bool operator==(const CountQueue& a, const CountQueue& b) {

@@ -3,29 +3,14 @@
 #include <algorithm>
 #include <cassert>
 
+#include "src/core/integers.h"
+
 namespace sluice {
 namespace {
 
-// Division rounded towards minus infinity / plus infinity. REQUIRES: b > 0.
-// A 128-bit division is a library call several times slower than a 64-bit one, and for most
-// limits both operands fit in 64 bits: take the short path then.
-Int128 FloorDiv(Int128 a, Int128 b) {
-  constexpr Int128 kMin = std::numeric_limits<int64_t>::min();
-  constexpr Int128 kMax = std::numeric_limits<int64_t>::max();
-  if (a > kMin && a <= kMax && b <= kMax) {
-    const auto a64 = static_cast<int64_t>(a);
-    const auto b64 = static_cast<int64_t>(b);
-    const int64_t q = a64 / b64;
-    return (a64 % b64 != 0 && a64 < 0) ? q - 1 : q;
-  }
-  const Int128 q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-Int128 CeilDiv(Int128 a, Int128 b) { return -FloorDiv(-a, b); }
-
-// The time in us. The earliest time, INT64_MIN, is the states' "never" (kNoTime): a request
-// then is taken 1 us later, so that what it records is not mistaken for nothing.
-int64_t Us(Timestamp t) { return std::max(t.time_since_epoch().count(), kNoTime + 1); }
+using internal::CeilDiv;
+using internal::FloorDiv;
+using internal::Us;
 
 // Narrows a figure that the limit's bounds keep within 64 bits.
 int64_t Narrow(Int128 v) {
@@ -209,6 +194,26 @@ void CountQueue::DropThrough(int64_t index) {
   } else if (head_ * 2 >= entries_.size()) {
     entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(head_));
     head_ = 0;
+  }
+}
+
+void CountQueue::Subtract(int64_t index, int64_t count) {
+  assert(count >= 0);
+  // A give-back comes soon after its charge: look from the newest entry back.
+  for (size_t i = entries_.size(); i > head_; --i) {
+    Entry& e = entries_[i - 1];
+    if (e.index < index) {
+      return;
+    }
+    if (e.index == index) {
+      const int64_t taken = std::min(count, e.count);
+      e.count -= taken;
+      total_ -= taken;
+      if (e.count == 0) {
+        entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      }
+      return;
+    }
   }
 }
 
