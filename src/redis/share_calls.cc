@@ -127,7 +127,7 @@ void RedisStore::Impl::OnTaken(std::unique_ptr<Taking> t, absl::StatusOr<Decisio
   }
   std::vector<internal::ShareReturn> returns;
   const std::optional<Decision> d =
-      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, returns);
+      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, std::nullopt, returns);
   GiveBack(returns);
   if (!d) {
     t->take = t->cost;  // The share was refused: ask again for the request alone.

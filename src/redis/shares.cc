@@ -83,8 +83,8 @@ Shares::Plan Shares::Begin(const ShareKey& k, int64_t cost, Timestamp now,
   return plan;
 }
 
-std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t take,
-                                      Timestamp sent, const Decision& answer,
+std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t take, Timestamp sent,
+                                      const Decision& answer, const std::optional<Charge>& receipt,
                                       std::vector<ShareReturn>& returns) {
   Shard& s = ShardOf(k.id);
   SpinLockHolder lock(s.mu);
@@ -103,7 +103,7 @@ std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t t
     }
     return answer;
   }
-  Tranche t{.taken = take, .left = take - cost, .sent = sent, .answer = answer};
+  Tranche t{.taken = take, .left = take - cost, .sent = sent, .answer = answer, .receipt = receipt};
   Micros life = e.policy.ttl;
   if (const std::optional<Micros> window = WindowLeft(e.limit, answer); window && *window < life) {
     life = *window;
@@ -126,7 +126,8 @@ std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t t
 void Shares::Failed(const ShareKey& k, int64_t cost, int64_t take) {
   Shard& s = ShardOf(k.id);
   SpinLockHolder lock(s.mu);
-  if (auto it = s.entries.find(absl::string_view(k.id.data(), k.id.size())); it != s.entries.end() && take > cost) {
+  if (auto it = s.entries.find(absl::string_view(k.id.data(), k.id.size()));
+      it != s.entries.end() && take > cost) {
     it->second.taking = false;
   }
 }
@@ -160,7 +161,8 @@ ShareStats Shares::Stats() const {
 
 Shares::Entry& Shares::Find(Shard& s, const ShareKey& k, Timestamp now,
                             std::vector<ShareReturn>& returns) {
-  if (auto it = s.entries.find(absl::string_view(k.id.data(), k.id.size())); it != s.entries.end()) {
+  if (auto it = s.entries.find(absl::string_view(k.id.data(), k.id.size()));
+      it != s.entries.end()) {
     Entry& e = it->second;
     s.lru.splice(s.lru.begin(), s.lru, e.lru);
     return e;
@@ -187,8 +189,8 @@ void Shares::Retire(Shard& s, Entry& e, Timestamp now, Which which,
                     std::vector<ShareReturn>& returns) {
   bool changed = false;
   for (auto t = e.tranches.begin(); t != e.tranches.end();) {
-    const bool retire = which == Which::kAll ||
-                        (now >= t->ends && (which == Which::kEnded || !t->window_ends));
+    const bool retire =
+        which == Which::kAll || (now >= t->ends && (which == Which::kEnded || !t->window_ends));
     if (!retire) {
       ++t;
       continue;
@@ -198,11 +200,12 @@ void Shares::Retire(Shard& s, Entry& e, Timestamp now, Which which,
       units_lapsed_.fetch_add(static_cast<uint64_t>(t->left), std::memory_order_relaxed);
     } else if (t->left > 0) {
       units_returned_.fetch_add(static_cast<uint64_t>(t->left), std::memory_order_relaxed);
-      returns.push_back({.limit = e.limit,
-                         .key = e.key,
-                         .units = t->left,
-                         .taken = t->taken,
-                         .sent = t->sent});
+      ShareReturn& r = returns.emplace_back(ShareReturn{
+          .limit = e.limit, .key = e.key, .units = t->left, .taken = t->taken, .sent = t->sent});
+      if (t->receipt) {
+        r.receipt = *t->receipt;
+        r.receipt->units = t->left;
+      }
     }
     t = e.tranches.erase(t);
     changed = true;

@@ -38,6 +38,7 @@
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
+#include "sluice/give_back.h"
 #include "sluice/limit.h"
 #include "sluice/store.h"
 #include "src/core/mutex.h"
@@ -58,8 +59,11 @@ struct ShareReturn {
   Limit limit;
   std::string key;  // The caller's.
   int64_t units = 0;
-  int64_t taken = 0;   // The units the share's call charged.
-  Timestamp sent;      // When that call was made (the caller's time).
+  int64_t taken = 0;  // The units the share's call charged.
+  Timestamp sent;     // When that call was made (the caller's time).
+  // What the call charged (Redis's receipt), cut to the unused units: they are the charge's
+  // last ones. Without a receipt nothing can be given back.
+  std::optional<Charge> receipt;
 };
 
 struct ShareStats {
@@ -97,11 +101,12 @@ class Shares {
   Plan Begin(const ShareKey& k, int64_t cost, Timestamp now, std::vector<ShareReturn>& returns);
 
   // Redis's answer to a call of `take` units made at `sent` for a request of `cost` (0 for a
-  // refill). Records a share of take - cost units when allowed. Returns the request's
-  // decision; nullopt when a share was refused (take > cost), and the request must be asked
-  // again at its own cost.
+  // refill), with what it charged (`receipt`, when allowed and known). Records a share of
+  // take - cost units when allowed. Returns the request's decision; nullopt when a share was
+  // refused (take > cost), and the request must be asked again at its own cost.
   std::optional<Decision> Taken(const ShareKey& k, int64_t cost, int64_t take, Timestamp sent,
-                                const Decision& answer, std::vector<ShareReturn>& returns);
+                                const Decision& answer, const std::optional<Charge>& receipt,
+                                std::vector<ShareReturn>& returns);
   // The call Begin asked for got no answer from Redis (or the failure policy's).
   void Failed(const ShareKey& k, int64_t cost, int64_t take);
 
@@ -119,24 +124,25 @@ class Shares {
  private:
   // Units taken by one call.
   struct Tranche {
-    int64_t taken = 0;  // What the call charged (its cost).
-    int64_t left = 0;   // Units not yet used.
-    Timestamp sent;     // When the call was made.
-    Timestamp ends;     // When the share ends.
+    int64_t taken = 0;         // What the call charged (its cost).
+    int64_t left = 0;          // Units not yet used.
+    Timestamp sent;            // When the call was made.
+    Timestamp ends;            // When the share ends.
     bool window_ends = false;  // It ends with its window: nothing is given back then.
     Decision answer;           // Redis's answer to the call.
+    std::optional<Charge> receipt;
   };
   struct Entry {
     Limit limit;
     std::string key;
     SharePolicy policy;
     absl::InlinedVector<Tranche, 2> tranches;  // Oldest first.
-    bool taking = false;       // A call taking a share is in flight.
-    int64_t remaining = -1;    // What Redis last reported remaining; -1: unknown.
-    Timestamp remaining_until;  // Until when that report stands.
-    Timestamp rate_start;      // The rate: units asked for since rate_start,
+    bool taking = false;                       // A call taking a share is in flight.
+    int64_t remaining = -1;                    // What Redis last reported remaining; -1: unknown.
+    Timestamp remaining_until;                 // Until when that report stands.
+    Timestamp rate_start;                      // The rate: units asked for since rate_start,
     int64_t rate_units = 0;
-    int64_t rate_last = 0;     // and over the ttl before it.
+    int64_t rate_last = 0;  // and over the ttl before it.
     std::list<Entry*>::iterator lru;
     std::optional<Timestamp> indexed;  // Its key in Shard::ending, if any.
     const std::string* id = nullptr;   // Its key in Shard::entries.
@@ -159,8 +165,8 @@ class Shares {
   enum class Which : uint8_t { kEnded, kTtl, kAll };
   // Removes the entry's shares `which` says into `returns` (those whose window has ended by
   // `now` lapse, returning nothing).
-  void Retire(Shard& shard, Entry& e, Timestamp now, Which which,
-              std::vector<ShareReturn>& returns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  void Retire(Shard& shard, Entry& e, Timestamp now, Which which, std::vector<ShareReturn>& returns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   void Reindex(Shard& shard, Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // The share size `e`'s rate asks for: at least `cost`, at most max, burst and what a
   // fraction of Redis's last remaining allows beyond `cost`.
