@@ -219,6 +219,7 @@ TEST(SharesTest, EvictionReturnsWhatTheEvictedHeld) {
 struct FleetRun {
   std::map<int64_t, int64_t> admitted;
   int64_t requests = 0;
+  int64_t denied = 0;
   int64_t calls = 0;  // Calls answered by "Redis".
   uint64_t local = 0;
   Micros span{0};
@@ -295,6 +296,8 @@ FleetRun RunFleet(const Leased& l, uint64_t seed) {
         calls.push_back({c.server, c.cost, c.cost, now});
       } else if (c.cost > 0 && d->allowed) {
         run.admitted[window(now)] += c.cost;
+      } else if (c.cost > 0) {
+        ++run.denied;
       }
     }
   }
@@ -325,11 +328,8 @@ TEST(SharesTest, AFleetOnAFixedWindowAdmitsBetweenTheBoundAndTheLimit) {
 TEST(SharesTest, AFleetUnderTheLimitAdmitsEveryRequestWithFewCalls) {
   const Leased l = FixedWindow(20'000, 100, 300ms);
   const FleetRun run = RunFleet(l, testing::Seed(18));
-  int64_t total = 0;
-  for (const auto& [w, units] : run.admitted) {
-    total += units;
-  }
-  EXPECT_EQ(total, run.requests);
+  EXPECT_EQ(run.denied, 0);
+  EXPECT_GT(run.requests, 80'000);
   EXPECT_LT(run.calls * 10, run.requests);
 }
 
