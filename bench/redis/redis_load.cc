@@ -1,20 +1,24 @@
 // sluice_redis_load: decisions through RedisStore with a fixed number of calls in flight
-// (a closed loop: each answer starts the next call), for bench/redis/run.sh. One gcra limit,
-// high enough that every call is admitted, on keys drawn from `--keys`. Prints decisions per
-// second, script calls per second and latency percentiles.
+// (a closed loop: each answer starts the next call), for bench/redis/run.sh and shares.sh. One
+// gcra limit, high enough that every call is admitted, on keys drawn from `--keys`; through
+// `--stores` stores (standing for as many servers), with quota leasing when `--share-max` is
+// set. Prints decisions per second, script calls per second and latency percentiles.
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 
+#include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "sluice/redis_store.h"
 
@@ -23,8 +27,10 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 struct Load {
-  sluice::RedisStore* store;
+  std::vector<sluice::RedisStore*> stores;
   const sluice::Limit* limit;
+  const sluice::SharePolicy* share = nullptr;
+  std::atomic<uint64_t> decisions{0};
   std::vector<std::string> keys;
   SteadyClock::time_point until;
 
@@ -34,7 +40,9 @@ struct Load {
   std::atomic<int> running{0};
 };
 
-// One slot of the loop: a call in flight, whose answer starts the next.
+// One slot of the loop: a call in flight, whose answer starts the next. An answer given
+// before DecideAllAsync returns (from a share) is not followed by a nested call, which would
+// recurse without end, but by the loop in Next.
 struct Slot {
   Load* load;
   uint64_t seed;
@@ -42,30 +50,41 @@ struct Slot {
   sluice::Decision each;
   SteadyClock::time_point started;
   std::vector<double> latencies_us;
+  // 0: a call is being made; 1: made, its answer still to come; 2: answered.
+  std::atomic<int> state{0};
 
   void Next() {
-    if (SteadyClock::now() >= load->until) {
-      {
-        std::lock_guard lock(load->mu);
-        load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(),
-                                  latencies_us.end());
+    for (;;) {
+      if (SteadyClock::now() >= load->until) {
+        {
+          std::lock_guard lock(load->mu);
+          load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(),
+                                    latencies_us.end());
+        }
+        load->running.fetch_sub(1);
+        return;
       }
-      load->running.fetch_sub(1);
-      return;
+      const std::string& key = load->keys[rng() % load->keys.size()];
+      const sluice::LimitedKey request{.limit = load->limit, .key = key, .share = load->share};
+      started = SteadyClock::now();
+      state = 0;
+      load->stores[seed % load->stores.size()]->DecideAllAsync(
+          {&request, 1}, 1, sluice::SystemClock().Now(), {&each, 1},
+          [this](absl::StatusOr<sluice::Decision> d) {
+            if (!d.ok() || !d->allowed) {
+              load->errors.fetch_add(1);
+            }
+            load->decisions.fetch_add(1, std::memory_order_relaxed);
+            latencies_us.push_back(
+                std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
+            if (state.exchange(2) == 1) {
+              Next();
+            }
+          });
+      if (state.exchange(1) != 2) {
+        return;  // Answered later: the answer goes on.
+      }
     }
-    const std::string& key = load->keys[rng() % load->keys.size()];
-    const sluice::LimitedKey request{load->limit, key};
-    started = SteadyClock::now();
-    load->store->DecideAllAsync(
-        {&request, 1}, 1, sluice::Timestamp{}, {&each, 1},
-        [this](absl::StatusOr<sluice::Decision> d) {
-          if (!d.ok() || !d->allowed) {
-            load->errors.fetch_add(1);
-          }
-          latencies_us.push_back(
-              std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
-          Next();
-        });
   }
 };
 
@@ -79,6 +98,9 @@ int main(int argc, char** argv) {
   int batch = 1;
   int inflight = 1;
   int keys = 100'000;
+  int stores = 1;
+  int64_t share_max = 0;
+  int share_ttl_ms = 100;
   double duration = 5;
   app.add_option("--url", url, "Redis URL");
   app.add_option("--connections", connections, "connections to Redis");
@@ -87,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--inflight", inflight, "decisions in flight");
   app.add_option("--keys", keys, "distinct keys");
   app.add_option("--duration", duration, "seconds");
+  app.add_option("--stores", stores, "stores (servers) the calls are spread over")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--share-max", share_max, "quota leasing: the most units a share holds (0: off)")
+      ->check(CLI::Range(int64_t{0}, sluice::kMaxShare));
+  app.add_option("--share-ttl-ms", share_ttl_ms, "quota leasing: how long a share lives")
+      ->check(CLI::Range(1, 60'000));
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<sluice::RedisStoreOptions> options = sluice::ParseRedisUrl(url);
@@ -98,33 +126,57 @@ int main(int argc, char** argv) {
   options->pipeline = pipeline;
   options->batch = batch;
   options->timeout = std::chrono::milliseconds(2000);
-  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Create(*options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
-    return 2;
+  options->shares = share_max > 0;
+  std::vector<std::unique_ptr<sluice::RedisStore>> owned;
+  for (int i = 0; i < stores; ++i) {
+    absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store =
+        sluice::RedisStore::Create(*options);
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
+      return 2;
+    }
+    owned.push_back(*std::move(store));
   }
+  const sluice::SharePolicy share{.max = share_max,
+                                  .ttl = std::chrono::milliseconds(share_ttl_ms)};
   const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
                                                       .limit = 1'000'000,
                                                       .period = std::chrono::seconds(1)});
 
   Load load;
-  load.store = store->get();
+  for (auto& s : owned) {
+    load.stores.push_back(s.get());
+  }
   load.limit = &limit;
+  load.share = share_max > 0 ? &share : nullptr;
   for (int i = 0; i < keys; ++i) {
     load.keys.push_back(fmt::format("k{}", i));
   }
   // Warm up: connect, load the script.
-  for (int i = 0; i < 100; ++i) {
-    (void)(*store)->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
+  for (auto& s : owned) {
+    for (int i = 0; i < 100; ++i) {
+      (void)s->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
+    }
   }
-  const sluice::RedisStoreStats before = (*store)->Stats();
+  auto script_calls = [&] {
+    uint64_t n = 0;
+    for (auto& s : owned) {
+      n += s->Stats().script_calls;
+    }
+    return n;
+  };
+  const uint64_t scripts_before = script_calls();
   const auto start = SteadyClock::now();
   load.until = start + std::chrono::duration_cast<SteadyClock::duration>(
                            std::chrono::duration<double>(duration));
   std::vector<std::unique_ptr<Slot>> slots;
   load.running = inflight;
   for (int i = 0; i < inflight; ++i) {
-    slots.push_back(std::make_unique<Slot>(Slot{.load = &load, .seed = static_cast<uint64_t>(i)}));
+    auto slot = std::make_unique<Slot>();
+    slot->load = &load;
+    slot->seed = static_cast<uint64_t>(i);
+    slot->rng.seed(slot->seed);
+    slots.push_back(std::move(slot));
   }
   for (auto& slot : slots) {
     slot->Next();
@@ -133,14 +185,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  const sluice::RedisStoreStats after = (*store)->Stats();
+  const uint64_t scripts_after = script_calls();
   std::vector<double>& lat = load.latencies_us;
   std::sort(lat.begin(), lat.end());
   auto percentile = [&](double p) {
     return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
   };
-  const double calls = static_cast<double>(after.calls - before.calls);
-  const double scripts = static_cast<double>(after.script_calls - before.script_calls);
+  const double calls = static_cast<double>(load.decisions.load());
+  const double scripts = static_cast<double>(scripts_after - scripts_before);
   std::printf(
       "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "
       "errors %llu\n",
