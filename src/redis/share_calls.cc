@@ -68,9 +68,6 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
     share_now_steady_ns_.store(SteadyNanos(), std::memory_order_relaxed);
   }
   std::string id = RedisKey(*r.limit, r.key);
-  std::vector<internal::ShareReturn> returns;
-  const internal::Shares::Plan plan = shares_->Begin(
-      {.id = id, .limit = *r.limit, .key = r.key, .policy = *r.share}, cost, now, returns);
   auto taking = [&](int64_t own, int64_t take) {
     return std::unique_ptr<Taking>(new Taking{.limit = *r.limit,
                                               .key = std::string(r.key),
@@ -80,6 +77,23 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
                                               .take = take,
                                               .sent = now});
   };
+  // A request that waits for the share on its way: answered from it, or asked exactly.
+  auto wait = [&]() -> internal::Shares::Waiter {
+    std::unique_ptr<Taking> t = taking(cost, cost);
+    t->each = each;
+    t->done = std::move(done);
+    return [this, t = std::move(t)](std::optional<Decision> d) mutable {
+      if (!d) {
+        TakeShare(std::move(t));
+        return;
+      }
+      t->each[0] = *d;
+      std::move(t->done)(*d);
+    };
+  };
+  std::vector<internal::ShareReturn> returns;
+  const internal::Shares::Plan plan = shares_->Begin(
+      {.id = id, .limit = *r.limit, .key = r.key, .policy = *r.share}, cost, now, returns, wait);
   if (plan.local) {
     calls_.fetch_add(1, std::memory_order_relaxed);
     each[0] = *plan.local;
@@ -87,7 +101,7 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
     if (plan.refill > 0) {
       TakeShare(taking(0, plan.refill));
     }
-  } else {
+  } else if (!plan.waiting) {
     std::unique_ptr<Taking> t = taking(cost, plan.take);
     t->each = each;
     t->done = std::move(done);
@@ -115,20 +129,28 @@ void RedisStore::Impl::TakeShare(std::unique_ptr<Taking> taking) {
 
 // On the I/O thread: Redis's answer (or the failure policy's) to a call TakeShare queued.
 void RedisStore::Impl::OnTaken(std::unique_ptr<Taking> t, absl::StatusOr<Decision> result) {
+  std::vector<internal::Shares::Ready> ready;
+  auto release = [&ready] {
+    for (internal::Shares::Ready& r : ready) {
+      std::move(r.waiter)(r.decision);
+    }
+  };
   if (!result.ok() || t->share.fell_back) {
-    shares_->Failed(t->Key(), t->cost, t->take);
+    shares_->Failed(t->Key(), t->cost, t->take, &ready);
     if (t->done) {
       if (result.ok()) {
         t->each[0] = t->answer;
       }
       std::move(t->done)(std::move(result));
     }
+    release();
     return;
   }
   std::vector<internal::ShareReturn> returns;
   const std::optional<Decision> d =
-      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, std::nullopt, returns);
+      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, std::nullopt, returns, &ready);
   GiveBack(returns);
+  release();
   if (!d) {
     t->take = t->cost;  // The share was refused: ask again for the request alone.
     TakeShare(std::move(t));

@@ -37,7 +37,7 @@ Shares::Shard& Shares::ShardOf(std::string_view id) {
 }
 
 Shares::Plan Shares::Begin(const ShareKey& k, int64_t cost, Timestamp now,
-                           std::vector<ShareReturn>& returns) {
+                           std::vector<ShareReturn>& returns, absl::FunctionRef<Waiter()> wait) {
   Shard& s = ShardOf(k.id);
   SpinLockHolder lock(s.mu);
   Entry& e = Find(s, k, now, returns);
@@ -60,7 +60,15 @@ Shares::Plan Shares::Begin(const ShareKey& k, int64_t cost, Timestamp now,
     }
   }
   if (!plan.local) {
-    // While a share is on its way, others ask at their own cost rather than take another.
+    // While a share is on its way, others wait for it, or ask at their own cost rather than
+    // take another.
+    if (e.taking && e.waiting.size() < kMaxWaiting) {
+      if (Waiter waiter = wait()) {
+        e.waiting.push_back({.cost = cost, .now = now, .waiter = std::move(waiter)});
+        plan.waiting = true;
+        return plan;
+      }
+    }
     plan.take = e.taking ? cost : Want(e, cost, now);
     e.taking = e.taking || plan.take > cost;
     return plan;
@@ -85,7 +93,8 @@ Shares::Plan Shares::Begin(const ShareKey& k, int64_t cost, Timestamp now,
 
 std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t take, Timestamp sent,
                                       const Decision& answer, const std::optional<Charge>& receipt,
-                                      std::vector<ShareReturn>& returns) {
+                                      std::vector<ShareReturn>& returns,
+                                      std::vector<Ready>* ready) {
   Shard& s = ShardOf(k.id);
   SpinLockHolder lock(s.mu);
   Entry& e = Find(s, k, sent, returns);
@@ -94,6 +103,17 @@ std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t t
     e.taking = false;
   }
   Learn(e, answer, sent);
+  std::optional<Decision> d = Record(s, e, cost, take, sent, answer, receipt);
+  if (share) {
+    Release(e, ready);
+  }
+  return d;
+}
+
+std::optional<Decision> Shares::Record(Shard& s, Entry& e, int64_t cost, int64_t take,
+                                       Timestamp sent, const Decision& answer,
+                                       const std::optional<Charge>& receipt) {
+  const bool share = take > cost;
   if (!share || !answer.allowed) {
     if (share) {
       denied_.fetch_add(1, std::memory_order_relaxed);
@@ -123,13 +143,31 @@ std::optional<Decision> Shares::Taken(const ShareKey& k, int64_t cost, int64_t t
   return d;
 }
 
-void Shares::Failed(const ShareKey& k, int64_t cost, int64_t take) {
+void Shares::Failed(const ShareKey& k, int64_t cost, int64_t take, std::vector<Ready>* ready) {
   Shard& s = ShardOf(k.id);
   SpinLockHolder lock(s.mu);
   if (auto it = s.entries.find(absl::string_view(k.id.data(), k.id.size()));
       it != s.entries.end() && take > cost) {
     it->second.taking = false;
+    Release(it->second, ready);
   }
+}
+
+void Shares::Release(Entry& e, std::vector<Ready>* ready) {
+  for (Entry::Waiting& w : e.waiting) {
+    std::optional<Decision> d;
+    for (Tranche& t : e.tranches) {
+      if (t.left >= w.cost && w.now >= t.sent && w.now < t.ends) {
+        d = Use(e, t, w.cost, w.now);
+        local_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+    if (ready != nullptr) {
+      ready->push_back({.waiter = std::move(w.waiter), .decision = d});
+    }
+  }
+  e.waiting.clear();
 }
 
 void Shares::Expire(Timestamp now, std::vector<ShareReturn>& returns) {
@@ -168,11 +206,24 @@ Shares::Entry& Shares::Find(Shard& s, const ShareKey& k, Timestamp now,
     return e;
   }
   if (s.entries.size() >= per_shard_) {
-    Entry& victim = *s.lru.back();
-    Retire(s, victim, now, Which::kAll, returns);
-    s.lru.pop_back();
-    s.entries.erase(*victim.id);
-    entries_.fetch_sub(1, std::memory_order_relaxed);
+    // The least recently used entry without a share on its way (whose answer, and the
+    // requests waiting for it, the entry must still see); a few are looked at.
+    auto victim = s.lru.end();
+    int looked = 0;
+    for (auto it = s.lru.end(); it != s.lru.begin() && looked < 8; ++looked) {
+      --it;
+      if (!(*it)->taking) {
+        victim = it;
+        break;
+      }
+    }
+    if (victim != s.lru.end()) {
+      Entry& v = **victim;
+      Retire(s, v, now, Which::kAll, returns);
+      s.lru.erase(victim);
+      s.entries.erase(s.entries.find(*v.id));
+      entries_.fetch_sub(1, std::memory_order_relaxed);
+    }
   }
   auto [it, inserted] = s.entries.try_emplace(
       std::string(k.id),

@@ -35,6 +35,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
@@ -86,8 +88,19 @@ class Shares {
   Shares(const Shares&) = delete;
   Shares& operator=(const Shares&) = delete;
 
+  // A request that waits for the share on its way: called with its decision from that share,
+  // or nullopt to ask Redis at its own cost (the share was refused, failed or too small).
+  using Waiter = absl::AnyInvocable<void(std::optional<Decision>) &&>;
+  struct Ready {
+    Waiter waiter;
+    std::optional<Decision> decision;
+  };
+  // The most requests that wait on one entry; more are asked of Redis.
+  static constexpr size_t kMaxWaiting = 1024;
+
   struct Plan {
     std::optional<Decision> local;  // Answered from a share.
+    bool waiting = false;           // Given to the waiter `wait` made.
     int64_t take = 0;    // Not answered: ask Redis for this cost (>= the request's; more takes a
                          // share, of take - cost units).
     int64_t refill = 0;  // Answered, and the share runs low: take this many units in the
@@ -98,17 +111,28 @@ class Shares {
   // ended (or evicts). The caller reports the outcome of every call the plan asks for (Taken
   // or Failed, with its figures; a refill as a request of cost 0): a share in flight keeps the
   // entry from taking another until then.
-  Plan Begin(const ShareKey& k, int64_t cost, Timestamp now, std::vector<ShareReturn>& returns);
+  // When the entry has no units left and a share is on its way, the request waits for it,
+  // rather than ask Redis, if `wait` makes a waiter (called under the entry's lock: it should
+  // only wrap what the request needs; an empty one declines).
+  Plan Begin(const ShareKey& k, int64_t cost, Timestamp now, std::vector<ShareReturn>& returns,
+             absl::FunctionRef<Waiter()> wait);
+  Plan Begin(const ShareKey& k, int64_t cost, Timestamp now, std::vector<ShareReturn>& returns) {
+    return Begin(k, cost, now, returns, [] { return Waiter(); });
+  }
 
   // Redis's answer to a call of `take` units made at `sent` for a request of `cost` (0 for a
   // refill), with what it charged (`receipt`, when allowed and known). Records a share of
   // take - cost units when allowed. Returns the request's decision; nullopt when a share was
-  // refused (take > cost), and the request must be asked again at its own cost.
+  // refused (take > cost), and the request must be asked again at its own cost. The requests
+  // that waited for the share go to `ready`, each with its answer, for the caller to call
+  // after (never under a lock).
   std::optional<Decision> Taken(const ShareKey& k, int64_t cost, int64_t take, Timestamp sent,
                                 const Decision& answer, const std::optional<Charge>& receipt,
-                                std::vector<ShareReturn>& returns);
-  // The call Begin asked for got no answer from Redis (or the failure policy's).
-  void Failed(const ShareKey& k, int64_t cost, int64_t take);
+                                std::vector<ShareReturn>& returns,
+                                std::vector<Ready>* ready = nullptr);
+  // The call Begin asked for got no answer from Redis (or the failure policy's); the requests
+  // that waited for it go to `ready`, to be asked of Redis.
+  void Failed(const ShareKey& k, int64_t cost, int64_t take, std::vector<Ready>* ready = nullptr);
 
   // Removes the shares whose ttl ends by `now` into `returns`. A share that ends with its
   // window is left for Begin to drop (there is nothing to give back), so that a `now` read
@@ -138,9 +162,15 @@ class Shares {
     SharePolicy policy;
     absl::InlinedVector<Tranche, 2> tranches;  // Oldest first.
     bool taking = false;                       // A call taking a share is in flight.
-    int64_t remaining = -1;                    // What Redis last reported remaining; -1: unknown.
-    Timestamp remaining_until;                 // Until when that report stands.
-    Timestamp rate_start;                      // The rate: units asked for since rate_start,
+    struct Waiting {
+      int64_t cost;
+      Timestamp now;
+      Waiter waiter;
+    };
+    std::vector<Waiting> waiting;  // For the share in flight, first come first.
+    int64_t remaining = -1;        // What Redis last reported remaining; -1: unknown.
+    Timestamp remaining_until;     // Until when that report stands.
+    Timestamp rate_start;          // The rate: units asked for since rate_start,
     int64_t rate_units = 0;
     int64_t rate_last = 0;  // and over the ttl before it.
     std::list<Entry*>::iterator lru;
@@ -175,6 +205,12 @@ class Shares {
   static Decision Use(const Entry& e, Tranche& t, int64_t cost, Timestamp now);
   // Records what Redis's `answer` to a call at `sent` says remains.
   static void Learn(Entry& e, const Decision& answer, Timestamp sent);
+  // Taken's step under the lock: the share recorded, the request's decision.
+  std::optional<Decision> Record(Shard& s, Entry& e, int64_t cost, int64_t take, Timestamp sent,
+                                 const Decision& answer, const std::optional<Charge>& receipt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Answers the requests waiting on `e` from its shares, or with nullopt, into `ready`.
+  void Release(Entry& e, std::vector<Ready>* ready);
 
   const size_t per_shard_;
   std::array<Shard, kShards> shards_;

@@ -85,6 +85,38 @@ TEST(SharesTest, FirstAskedExactlyThenSharesFollowTheRate) {
   EXPECT_TRUE(returns.empty());
 }
 
+TEST(SharesTest, RequestsWaitForTheShareOnItsWayAndAreAnsweredFromIt) {
+  Shares shares(1000);
+  const Leased l = FixedWindow(1000, 3, 100ms);
+  std::vector<ShareReturn> returns;
+  const Timestamp t = At(kEpoch);
+  for (int i = 0; i < 3; ++i) {
+    shares.Begin(l.Key(), 1, t, returns);
+  }
+  shares.Taken(l.Key(), 1, 1, t, Allowed(997, kSecond), std::nullopt, returns);
+  ASSERT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 3);  // A share of 2 on its way.
+  std::vector<std::optional<Decision>> answers;
+  auto wait = [&] {
+    return Shares::Waiter([&](std::optional<Decision> d) { answers.push_back(d); });
+  };
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(shares.Begin(l.Key(), 1, t + 1ms, returns, wait).waiting);
+  }
+  std::vector<Shares::Ready> ready;
+  ASSERT_TRUE(
+      shares.Taken(l.Key(), 1, 3, t, Allowed(994, kSecond), std::nullopt, returns, &ready));
+  ASSERT_EQ(ready.size(), 3u);
+  for (Shares::Ready& r : ready) {
+    std::move(r.waiter)(r.decision);
+  }
+  // Two from the share's two units, the third to be asked of Redis.
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_TRUE(answers[0] && answers[0]->allowed);
+  EXPECT_TRUE(answers[1] && answers[1]->allowed);
+  EXPECT_FALSE(answers[2]);
+  EXPECT_EQ(shares.Stats().local, 2u);
+}
+
 TEST(SharesTest, AShareIsAtMostMaxBurstAndAQuarterOfWhatRemains) {
   std::vector<ShareReturn> returns;
   const Timestamp t = At(kEpoch);
