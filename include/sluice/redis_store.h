@@ -42,6 +42,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
+#include "sluice/give_back.h"
 #include "sluice/store.h"
 
 namespace sluice {
@@ -167,6 +168,25 @@ class RedisStore final : public Store {
                                      Timestamp now, std::span<Decision> each) override;
   void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                       std::span<Decision> each, DecideDone done) override;
+  // Charges and give-backs (sluice/give_back.h), for a caller that decides a request in
+  // several calls and may have to undo the earlier ones. ChargeAll is DecideAll that also
+  // writes to `charges` what each limit charged, in Redis's time (units 0 when the request
+  // was denied, or decided by the failure policy: nothing in Redis to give back then).
+  // GiveBackAll gives `charges` back, one per request, then writes to `each` what a cost-0
+  // query answers; the failure policy does not apply to it (a give-back that cannot reach
+  // Redis fails with its error, and the units stay charged: fewer admitted, never more).
+  // REQUIRES: each.size() == charges.size() == requests.size().
+  absl::StatusOr<Decision> ChargeAll(std::span<const LimitedKey> requests, int64_t cost,
+                                     Timestamp now, std::span<Decision> each,
+                                     std::span<Charge> charges);
+  void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                      std::span<Decision> each, std::span<Charge> charges, DecideDone done);
+  absl::StatusOr<Decision> GiveBackAll(std::span<const LimitedKey> requests,
+                                       std::span<const Charge> charges, Timestamp now,
+                                       std::span<Decision> each);
+  void GiveBackAllAsync(std::span<const LimitedKey> requests, std::span<const Charge> charges,
+                        Timestamp now, std::span<Decision> each, DecideDone done);
+
   // Leases: one sorted set per key ("<prefix>lease:<key>", tagged as above), its members the
   // lease ids, scored by expiry, decided by the same script (so batched and routed alike).
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
@@ -193,6 +213,7 @@ class RedisStore final : public Store {
  private:
   class Impl;
   explicit RedisStore(std::unique_ptr<Impl> impl);
+  absl::Status CheckRequest(std::span<const LimitedKey> requests, int64_t cost) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,7 +9,8 @@ namespace {
 
 constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
 constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
-constexpr int kArgsPerCall = 3;
+constexpr int kArgsPerCall = 4;
+constexpr int kArgsPerCharge = 3;  // After a limit's, in a give-back.
 
 }  // namespace
 
@@ -21,6 +22,7 @@ void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
   }
   AppendBulk(call.args_resp, call.cost);
   AppendBulk(call.args_resp, static_cast<int64_t>(keys));
+  AppendBulk(call.args_resp, static_cast<int64_t>(call.mode));
 }
 
 void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request) {
@@ -35,6 +37,12 @@ void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& reque
   AppendBulk(call.args_resp, l.rate_period_us());
   call.limits.push_back(l);
   call.keys.emplace_back(request.key);
+}
+
+void AppendCharge(Call& call, const Charge& charge) {
+  AppendBulk(call.args_resp, charge.at.time_since_epoch().count());
+  AppendBulk(call.args_resp, charge.units);
+  AppendBulk(call.args_resp, static_cast<int64_t>(charge.ahead));
 }
 
 void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key) {
@@ -57,7 +65,9 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
   size_t bytes = 128;
   for (const CallPtr& c : calls) {
     keys += c->keys.size();
-    args += kArgsPerCall + kArgsPerLimit * c->keys.size();
+    const size_t per_limit =
+        kArgsPerLimit + (c->mode == Call::Mode::kGiveBack ? kArgsPerCharge : 0);
+    args += kArgsPerCall + per_limit * c->keys.size();
     bytes += c->keys_resp.size() + c->args_resp.size();
   }
   std::string out;
@@ -89,17 +99,27 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
         fmt::format("redis: {}", message && message->str ? message->str : "script error"));
   }
   ++at;
-  if (at + 5 * call.keys.size() > reply.elements) {
+  const bool receipts = call.mode == Call::Mode::kCharge;
+  const size_t stride = receipts ? 7 : 5;
+  if (at + stride * call.keys.size() > reply.elements) {
     return absl::InternalError("redis: the script's reply is short");
   }
-  for (size_t i = 0; i < call.keys.size(); ++i, at += 5) {
+  const size_t first = at;
+  for (size_t i = 0; i < call.keys.size(); ++i, at += stride) {
     call.each[i] = {.allowed = reply.element[at]->integer != 0,
                     .remaining = reply.element[at + 1]->integer,
                     .reset_after = Micros{reply.element[at + 2]->integer},
                     .retry_after = Micros{reply.element[at + 3]->integer},
                     .delay = Micros{reply.element[at + 4]->integer}};
   }
-  return Combine(call.each);
+  const Decision all = Combine(call.each);
+  for (size_t i = 0; receipts && i < call.keys.size(); ++i) {
+    const size_t e = first + stride * i;
+    call.receipts[i] = {.at = Timestamp{Micros{reply.element[e + 5]->integer}},
+                        .units = all.allowed ? call.cost : 0,
+                        .ahead = reply.element[e + 6]->integer};
+  }
+  return all;
 }
 
 }  // namespace sluice::internal

@@ -2,7 +2,7 @@
 
 // A Call, one decision request on its way to Redis, and Pending, what a connection waits for
 // Redis to answer, in the order it was sent. With them, the script's calling convention, as
-// the header of src/redis/decide.lua states it, in both directions: each call's keys and ARGV,
+// the header of src/redis/requests.lua states it, in both directions: each call's keys and ARGV,
 // framed as the call is made; a batch of calls, framed as one EVALSHA; and the script's reply,
 // read back into each call's decisions.
 //
@@ -23,6 +23,7 @@
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
+#include "sluice/give_back.h"
 #include "sluice/limit.h"
 #include "sluice/store.h"
 
@@ -41,6 +42,13 @@ struct ShareTake {
 
 // One decision request on its way to Redis.
 struct Call {
+  // What the script does with it (decide.lua's mode): decide; decide and report what each
+  // limit charged (for a give-back later); give back charges (sluice/give_back.h).
+  enum class Mode : uint8_t { kDecide = 0, kCharge = 1, kGiveBack = 2 };
+  Mode mode = Mode::kDecide;
+  // kCharge: where ReadReply writes each limit's charge (units 0 unless the request was
+  // allowed), in Redis's time. One per limit; must stay alive until `done` is called.
+  std::span<Charge> receipts;
   std::vector<Limit> limits;      // For the local fallback (empty for leases).
   std::vector<std::string> keys;  // The caller's keys: the local fallback, the reply's size.
   // A request of leases (Store::LeaseAll) instead of limits.
@@ -82,11 +90,15 @@ struct Pending {
 };
 
 // The head of the call's part of ARGV: the time (`caller_time`, or '' for Redis's TIME), the
-// call's cost (or its lease op) and the number of keys it will have.
+// call's cost (or its lease op), the number of keys it will have, and its mode.
 void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys);
 
 // Adds one limit on one key to the call: its Redis key `redis_key` and its arguments.
 void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request);
+
+// After AppendLimit, in a call of mode kGiveBack: the charge to give back on that limit.
+// REQUIRES: charge.ahead below 2^53 (RedisStore::CheckLimit bounds B x P' below 2^52).
+void AppendCharge(Call& call, const Charge& charge);
 
 // Adds one key of a request of leases to the call: its Redis key `redis_key` and its
 // arguments, with the call's lease id and ttl.

@@ -11,16 +11,8 @@
 --     CheckLimit refuses limits with B*P' above 2^52);
 --   - sliding_window's products prev*r and (N-c)*P are divided exactly by mul_div below.
 --
--- KEYS: the Redis keys of every limit of every request, in order.
--- ARGV: margin_ms, request count, then per request:
---   time ('' for Redis's TIME), cost, limit count, then per limit:
---   algorithm code (the order of sluice::Algorithm), N, P, B, K, N', P' (the rate in lowest
---   terms, Limit::rate_units() and rate_period_us()).
---   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
---   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
---   ttl, the lease id, and three unused numbers.
--- Returns, per request: 1 followed by five numbers per limit (allowed 0/1, remaining,
--- reset_after, retry_after, delay, in microseconds), or 0 followed by an error message.
+-- The script is this file, then give_back.lua, then requests.lua (its entry: KEYS and ARGV),
+-- joined by CMake (src/redis/CMakeLists.txt).
 --
 -- State, one Redis key per limit and key, each with a TTL of its reset_after plus margin_ms:
 --   fixed_window     string "last count"
@@ -101,8 +93,10 @@ local function ttl_ms(reset_after, t, now)
   return ceil_div(reset_after + t - now, 1000) + margin_ms
 end
 
--- Each decide function returns allowed, remaining, reset_after, retry_after, delay, and writes
--- the new state when `apply` is true and the request is allowed with cost > 0.
+-- Each decide function returns allowed, remaining, reset_after, retry_after, delay, and the
+-- receipt of a charge: the time it is recorded at and, for the buckets, how far ahead of it the
+-- state stands after it (sluice::Charge); it writes the new state when `apply` is true and the
+-- request is allowed with cost > 0.
 
 local function fixed_window(key, l, now, cost, apply)
   local n, p = l.n, l.p
@@ -127,7 +121,7 @@ local function fixed_window(key, l, now, cost, apply)
   if not allowed then
     retry = cost > n and -1 or to_end
   end
-  return allowed, n - count, count > 0 and to_end or 0, retry, 0
+  return allowed, n - count, count > 0 and to_end or 0, retry, 0, t, 0
 end
 
 local function sliding_window(key, l, now, cost, apply)
@@ -168,27 +162,27 @@ local function sliding_window(key, l, now, cost, apply)
   end
   local remaining = math.max(0, n - cur - prev_left)
   if allowed then
-    return true, remaining, reset, 0, 0
+    return true, remaining, reset, 0, 0, t, 0
   end
   if cost > n then
-    return false, remaining, reset, -1, 0
+    return false, remaining, reset, -1, 0, t, 0
   end
   -- The first instant the condition holds, as the C++: the rest of this window, the next,
   -- then the one after.
   if prev > 0 and n - cur - cost >= 0 then
     local wait = math.max(1, p - r - mul_div(n - cur - cost, p, prev, p + 1))
     if wait <= p - r - 1 then
-      return false, remaining, reset, wait, 0
+      return false, remaining, reset, wait, 0, t, 0
     end
   end
   if cur == 0 then
-    return false, remaining, reset, p - r, 0
+    return false, remaining, reset, p - r, 0, t, 0
   end
   local fits = mul_div(n - cost, p, cur, p + 1)
   if fits >= 1 then
-    return false, remaining, reset, p - r + math.max(0, p - fits), 0
+    return false, remaining, reset, p - r + math.max(0, p - fits), 0, t, 0
   end
-  return false, remaining, reset, 2 * p - r, 0
+  return false, remaining, reset, 2 * p - r, 0, t, 0
 end
 
 -- sliding_log (width 1 us, span P) and sliding_buckets (width P/K, span K): counts in buckets
@@ -256,20 +250,20 @@ local function windowed_counts(key, limit, width, span, now, cost, apply)
   end
   local reset = used > 0 and (newest + span) * width - t or 0
   if allowed then
-    return true, limit - used, reset, 0, 0
+    return true, limit - used, reset, 0, 0, t, 0
   end
   if cost > limit then
-    return false, limit - used, reset, -1, 0
+    return false, limit - used, reset, -1, 0, t, 0
   end
   local freed = 0
   for i = first_live, entries - 1 do
     local index, count = entry(i)
     freed = freed + count
     if used - freed <= limit - cost then
-      return false, limit - used, reset, (index + span) * width - t, 0
+      return false, limit - used, reset, (index + span) * width - t, 0, t, 0
     end
   end
-  return false, limit - used, reset, 0, 0 -- unreachable: the walk frees all of `used`
+  return false, limit - used, reset, 0, 0, t, 0 -- unreachable: the walk frees all of `used`
 end
 
 local function token_bucket(key, l, now, cost, apply)
@@ -297,7 +291,8 @@ local function token_bucket(key, l, now, cost, apply)
   if not allowed then
     retry = cost > l.b and -1 or ceil_div(cost * rp - level, rn)
   end
-  return allowed, floor_div(after, rp), ceil_div(capacity - after, rn), retry, 0
+  return allowed, floor_div(after, rp), ceil_div(capacity - after, rn), retry, 0, t,
+    capacity - after
 end
 
 -- gcra and leaky_bucket. With base = max(TAT, t*N'), the C++ works with base - t*N' (the
@@ -330,7 +325,7 @@ local function tat(key, l, now, cost, apply, shapes)
     if cost > 0 and apply then
       redis.call('SET', key, int(now) .. ' ' .. int(backlog), 'PX', ttl_ms(ceil_div(backlog, rn), now, now))
     end
-    return true, floor_div(capacity - backlog, rp), ceil_div(backlog, rn), 0, delay
+    return true, floor_div(capacity - backlog, rp), ceil_div(backlog, rn), 0, delay, now, backlog
   end
   local remaining = 0
   if behind * rn + ahead <= capacity then
@@ -338,7 +333,7 @@ local function tat(key, l, now, cost, apply, shapes)
   end
   local reset = behind + ceil_div(ahead, rn)
   local retry = cost > b and -1 or behind + ceil_div(ahead + cost * rp - capacity, rn)
-  return false, remaining, reset, retry, 0
+  return false, remaining, reset, retry, 0, now, 0
 end
 
 -- The leases of one key, as DecideLease in src/memory/leases.cc: expired leases are dropped, then,
@@ -378,7 +373,7 @@ local function lease(key, l, now, op, apply)
       redis.call('PEXPIRE', key, ttl_ms(reset_after, now, now))
     end
   end
-  return allowed, remaining, reset_after, retry_after, 0
+  return allowed, remaining, reset_after, retry_after, 0, now, 0
 end
 
 local LEASES = 7
@@ -407,76 +402,3 @@ local function decide(key, l, now, cost, apply)
   end
   error('unknown algorithm code ' .. tostring(a))
 end
-
--- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
--- all allow, each records the request; if not, a limit that would have allowed reports its
--- figures as a cost-0 query does. Leases alike (their op in place of the cost, QUERY being 0),
--- except that a release gives back the lease wherever it is held.
-local function decide_request(keys, limits, now, cost, out)
-  local first = #out
-  local all_allowed = true
-  local results = {}
-  for i = 1, #limits do
-    local r = { decide(keys[i], limits[i], now, cost, false) }
-    results[i] = r
-    all_allowed = all_allowed and r[1]
-  end
-  for i = 1, #limits do
-    local r = results[i]
-    if all_allowed or (r[1] and limits[i].algorithm == LEASES and cost == RELEASE) then
-      r = { decide(keys[i], limits[i], now, cost, true) }
-    elseif r[1] then
-      r = { decide(keys[i], limits[i], now, 0, false) }
-    end
-    out[first + 5 * (i - 1) + 1] = r[1] and 1 or 0
-    for j = 2, 5 do
-      out[first + 5 * (i - 1) + j] = r[j]
-    end
-  end
-end
-
-local clock
-local out = {}
-local arg, key = 3, 1
-for _ = 1, tonumber(ARGV[2]) do
-  local now = tonumber(ARGV[arg])
-  if not now then
-    if not clock then
-      local time = redis.call('TIME')
-      clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    end
-    now = clock
-  end
-  local cost = tonumber(ARGV[arg + 1])
-  local count = tonumber(ARGV[arg + 2])
-  arg = arg + 3
-  local keys, limits = {}, {}
-  for i = 1, count do
-    keys[i] = KEYS[key]
-    key = key + 1
-    limits[i] = {
-      algorithm = tonumber(ARGV[arg]),
-      n = tonumber(ARGV[arg + 1]),
-      p = tonumber(ARGV[arg + 2]),
-      b = tonumber(ARGV[arg + 3]),
-      k = tonumber(ARGV[arg + 4]),
-      rn = tonumber(ARGV[arg + 5]),
-      rp = tonumber(ARGV[arg + 6]),
-      id = ARGV[arg + 3], -- Leases: the lease id in place of B.
-    }
-    arg = arg + 7
-  end
-  local mark = #out + 1
-  out[mark] = 1
-  -- A request that fails (a key of another type, a time out of range) fails alone; the batch
-  -- goes on.
-  local ok, err = pcall(decide_request, keys, limits, now, cost, out)
-  if not ok then
-    for i = #out, mark + 1, -1 do
-      out[i] = nil
-    end
-    out[mark] = 0
-    out[mark + 1] = type(err) == 'table' and (err.err or 'error') or tostring(err)
-  end
-end
-return out

@@ -26,10 +26,6 @@
 #include "src/redis/stream.h"
 
 namespace sluice {
-namespace internal {
-extern const std::string_view kRedisDecideScript;  // src/redis/decide.lua, built in by CMake.
-}  // namespace internal
-
 namespace {
 
 namespace asio = boost::asio;
@@ -40,11 +36,6 @@ using internal::BatchCommand;
 using internal::HashSlot;
 using internal::kSlotCount;
 using internal::ReadReply;
-
-// The largest B x P' the script keeps exact (its sums of two such values stay below 2^53).
-constexpr int64_t kMaxExactProduct = int64_t{1} << 52;
-// One script call reads every bucket of a sliding_buckets key; keep that bounded.
-constexpr int64_t kMaxRedisBuckets = 10'000;
 
 // A transport failure: the policy decides. Anything else is the call's own error.
 bool IsTransportFailure(const absl::Status& s) {
@@ -88,18 +79,23 @@ std::string RedisStore::Impl::LeaseKey(std::string_view key) const {
 }
 
 // A call with its deadline and the head of its part of ARGV: time, cost (or a lease op),
-// and the number of keys.
+// the number of keys and the mode.
 internal::CallPtr RedisStore::Impl::NewCall(int64_t cost, size_t keys, Timestamp now,
                                             std::span<Decision> each, DecideDone done) const {
   auto call = std::make_unique<Call>();
-  call->cost = cost;
-  call->now = now;
-  call->each = each;
-  call->done = std::move(done);
-  call->deadline = SteadyClock::now() + options_.timeout;
-  call->keys.reserve(keys);
-  AppendHead(*call, options_.use_caller_time ? std::optional(now) : std::nullopt, keys);
+  FillCall(*call, cost, keys, now, each, std::move(done));
   return call;
+}
+
+void RedisStore::Impl::FillCall(Call& call, int64_t cost, size_t keys, Timestamp now,
+                                std::span<Decision> each, DecideDone done) const {
+  call.cost = cost;
+  call.now = now;
+  call.each = each;
+  call.done = std::move(done);
+  call.deadline = SteadyClock::now() + options_.timeout;
+  call.keys.reserve(keys);
+  AppendHead(call, options_.use_caller_time ? std::optional(now) : std::nullopt, keys);
 }
 
 void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
@@ -107,14 +103,27 @@ void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost
   if (shares_ && SubmitLeased(requests, cost, now, each, done)) {
     return;  // Leased (share_calls.cc): answered from a share, or a share is being taken.
   }
-  CallPtr call = NewCall(cost, requests.size(), now, each, std::move(done));
+  SubmitLimits({}, requests, cost, now, each, std::move(done));
+}
+
+void RedisStore::Impl::SubmitLimits(const LimitsCall& how, std::span<const LimitedKey> requests,
+                                    int64_t cost, Timestamp now, std::span<Decision> each,
+                                    DecideDone done) {
+  std::fill(how.receipts.begin(), how.receipts.end(), Charge{});
+  CallPtr call = std::make_unique<Call>();
+  call->mode = how.mode;
+  call->receipts = how.receipts;
+  FillCall(*call, cost, requests.size(), now, each, std::move(done));
   call->limits.reserve(requests.size());
-  for (const LimitedKey& r : requests) {
-    const std::string redis_key = RedisKey(*r.limit, r.key);
-    if (!SameSlot(*call, redis_key, r.key)) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string redis_key = RedisKey(*requests[i].limit, requests[i].key);
+    if (!SameSlot(*call, redis_key, requests[i].key)) {
       return;
     }
-    AppendLimit(*call, redis_key, r);
+    AppendLimit(*call, redis_key, requests[i]);
+    if (how.mode == Call::Mode::kGiveBack) {
+      internal::AppendCharge(*call, how.charges[i]);
+    }
   }
   Enqueue(std::move(call));
 }
@@ -204,7 +213,9 @@ RedisStore::Impl::Node& RedisStore::Impl::NodeAt(const RedisEndpoint& endpoint) 
 
 // Completes a call: with Redis's answer, or with a failure the policy turns into one.
 void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
-  if (!result.ok() && IsTransportFailure(result.status())) {
+  // A give-back that fails leaves its units charged: no policy can make Redis take them back.
+  if (!result.ok() && IsTransportFailure(result.status()) &&
+      call.mode != Call::Mode::kGiveBack) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
     switch (options_.on_failure) {
@@ -463,138 +474,6 @@ void RedisStore::Impl::Shutdown() {
     node->asked.clear();
   }
   FailAll(unrouted_, status);
-}
-
-// ---------------------------------------------------------------------------------------------
-// RedisStore
-
-absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
-  if (options.endpoints.empty()) {
-    return absl::InvalidArgumentError("the Redis store needs a host");
-  }
-  if (options.cluster && options.database != 0) {
-    return absl::InvalidArgumentError("a Redis Cluster has only database 0");
-  }
-  if (options.connections < 1 || options.pipeline < 1 || options.batch < 1) {
-    return absl::InvalidArgumentError("connections, pipeline and batch must each be at least 1");
-  }
-  if (options.timeout <= std::chrono::milliseconds(0)) {
-    return absl::InvalidArgumentError("the Redis timeout must be positive");
-  }
-  if (options.expiry_margin < std::chrono::milliseconds(0)) {
-    return absl::InvalidArgumentError("the expiry margin must not be negative");
-  }
-  if (options.key_prefix.find_first_of("{}") != std::string::npos) {
-    return absl::InvalidArgumentError("the key prefix may not contain '{' or '}'");
-  }
-  if (options.backoff_min <= std::chrono::milliseconds(0) ||
-      options.backoff_max < options.backoff_min) {
-    return absl::InvalidArgumentError("backoff_min must be positive and at most backoff_max");
-  }
-  const bool unix_socket = std::any_of(options.endpoints.begin(), options.endpoints.end(),
-                                       [](const RedisEndpoint& e) { return !e.socket.empty(); });
-  if (unix_socket && (options.cluster || options.tls.enabled)) {
-    return absl::InvalidArgumentError(
-        "a unix socket is for one Redis server, without TLS: not a cluster, not rediss://");
-  }
-  absl::StatusOr<std::unique_ptr<asio::ssl::context>> tls = internal::RedisTlsContext(options.tls);
-  if (!tls.ok()) {
-    return tls.status();
-  }
-  return std::unique_ptr<RedisStore>(
-      new RedisStore(std::make_unique<Impl>(std::move(options), *std::move(tls))));
-}
-
-RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RedisStore::~RedisStore() = default;
-
-std::string_view RedisStore::Script() { return internal::kRedisDecideScript; }
-
-absl::Status RedisStore::CheckLimit(const Limit& limit) const {
-  if (absl::Status s = impl_->local().CheckLimit(limit); !s.ok()) {
-    return s;
-  }
-  if (UsesBurst(limit.algorithm()) &&
-      Int128{limit.burst()} * limit.rate_period_us() > kMaxExactProduct) {
-    return absl::InvalidArgumentError(fmt::format(
-        "{}: the Redis store computes in doubles and keeps burst x period/gcd(limit, period) "
-        "below 2^52; this limit needs {}: use a smaller burst or a rate in rounder numbers",
-        limit.ToString(), static_cast<double>(Int128{limit.burst()} * limit.rate_period_us())));
-  }
-  if (limit.algorithm() == Algorithm::kSlidingBuckets && limit.buckets() > kMaxRedisBuckets) {
-    return absl::InvalidArgumentError(
-        fmt::format("{}: the Redis store keeps at most {} buckets per sliding_buckets key",
-                    limit.ToString(), kMaxRedisBuckets));
-  }
-  return absl::OkStatus();
-}
-
-void RedisStore::DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                                std::span<Decision> each, DecideDone done) {
-  assert(each.size() == requests.size());
-  if (absl::Status s = ValidateRequest(requests.size(), cost); !s.ok()) {
-    std::move(done)(s);
-    return;
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (absl::Status s = CheckLimit(*requests[i].limit); !s.ok()) {
-      std::move(done)(s);
-      return;
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (*requests[j].limit == *requests[i].limit && requests[j].key == requests[i].key) {
-        std::move(done)(absl::InvalidArgumentError(fmt::format(
-            "limit {} on key '{}' appears twice", requests[i].limit->ToString(), requests[i].key)));
-        return;
-      }
-    }
-  }
-  impl_->Submit(requests, cost, now, each, std::move(done));
-}
-
-absl::StatusOr<Decision> RedisStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
-                                               Timestamp now, std::span<Decision> each) {
-  std::promise<absl::StatusOr<Decision>> promise;
-  std::future<absl::StatusOr<Decision>> result = promise.get_future();
-  DecideAllAsync(requests, cost, now, each,
-                 [&promise](absl::StatusOr<Decision> r) { promise.set_value(std::move(r)); });
-  return result.get();
-}
-
-absl::StatusOr<Decision> RedisStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
-                                            Timestamp now) {
-  const LimitedKey request{&limit, key};
-  Decision each;
-  return DecideAll({&request, 1}, cost, now, {&each, 1});
-}
-
-void RedisStore::LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
-                               Micros ttl, Timestamp now, std::span<Decision> each,
-                               DecideDone done) {
-  assert(each.size() == keys.size());
-  if (absl::Status s = ValidateLeases(op, keys, id, ttl); !s.ok()) {
-    std::move(done)(s);
-    return;
-  }
-  impl_->SubmitLeases(op, keys, id, ttl, now, each, std::move(done));
-}
-
-absl::StatusOr<Decision> RedisStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
-                                              std::string_view id, Micros ttl, Timestamp now,
-                                              std::span<Decision> each) {
-  std::promise<absl::StatusOr<Decision>> promise;
-  std::future<absl::StatusOr<Decision>> result = promise.get_future();
-  LeaseAllAsync(op, keys, id, ttl, now, each,
-                [&promise](absl::StatusOr<Decision> r) { promise.set_value(std::move(r)); });
-  return result.get();
-}
-
-std::string RedisStore::LeaseKey(std::string_view key) const { return impl_->LeaseKey(key); }
-
-RedisStoreStats RedisStore::Stats() const { return impl_->Stats(); }
-
-std::string RedisStore::RedisKey(const Limit& limit, std::string_view key) const {
-  return impl_->RedisKey(limit, key);
 }
 
 }  // namespace sluice

@@ -62,6 +62,16 @@ class RedisStore::Impl {
   // different cluster slots.
   void Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
               std::span<Decision> each, DecideDone done);
+  // Submit with a mode (Call::Mode): kCharge also writes each limit's charge to `receipts`
+  // (zeroed first; left so when the failure policy decides); kGiveBack gives back `charges`,
+  // one per request, and fails with its error, whatever the policy, when Redis cannot be asked.
+  struct LimitsCall {
+    internal::Call::Mode mode = internal::Call::Mode::kDecide;
+    std::span<Charge> receipts = {};
+    std::span<const Charge> charges = {};
+  };
+  void SubmitLimits(const LimitsCall& how, std::span<const LimitedKey> requests, int64_t cost,
+                    Timestamp now, std::span<Decision> each, DecideDone done);
   void SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id, Micros ttl,
                     Timestamp now, std::span<Decision> each, DecideDone done);
   RedisStoreStats Stats() const;
@@ -88,6 +98,8 @@ class RedisStore::Impl {
   // thread (from Submit), the rest on the I/O thread.
   CallPtr NewCall(int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
                   DecideDone done) const;
+  void FillCall(Call& call, int64_t cost, size_t keys, Timestamp now, std::span<Decision> each,
+                DecideDone done) const;
   bool SameSlot(Call& call, const std::string& redis_key, std::string_view key);
   void Enqueue(CallPtr call);
   void TakeIncoming();
@@ -119,7 +131,7 @@ class RedisStore::Impl {
                     std::span<Decision> each, DecideDone& done);
   void TakeShare(std::unique_ptr<Taking> taking);
   void OnTaken(std::unique_ptr<Taking> taking, absl::StatusOr<Decision> result);
-  void GiveBack(std::vector<internal::ShareReturn>& returns);
+  void GiveBack(std::vector<internal::ShareReturn>& returns, Timestamp now);
   void SweepShares();
   void AddShareStats(RedisStoreStats& stats) const;
   // The time the sweep ends shares at: the latest a caller passed, moved on by the steady

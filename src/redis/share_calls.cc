@@ -45,6 +45,7 @@ struct RedisStore::Impl::Taking {
   int64_t take = 0;  // What the call charges.
   Timestamp sent;
   Decision answer;            // Redis's answer (the call's `each`).
+  Charge receipt;             // What it charged (the call's `receipts`).
   std::span<Decision> each;   // The caller's; empty for a refill.
   DecideDone done = nullptr;  // The caller's; empty for a refill.
 
@@ -107,18 +108,23 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
     t->done = std::move(done);
     TakeShare(std::move(t));
   }
-  GiveBack(returns);
+  GiveBack(returns, now);
   return true;
 }
 
-// Queues the call `taking` describes, as Submit queues a request on one key.
+// Queues the call `taking` describes, as Submit queues a request on one key, asking for its
+// receipt (what it charged, to give back what the share does not use).
 void RedisStore::Impl::TakeShare(std::unique_ptr<Taking> taking) {
   Taking& t = *taking;
   t.share = {.own_cost = t.cost};
-  CallPtr call = NewCall(t.take, 1, t.sent, {&t.answer, 1},
-                         [this, taking = std::move(taking)](absl::StatusOr<Decision> r) mutable {
-                           OnTaken(std::move(taking), std::move(r));
-                         });
+  t.receipt = {};
+  auto call = std::make_unique<Call>();
+  call->mode = Call::Mode::kCharge;
+  call->receipts = {&t.receipt, 1};
+  FillCall(*call, t.take, 1, t.sent, {&t.answer, 1},
+           [this, taking = std::move(taking)](absl::StatusOr<Decision> r) mutable {
+             OnTaken(std::move(taking), std::move(r));
+           });
   call->share = &t.share;
   if (!SameSlot(*call, t.id, t.key)) {
     return;  // Not for one key; SameSlot has answered.
@@ -147,9 +153,13 @@ void RedisStore::Impl::OnTaken(std::unique_ptr<Taking> t, absl::StatusOr<Decisio
     return;
   }
   std::vector<internal::ShareReturn> returns;
+  std::optional<Charge> receipt;
+  if (t->receipt.units > 0) {
+    receipt = t->receipt;
+  }
   const std::optional<Decision> d =
-      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, std::nullopt, returns, &ready);
-  GiveBack(returns);
+      shares_->Taken(t->Key(), t->cost, t->take, t->sent, t->answer, receipt, returns, &ready);
+  GiveBack(returns, t->sent);
   release();
   if (!d) {
     t->take = t->cost;  // The share was refused: ask again for the request alone.
@@ -163,8 +173,26 @@ void RedisStore::Impl::OnTaken(std::unique_ptr<Taking> t, absl::StatusOr<Decisio
   SweepShares();
 }
 
-void RedisStore::Impl::GiveBack(std::vector<internal::ShareReturn>& returns) {
-  // Until the script can give a charge back, unused units stay charged (under-admission).
+// Gives back to Redis the unused units of shares that ended, one call each (a failed one
+// leaves them charged: fewer admitted, never more).
+void RedisStore::Impl::GiveBack(std::vector<internal::ShareReturn>& returns, Timestamp now) {
+  struct Giving {
+    Limit limit;
+    std::string key;
+    Charge charge;
+    Decision each;
+  };
+  for (internal::ShareReturn& r : returns) {
+    if (!r.receipt || r.receipt->units <= 0) {
+      continue;  // Nothing known of what Redis charged: nothing to give back.
+    }
+    auto g = std::unique_ptr<Giving>(
+        new Giving{.limit = r.limit, .key = std::move(r.key), .charge = *r.receipt, .each = {}});
+    Giving& ref = *g;
+    const LimitedKey request{.limit = &ref.limit, .key = ref.key};
+    SubmitLimits({.mode = Call::Mode::kGiveBack, .charges = {&ref.charge, 1}}, {&request, 1}, 0,
+                 now, {&ref.each, 1}, [g = std::move(g)](absl::StatusOr<Decision>) {});
+  }
   returns.clear();
 }
 
@@ -174,8 +202,9 @@ void RedisStore::Impl::SweepShares() {
     return;
   }
   std::vector<internal::ShareReturn> returns;
-  shares_->Expire(ShareNow(), returns);
-  GiveBack(returns);
+  const Timestamp now = ShareNow();
+  shares_->Expire(now, returns);
+  GiveBack(returns, now);
   if (share_timer_armed_ || !shares_->Holding()) {
     return;
   }

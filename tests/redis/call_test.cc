@@ -1,4 +1,4 @@
-// The script's calling convention as the Redis store keeps it (src/redis/decide.lua's header):
+// The script's calling convention as the Redis store keeps it (src/redis/requests.lua's header):
 // a batch of calls framed as one EVALSHA, and the script's reply read back into each call's
 // decisions. Read as Redis and the store read them, by hiredis, without a server.
 
@@ -73,10 +73,12 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
                   "EVALSHA", "0123abcd", "3",  // The script, and the number of keys.
                   "sluice:g10/1000000b20:{alice}", "sluice:lease:{jobs}", "sluice:lease:{mail}",
                   "1000", "2",  // margin_ms, and the number of requests.
-                  // time, cost, limit count; then algorithm (kGcra), N, P, B, K, N', P'.
-                  "", "1", "1", "5", "10", "1000000", "20", "1", "1", "100000",
-                  // time, op (kTake), key count; then per key 7, capacity, ttl, id, 0, 0, 0.
-                  "1700000000000000", "1", "2",                 //
+                  // time, cost, limit count, mode (decide); then algorithm (kGcra), N, P, B,
+                  // K, N', P'.
+                  "", "1", "1", "0", "5", "10", "1000000", "20", "1", "1", "100000",
+                  // time, op (kTake), key count, mode; then per key 7, capacity, ttl, id, 0,
+                  // 0, 0.
+                  "1700000000000000", "1", "2", "0",            //
                   "7", "3", "5000000", "job-7", "0", "0", "0",  //
                   "7", "1", "5000000", "job-7", "0", "0", "0",  //
               }));

@@ -102,6 +102,21 @@ TEST(RedisSharesTest, AHotKeyOverItsLimitAdmitsBetweenTheBoundAndTheLimitPerWind
   EXPECT_GT(stats.share_decisions, 0u);
 }
 
+// The same with shares that end by their ttl within the window, and give back what they did
+// not use as the load goes on.
+TEST(RedisSharesTest, ShortSharesGivenBackKeepTheSameBounds) {
+  RedisServer redis;
+  const Limit limit =
+      MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 300, .period = 1s});
+  const SharePolicy policy{.max = 20, .ttl = 30ms};
+  RedisStoreStats stats;
+  const std::vector<WindowCount> counts = Hammer(redis, limit, policy, 4, 150, stats);
+  for (size_t w = 0; w < counts.size(); ++w) {
+    EXPECT_LE(counts[w].admitted, 300) << "window " << w;
+    EXPECT_GE(counts[w].admitted, 300 - kStores * 30) << "window " << w;
+  }
+}
+
 // Under its limit every request is admitted, with far fewer script calls than decisions.
 TEST(RedisSharesTest, AHotKeyUnderItsLimitIsAdmittedWithFewRedisCalls) {
   RedisServer redis;
@@ -146,6 +161,40 @@ TEST(RedisSharesTest, NearItsLimitAKeyIsDecidedExactly) {
     admitted += leasing->DecideAll({&leased, 1}, 1, At(kEpoch + 200 + i), {&each, 1})->allowed;
   }
   EXPECT_EQ(admitted, 100);
+}
+
+// A share whose ttl ends gives back what it did not use: Redis's count comes back to what was
+// admitted.
+TEST(RedisSharesTest, WhatAShareDidNotUseIsGivenBackWhenItsTtlEnds) {
+  RedisServer redis;
+  const Limit limit =
+      MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 1000, .period = 1s});
+  const SharePolicy policy{.max = 10, .ttl = 10ms};
+  RedisStoreOptions options = testing::OptionsFor(redis);
+  options.shares = true;
+  auto leasing = MustStore(options);
+  auto exact = MustStore(testing::OptionsFor(redis));
+  const LimitedKey leased{.limit = &limit, .key = "k", .share = &policy};
+  Decision each;
+  int64_t admitted = 0;
+  for (int i = 0; i < 12; ++i) {
+    admitted += leasing->DecideAll({&leased, 1}, 1, At(kEpoch + i), {&each, 1})->allowed;
+  }
+  ASSERT_EQ(admitted, 12);
+  ASSERT_GT(leasing->Stats().shares_taken, 0u);
+  // Later in the window, on another key: the store's time moves past the share's ttl.
+  const LimitedKey other{.limit = &limit, .key = "other", .share = &policy};
+  ASSERT_TRUE(leasing->DecideAll({&other, 1}, 1, At(kEpoch + 500'000), {&each, 1}).ok());
+  int64_t remaining = 0;
+  for (int tries = 0; tries < 200; ++tries) {
+    remaining = exact->Decide(limit, "k", 0, At(kEpoch + 500'000))->remaining;
+    if (remaining == 1000 - admitted) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(remaining, 1000 - admitted);
+  EXPECT_GT(leasing->Stats().share_units_returned, 0u);
 }
 
 }  // namespace

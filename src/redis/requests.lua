@@ -1,0 +1,118 @@
+-- sluice: the entry of RedisStore's script, after decide.lua and give_back.lua: the requests
+-- of one call, each decided or given back in order.
+--
+-- KEYS: the Redis keys of every limit of every request, in order.
+-- ARGV: margin_ms, request count, then per request:
+--   time ('' for Redis's TIME), cost, limit count, mode, then per limit:
+--   algorithm code (the order of sluice::Algorithm), N, P, B, K, N', P' (the rate in lowest
+--   terms, Limit::rate_units() and rate_period_us()).
+--   mode 0 decides; mode 1 decides and also returns what each limit charged (a receipt, for a
+--   give-back); mode 2 gives back (sluice/give_back.h): per limit, after the seven, the
+--   charge's time, units and ahead, and the cost is unused.
+--   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
+--   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
+--   ttl, the lease id, and three unused numbers.
+-- Returns, per request: 1 followed by five numbers per limit (allowed 0/1, remaining,
+-- reset_after, retry_after, delay, in microseconds; mode 2: what a cost-0 query answers after
+-- the give-back), in mode 1 seven (the five, then the charge's time and ahead), or 0 followed
+-- by an error message.
+--
+
+-- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
+-- all allow, each records the request; if not, a limit that would have allowed reports its
+-- figures as a cost-0 query does. Leases alike (their op in place of the cost, QUERY being 0),
+-- except that a release gives back the lease wherever it is held. With `receipts` (mode 1),
+-- each limit's figures are followed by its receipt.
+local function decide_request(keys, limits, now, cost, out, receipts)
+  local first = #out
+  local stride = receipts and 7 or 5
+  local all_allowed = true
+  local results = {}
+  for i = 1, #limits do
+    local r = { decide(keys[i], limits[i], now, cost, false) }
+    results[i] = r
+    all_allowed = all_allowed and r[1]
+  end
+  for i = 1, #limits do
+    local r = results[i]
+    if all_allowed or (r[1] and limits[i].algorithm == LEASES and cost == RELEASE) then
+      r = { decide(keys[i], limits[i], now, cost, true) }
+    elseif r[1] then
+      r = { decide(keys[i], limits[i], now, 0, false) }
+    end
+    out[first + stride * (i - 1) + 1] = r[1] and 1 or 0
+    for j = 2, stride do
+      out[first + stride * (i - 1) + j] = r[j]
+    end
+  end
+end
+
+-- Mode 2: gives back each limit's charge, then answers as a cost-0 query.
+local function give_back_request(keys, limits, now, out)
+  for i = 1, #limits do
+    give_back(keys[i], limits[i], now, limits[i].charge)
+    local r = { decide(keys[i], limits[i], now, 0, false) }
+    out[#out + 1] = r[1] and 1 or 0
+    for j = 2, 5 do
+      out[#out + 1] = r[j]
+    end
+  end
+end
+
+local clock
+local out = {}
+local arg, key = 3, 1
+for _ = 1, tonumber(ARGV[2]) do
+  local now = tonumber(ARGV[arg])
+  if not now then
+    if not clock then
+      local time = redis.call('TIME')
+      clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = clock
+  end
+  local cost = tonumber(ARGV[arg + 1])
+  local count = tonumber(ARGV[arg + 2])
+  local mode = tonumber(ARGV[arg + 3])
+  arg = arg + 4
+  local keys, limits = {}, {}
+  for i = 1, count do
+    keys[i] = KEYS[key]
+    key = key + 1
+    limits[i] = {
+      algorithm = tonumber(ARGV[arg]),
+      n = tonumber(ARGV[arg + 1]),
+      p = tonumber(ARGV[arg + 2]),
+      b = tonumber(ARGV[arg + 3]),
+      k = tonumber(ARGV[arg + 4]),
+      rn = tonumber(ARGV[arg + 5]),
+      rp = tonumber(ARGV[arg + 6]),
+      id = ARGV[arg + 3], -- Leases: the lease id in place of B.
+    }
+    arg = arg + 7
+    if mode == 2 then
+      limits[i].charge = {
+        at = tonumber(ARGV[arg]), units = tonumber(ARGV[arg + 1]), ahead = tonumber(ARGV[arg + 2]),
+      }
+      arg = arg + 3
+    end
+  end
+  local mark = #out + 1
+  out[mark] = 1
+  -- A request that fails (a key of another type, a time out of range) fails alone; the batch
+  -- goes on.
+  local ok, err
+  if mode == 2 then
+    ok, err = pcall(give_back_request, keys, limits, now, out)
+  else
+    ok, err = pcall(decide_request, keys, limits, now, cost, out, mode == 1)
+  end
+  if not ok then
+    for i = #out, mark + 1, -1 do
+      out[i] = nil
+    end
+    out[mark] = 0
+    out[mark + 1] = type(err) == 'table' and (err.err or 'error') or tostring(err)
+  end
+end
+return out
