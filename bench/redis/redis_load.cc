@@ -88,10 +88,8 @@ struct Slot {
   }
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Decisions through RedisStore with calls in flight"};
+// The flags.
+struct Flags {
   std::string url = "redis://127.0.0.1:6379";
   int connections = 1;
   int pipeline = 16;
@@ -102,70 +100,57 @@ int main(int argc, char** argv) {
   int64_t share_max = 0;
   int share_ttl_ms = 100;
   double duration = 5;
-  app.add_option("--url", url, "Redis URL");
-  app.add_option("--connections", connections, "connections to Redis");
-  app.add_option("--pipeline", pipeline, "script calls in flight per connection");
-  app.add_option("--batch", batch, "decisions per script call, at most");
-  app.add_option("--inflight", inflight, "decisions in flight");
-  app.add_option("--keys", keys, "distinct keys");
-  app.add_option("--duration", duration, "seconds");
-  app.add_option("--stores", stores, "stores (servers) the calls are spread over")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--share-max", share_max, "quota leasing: the most units a share holds (0: off)")
-      ->check(CLI::Range(int64_t{0}, sluice::kMaxShare));
-  app.add_option("--share-ttl-ms", share_ttl_ms, "quota leasing: how long a share lives")
-      ->check(CLI::Range(1, 60'000));
-  CLI11_PARSE(app, argc, argv);
+};
 
-  absl::StatusOr<sluice::RedisStoreOptions> options = sluice::ParseRedisUrl(url);
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--url", f.url, "Redis URL");
+  app.add_option("--connections", f.connections, "connections to Redis");
+  app.add_option("--pipeline", f.pipeline, "script calls in flight per connection");
+  app.add_option("--batch", f.batch, "decisions per script call, at most");
+  app.add_option("--inflight", f.inflight, "decisions in flight");
+  app.add_option("--keys", f.keys, "distinct keys");
+  app.add_option("--duration", f.duration, "seconds");
+  app.add_option("--stores", f.stores, "stores (servers) the calls are spread over")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--share-max", f.share_max, "quota leasing: the most units a share holds (0: off)")
+      ->check(CLI::Range(int64_t{0}, sluice::kMaxShare));
+  app.add_option("--share-ttl-ms", f.share_ttl_ms, "quota leasing: how long a share lives")
+      ->check(CLI::Range(1, 60'000));
+}
+
+// `f.stores` stores on `f.url`, or the reason why not.
+absl::StatusOr<std::vector<std::unique_ptr<sluice::RedisStore>>> MakeStores(const Flags& f) {
+  absl::StatusOr<sluice::RedisStoreOptions> options = sluice::ParseRedisUrl(f.url);
   if (!options.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
-    return 2;
+    return options.status();
   }
-  options->connections = connections;
-  options->pipeline = pipeline;
-  options->batch = batch;
+  options->connections = f.connections;
+  options->pipeline = f.pipeline;
+  options->batch = f.batch;
   options->timeout = std::chrono::milliseconds(2000);
-  options->shares = share_max > 0;
-  std::vector<std::unique_ptr<sluice::RedisStore>> owned;
-  for (int i = 0; i < stores; ++i) {
+  options->shares = f.share_max > 0;
+  std::vector<std::unique_ptr<sluice::RedisStore>> stores;
+  for (int i = 0; i < f.stores; ++i) {
     absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store =
         sluice::RedisStore::Create(*options);
     if (!store.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
-      return 2;
+      return store.status();
     }
-    owned.push_back(*std::move(store));
+    stores.push_back(*std::move(store));
   }
-  const sluice::SharePolicy share{.max = share_max,
-                                  .ttl = std::chrono::milliseconds(share_ttl_ms)};
-  const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
-                                                      .limit = 1'000'000,
-                                                      .period = std::chrono::seconds(1)});
+  return stores;
+}
 
-  Load load;
-  for (auto& s : owned) {
-    load.stores.push_back(s.get());
+uint64_t ScriptCalls(const std::vector<std::unique_ptr<sluice::RedisStore>>& stores) {
+  uint64_t n = 0;
+  for (const auto& s : stores) {
+    n += s->Stats().script_calls;
   }
-  load.limit = &limit;
-  load.share = share_max > 0 ? &share : nullptr;
-  for (int i = 0; i < keys; ++i) {
-    load.keys.push_back(fmt::format("k{}", i));
-  }
-  // Warm up: connect, load the script.
-  for (auto& s : owned) {
-    for (int i = 0; i < 100; ++i) {
-      (void)s->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
-    }
-  }
-  auto script_calls = [&] {
-    uint64_t n = 0;
-    for (auto& s : owned) {
-      n += s->Stats().script_calls;
-    }
-    return n;
-  };
-  const uint64_t scripts_before = script_calls();
+  return n;
+}
+
+// Keeps `inflight` calls going until `duration` seconds have passed; the seconds it took.
+double Run(Load& load, int inflight, double duration) {
   const auto start = SteadyClock::now();
   load.until = start + std::chrono::duration_cast<SteadyClock::duration>(
                            std::chrono::duration<double>(duration));
@@ -184,15 +169,50 @@ int main(int argc, char** argv) {
   while (load.running.load() > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  const uint64_t scripts_after = script_calls();
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Decisions through RedisStore with calls in flight"};
+  Flags f;
+  AddFlags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  absl::StatusOr<std::vector<std::unique_ptr<sluice::RedisStore>>> stores = MakeStores(f);
+  if (!stores.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(stores.status().message()).c_str());
+    return 2;
+  }
+  const sluice::SharePolicy share{.max = f.share_max,
+                                  .ttl = std::chrono::milliseconds(f.share_ttl_ms)};
+  const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
+                                                      .limit = 1'000'000,
+                                                      .period = std::chrono::seconds(1)});
+  Load load;
+  for (auto& s : *stores) {
+    load.stores.push_back(s.get());
+  }
+  load.limit = &limit;
+  load.share = f.share_max > 0 ? &share : nullptr;
+  for (int i = 0; i < f.keys; ++i) {
+    load.keys.push_back(fmt::format("k{}", i));
+  }
+  // Warm up: connect, load the script.
+  for (auto& s : *stores) {
+    for (int i = 0; i < 100; ++i) {
+      (void)s->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
+    }
+  }
+  const uint64_t scripts_before = ScriptCalls(*stores);
+  const double seconds = Run(load, f.inflight, f.duration);
+  const double scripts = static_cast<double>(ScriptCalls(*stores) - scripts_before);
   std::vector<double>& lat = load.latencies_us;
   std::sort(lat.begin(), lat.end());
   auto percentile = [&](double p) {
     return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
   };
   const double calls = static_cast<double>(load.decisions.load());
-  const double scripts = static_cast<double>(scripts_after - scripts_before);
   std::printf(
       "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "
       "errors %llu\n",

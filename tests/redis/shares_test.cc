@@ -257,6 +257,14 @@ struct FleetRun {
   Micros span{0};
 };
 
+template <typename T>
+void Shuffle(std::deque<T>& items, testing::Random& random) {
+  for (size_t i = items.size(); i > 1; --i) {
+    std::swap(items[i - 1],
+              items[static_cast<size_t>(random.Between(0, static_cast<int64_t>(i) - 1))]);
+  }
+}
+
 FleetRun RunFleet(const Leased& l, uint64_t seed) {
   testing::Random random(seed);
   constexpr int kServers = 3;
@@ -310,10 +318,7 @@ FleetRun RunFleet(const Leased& l, uint64_t seed) {
       (random.OneIn(2) ? answered : later).push_back(c);
     }
     calls.swap(later);
-    for (size_t i = answered.size(); i > 1; --i) {
-      std::swap(answered[i - 1],
-                answered[static_cast<size_t>(random.Between(0, static_cast<int64_t>(i) - 1))]);
-    }
+    Shuffle(answered, random);
     for (const InFlight& c : answered) {
       ++run.calls;
       const Decision answer = Decide(l.limit, redis, now, c.take);
