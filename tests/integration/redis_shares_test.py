@@ -8,18 +8,13 @@ its line. Python 3 standard library only.
     python3 tests/integration/redis_shares_test.py --sluiced build/bin/sluiced
 """
 
-import argparse
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-import unittest
 
 import sluiced
-from redis_test import Redis, metric
+from redis_test import RedisCase, main, metric
 
 LIMIT, MAX, SERVERS = 300, 20, 3
 
@@ -39,27 +34,15 @@ descriptors:
 """
 
 
-class RedisSharesTest(unittest.TestCase):
-    def setUp(self):
-        self.workdir = tempfile.mkdtemp(prefix="sluice-shares-test.")
-        with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
-            f.write(RULES)
-        self.redis = Redis(self.workdir)
-        self.servers = []
-
-    def tearDown(self):
-        codes = [server.stop() for server in self.servers if server.proc.poll() is None]
-        self.redis.stop()
-        self.assertEqual(codes, [0] * len(codes))
-        shutil.rmtree(self.workdir, ignore_errors=True)
+class RedisSharesTest(RedisCase):
+    rules = RULES
 
     def test_three_servers_share_one_hot_key_within_the_bound(self):
         # One window of an hour holds the whole run: do not start it in the hour's last minute.
         if time.time() % 3600 > 3540:
             time.sleep(3600 - time.time() % 3600 + 1)
         for _ in range(SERVERS):
-            self.servers.append(
-                sluiced.Sluiced(self.workdir, "--store", self.redis.url, "--redis-shares"))
+            self.start("--redis-shares")
         self.assertIn("shares on", self.servers[0].output())
         admitted = []
         lock = threading.Lock()
@@ -98,14 +81,6 @@ class RedisSharesTest(unittest.TestCase):
         output = result.stdout + result.stderr
         self.assertIn("bad.yaml:6:", output)
         self.assertIn("sliding_log cannot be leased", output)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
 if __name__ == "__main__":

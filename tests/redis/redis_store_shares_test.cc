@@ -34,6 +34,13 @@ using namespace std::chrono_literals;
 constexpr int kStores = 3;
 constexpr int kThreadsPerStore = 2;
 
+// A store on `redis` with shares on, as the tests' others are otherwise.
+std::unique_ptr<RedisStore> LeasingStore(const RedisServer& redis) {
+  RedisStoreOptions options = testing::OptionsFor(redis);
+  options.shares = true;
+  return MustStore(options);
+}
+
 struct WindowCount {
   int64_t admitted = 0;
   int64_t requests = 0;
@@ -47,9 +54,7 @@ std::vector<WindowCount> Hammer(const RedisServer& redis, const Limit& limit,
                                 RedisStoreStats& stats) {
   std::vector<std::unique_ptr<RedisStore>> stores;
   for (int s = 0; s < kStores; ++s) {
-    RedisStoreOptions options = testing::OptionsFor(redis);
-    options.shares = true;
-    stores.push_back(MustStore(options));
+    stores.push_back(LeasingStore(redis));
   }
   const LimitedKey key{.limit = &limit, .key = "hot", .share = &policy};
   std::vector<WindowCount> counts;
@@ -85,37 +90,30 @@ std::vector<WindowCount> Hammer(const RedisServer& redis, const Limit& limit,
   return counts;
 }
 
-// Three times the limit asked for in every window: at most L admitted, and at least L less
-// what each store may hold unused when the window ends (1.5 x max; a share lives to the end
-// of its window here, its ttl being longer).
-TEST(RedisSharesTest, AHotKeyOverItsLimitAdmitsBetweenTheBoundAndTheLimitPerWindow) {
+// Three times the limit asked for in every window, with shares living `ttl`: at most L
+// admitted, and at least L less what each store may hold unused when the window ends
+// (1.5 x max). Returns the stores' stats.
+RedisStoreStats ExpectWithinTheBound(Micros ttl, int windows) {
   RedisServer redis;
-  const Limit limit =
-      MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 300, .period = 1s});
-  const SharePolicy policy{.max = 20, .ttl = 10s};
+  const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 300, .period = 1s});
+  const SharePolicy policy{.max = 20, .ttl = ttl};
   RedisStoreStats stats;
-  const std::vector<WindowCount> counts = Hammer(redis, limit, policy, 6, 150, stats);
+  const std::vector<WindowCount> counts = Hammer(redis, limit, policy, windows, 150, stats);
   for (size_t w = 0; w < counts.size(); ++w) {
     EXPECT_LE(counts[w].admitted, 300) << "window " << w;
     EXPECT_GE(counts[w].admitted, 300 - kStores * 30) << "window " << w;
   }
-  EXPECT_GT(stats.share_decisions, 0u);
+  return stats;
 }
 
-// The same with shares that end by their ttl within the window, and give back what they did
-// not use as the load goes on.
-TEST(RedisSharesTest, ShortSharesGivenBackKeepTheSameBounds) {
-  RedisServer redis;
-  const Limit limit =
-      MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 300, .period = 1s});
-  const SharePolicy policy{.max = 20, .ttl = 30ms};
-  RedisStoreStats stats;
-  const std::vector<WindowCount> counts = Hammer(redis, limit, policy, 4, 150, stats);
-  for (size_t w = 0; w < counts.size(); ++w) {
-    EXPECT_LE(counts[w].admitted, 300) << "window " << w;
-    EXPECT_GE(counts[w].admitted, 300 - kStores * 30) << "window " << w;
-  }
+// Shares that live to the end of their window (their ttl is longer).
+TEST(RedisSharesTest, AHotKeyOverItsLimitAdmitsBetweenTheBoundAndTheLimitPerWindow) {
+  EXPECT_GT(ExpectWithinTheBound(10s, 6).share_decisions, 0u);
 }
+
+// Shares that end by their ttl within the window, giving back what they did not use as the
+// load goes on.
+TEST(RedisSharesTest, ShortSharesGivenBackKeepTheSameBounds) { ExpectWithinTheBound(30ms, 4); }
 
 // Under its limit every request is admitted, with far fewer script calls than decisions.
 TEST(RedisSharesTest, AHotKeyUnderItsLimitIsAdmittedWithFewRedisCalls) {
@@ -140,12 +138,9 @@ TEST(RedisSharesTest, AHotKeyUnderItsLimitIsAdmittedWithFewRedisCalls) {
 // last units, and no more.
 TEST(RedisSharesTest, NearItsLimitAKeyIsDecidedExactly) {
   RedisServer redis;
-  const Limit limit =
-      MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 100, .period = 1s});
+  const Limit limit = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 100, .period = 1s});
   const SharePolicy policy{.max = 50, .ttl = 10s};
-  RedisStoreOptions options = testing::OptionsFor(redis);
-  options.shares = true;
-  auto leasing = MustStore(options);
+  auto leasing = LeasingStore(redis);
   auto exact = MustStore(testing::OptionsFor(redis));
   const LimitedKey leased{.limit = &limit, .key = "k", .share = &policy};
   const LimitedKey plain{.limit = &limit, .key = "k"};
@@ -170,9 +165,7 @@ TEST(RedisSharesTest, WhatAShareDidNotUseIsGivenBackWhenItsTtlEnds) {
   const Limit limit =
       MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 1000, .period = 1s});
   const SharePolicy policy{.max = 10, .ttl = 10ms};
-  RedisStoreOptions options = testing::OptionsFor(redis);
-  options.shares = true;
-  auto leasing = MustStore(options);
+  auto leasing = LeasingStore(redis);
   auto exact = MustStore(testing::OptionsFor(redis));
   const LimitedKey leased{.limit = &limit, .key = "k", .share = &policy};
   Decision each;

@@ -48,6 +48,17 @@ Decision Allowed(int64_t remaining, Micros reset_after) {
   return {.allowed = true, .remaining = remaining, .reset_after = reset_after};
 }
 
+// Makes `requests` - 1 requests at `t` before Redis's answer to the first (`first`), so that
+// the rate is `requests` when the next comes; returns that next request's take.
+int64_t Warm(Shares& shares, const Leased& l, int requests, Timestamp t, const Decision& first,
+             std::vector<ShareReturn>& returns) {
+  for (int i = 0; i < requests - 1; ++i) {
+    EXPECT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 1);  // Nothing known yet.
+  }
+  shares.Taken(l.Key(), 1, 1, t, first, std::nullopt, returns);
+  return shares.Begin(l.Key(), 1, t, returns).take;
+}
+
 TEST(SharesTest, FirstAskedExactlyThenSharesFollowTheRate) {
   Shares shares(1000);
   const Leased l = FixedWindow(1000, 10, 100ms);
@@ -90,11 +101,7 @@ TEST(SharesTest, RequestsWaitForTheShareOnItsWayAndAreAnsweredFromIt) {
   const Leased l = FixedWindow(1000, 3, 100ms);
   std::vector<ShareReturn> returns;
   const Timestamp t = At(kEpoch);
-  for (int i = 0; i < 3; ++i) {
-    shares.Begin(l.Key(), 1, t, returns);
-  }
-  shares.Taken(l.Key(), 1, 1, t, Allowed(997, kSecond), std::nullopt, returns);
-  ASSERT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 3);  // A share of 2 on its way.
+  ASSERT_EQ(Warm(shares, l, 4, t, Allowed(997, kSecond), returns), 3);  // A share of 2 coming.
   std::vector<std::optional<Decision>> answers;
   auto wait = [&] {
     return Shares::Waiter([&](std::optional<Decision> d) { answers.push_back(d); });
@@ -103,8 +110,7 @@ TEST(SharesTest, RequestsWaitForTheShareOnItsWayAndAreAnsweredFromIt) {
     EXPECT_TRUE(shares.Begin(l.Key(), 1, t + 1ms, returns, wait).waiting);
   }
   std::vector<Shares::Ready> ready;
-  ASSERT_TRUE(
-      shares.Taken(l.Key(), 1, 3, t, Allowed(994, kSecond), std::nullopt, returns, &ready));
+  ASSERT_TRUE(shares.Taken(l.Key(), 1, 3, t, Allowed(994, kSecond), std::nullopt, returns, &ready));
   ASSERT_EQ(ready.size(), 3u);
   for (Shares::Ready& r : ready) {
     std::move(r.waiter)(r.decision);
@@ -123,11 +129,7 @@ TEST(SharesTest, AShareIsAtMostMaxBurstAndAQuarterOfWhatRemains) {
   // The take of the `requests`th request, after Redis answered the first with `remaining`.
   auto take_after = [&](Leased l, int64_t remaining, int requests) {
     Shares shares(1000);
-    for (int i = 0; i < requests - 1; ++i) {
-      EXPECT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 1);  // Nothing known yet.
-    }
-    shares.Taken(l.Key(), 1, 1, t, Allowed(remaining, kSecond), std::nullopt, returns);
-    return shares.Begin(l.Key(), 1, t, returns).take;
+    return Warm(shares, l, requests, t, Allowed(remaining, kSecond), returns);
   };
   EXPECT_EQ(take_after(FixedWindow(1000, 10, 100ms), 999, 50), 10);      // max
   EXPECT_EQ(take_after(FixedWindow(1000, 100, 100ms), 999, 50), 50);     // the rate
@@ -157,11 +159,7 @@ TEST(SharesTest, AShareEndsWithItsTtlAndIsReturned) {
   const Leased l = FixedWindow(1000, 10, 100ms);
   std::vector<ShareReturn> returns;
   const Timestamp t = At(kEpoch);
-  for (int i = 0; i < 9; ++i) {
-    shares.Begin(l.Key(), 1, t, returns);
-  }
-  shares.Taken(l.Key(), 1, 1, t, Allowed(999, kSecond), std::nullopt, returns);
-  ASSERT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 10);
+  ASSERT_EQ(Warm(shares, l, 10, t, Allowed(999, kSecond), returns), 10);
   shares.Taken(l.Key(), 1, 10, t, Allowed(980, kSecond), std::nullopt, returns);
   EXPECT_TRUE(shares.Begin(l.Key(), 1, t + 99ms, returns).local);
   shares.Expire(t + 100ms - 1us, returns);
@@ -180,11 +178,7 @@ TEST(SharesTest, AShareEndsWithItsWindowAndLapses) {
   const Leased l = FixedWindow(1000, 10, 100ms);
   std::vector<ShareReturn> returns;
   const Timestamp t = At(kEpoch + 950'000);  // 50 ms before the window ends.
-  for (int i = 0; i < 9; ++i) {
-    shares.Begin(l.Key(), 1, t, returns);
-  }
-  shares.Taken(l.Key(), 1, 1, t, Allowed(999, 50ms), std::nullopt, returns);
-  ASSERT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 10);
+  ASSERT_EQ(Warm(shares, l, 10, t, Allowed(999, 50ms), returns), 10);
   shares.Taken(l.Key(), 1, 10, t, Allowed(980, 50ms), std::nullopt, returns);
   EXPECT_TRUE(shares.Begin(l.Key(), 1, t + 50ms - 1us, returns).local);
   // The next window: not from the share, and Redis's remaining is no longer known.
@@ -204,13 +198,8 @@ TEST(SharesTest, LeakyBucketUnitsKeepTheirPlaceInTheQueue) {
       .policy = {.max = 4, .ttl = 10s}};
   std::vector<ShareReturn> returns;
   const Timestamp t = At(kEpoch);
-  for (int i = 0; i < 3; ++i) {
-    shares.Begin(l.Key(), 1, t, returns);
-  }
-  shares.Taken(l.Key(), 1, 1, t,
-               {.allowed = true, .remaining = 99, .reset_after = 100ms, .delay = 0ms}, std::nullopt,
-               returns);
-  ASSERT_EQ(shares.Begin(l.Key(), 1, t, returns).take, 4);
+  ASSERT_EQ(
+      Warm(shares, l, 4, t, {.allowed = true, .remaining = 99, .reset_after = 100ms}, returns), 4);
   // The share's first unit waits 300 ms (three ahead of it); this request uses it.
   std::optional<Decision> d = shares.Taken(
       l.Key(), 1, 4, t, {.allowed = true, .remaining = 93, .reset_after = 700ms, .delay = 300ms},
@@ -395,7 +384,7 @@ TEST(SharesTest, AFleetOnGcraAdmitsAtMostTheBurstAndTheRate) {
   }
   EXPECT_LE(total, 100 + 500 * (run.span + 300ms) / 1s);
   EXPECT_GE(total, 500 * run.span / 1s / 2);  // Far from nothing.
-  EXPECT_GT(run.local, 0u);  // Near its limit a key is mostly decided exactly.
+  EXPECT_GT(run.local, 0u);                   // Near its limit a key is mostly decided exactly.
 }
 
 }  // namespace
