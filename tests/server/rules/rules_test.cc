@@ -372,8 +372,9 @@ INSTANTIATE_TEST_SUITE_P(
                "rules.yaml:4:85", "sliding_log cannot be leased"},
         Broken{"ShareOnSlidingBuckets",
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
-               "requests_per_unit: 5, algorithm: sliding_buckets, share: {max: 10, ttl: 100ms}}\n",
-               "rules.yaml:4:89", "sliding_buckets cannot be leased"},
+               "requests_per_unit: 5, algorithm: sliding_buckets, buckets: 10, share: {max: 10, "
+               "ttl: 100ms}}\n",
+               "rules.yaml:4:102", "sliding_buckets cannot be leased"},
         Broken{"ShareWithoutTtl",
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
                "requests_per_unit: 5, share: {max: 10}}\n",
