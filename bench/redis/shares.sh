@@ -62,8 +62,8 @@ for r in $(seq "$rounds"); do
   printf '%-6s %-7s %14s %9s %16s %16s\n' "$r" exact "$e_dps" "$e_p99" "$e_calls" "$e_cpu"
   read -r s_dps s_p99 s_calls s_cpu < <(run shares)
   printf '%-6s %-7s %14s %9s %16s %16s\n' "$r" shares "$s_dps" "$s_p99" "$s_calls" "$s_cpu"
-  awk -v a="$e_dps" -v b="$s_dps" -v p="$e_p99" -v q="$s_p99" -v c="$e_calls" -v e="$s_calls" \
+  awk -v r="$r" -v a="$e_dps" -v b="$s_dps" -v p="$e_p99" -v q="$s_p99" -v c="$e_calls" -v e="$s_calls" \
       -v u="$e_cpu" -v v="$s_cpu" 'BEGIN {
     printf "round %s ratios (shares / exact): decisions/s %.1fx, p99 %.2fx, Redis calls per decision %.4fx (%.0fx fewer), Redis CPU per decision %.4fx\n",
-      ENVIRON["r"], b / a, (p > 0 ? q / p : 0), e / c, c / e, v / u }' r="$r"
+      r, b / a, (p > 0 ? q / p : 0), e / c, c / e, v / u }'
 done
