@@ -284,7 +284,8 @@ absl::Status Daemon::OpenStore() {
   if (!flags_.store.starts_with("redis") && !flags_.store.starts_with("unix://")) {
     return absl::InvalidArgumentError(fmt::format(
         "--store '{}': expected memory or redis://[user:password@]host:port[/db] (or rediss:// "
-        "over TLS, redis+cluster://, rediss+cluster://, unix:///path/to/redis.sock[?db=N])",
+        "over TLS, redis+cluster://, rediss+cluster://, redis+sentinel://host:port,.../master, "
+        "unix:///path/to/redis.sock[?db=N])",
         RedactRedisUrl(flags_.store)));
   }
   absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
@@ -465,6 +466,9 @@ std::string Daemon::StoreMetrics() const {
         "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
         "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
         "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
+        "# HELP sluice_redis_master_switches_total Sentinel: times the Redis master moved.\n"
+        "# TYPE sluice_redis_master_switches_total counter\n"
+        "sluice_redis_master_switches_total {}\n"
         "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
         "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
         "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
@@ -480,8 +484,9 @@ std::string Daemon::StoreMetrics() const {
         "# TYPE sluice_redis_share_units_lapsed_total counter\n"
         "sluice_redis_share_units_lapsed_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
-        stats.connections_ready, stats.share_decisions, stats.shares_taken, stats.shares_refused,
-        stats.share_units_returned, stats.share_units_lapsed);
+        stats.master_switches, stats.connections_ready, stats.share_decisions,
+        stats.shares_taken, stats.shares_refused, stats.share_units_returned,
+        stats.share_units_lapsed);
   }
   const MemoryStoreStats stats = memory_->Stats();
   return fmt::format(

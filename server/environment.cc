@@ -61,8 +61,7 @@ constexpr std::string_view kIgnored[] = {
     "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "LOG_FORMAT", "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS",
     "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "REDIS_PIPELINE_WINDOW",
-    "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_SENTINEL_AUTH",
-    "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
+    "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
     "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
     "REDIS_STARTUP_MAX_ELAPSED_TIME"};
 constexpr std::string_view kIgnoredPrefixes[] = {
@@ -76,7 +75,7 @@ constexpr std::string_view kComposite[] = {
     "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
     "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"};
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH"};
 // clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
@@ -116,8 +115,9 @@ class Reader {
   absl::Status Runtime();
   absl::Status PoolSize();
   absl::Status Store();
-  absl::StatusOr<std::string> StoreUrl(bool cluster, bool unix_socket, bool tls);
-  std::string DescribeStore(bool cluster) const;
+  absl::StatusOr<std::string> StoreUrl(std::string_view type, bool unix_socket, bool tls);
+  absl::StatusOr<std::string> SentinelUrl(const std::string& url, bool tls);
+  std::string DescribeStore(bool tcp) const;  // tcp: a cluster or sentinels, TCP whatever.
   absl::Status RedisTls(bool tls);
   absl::Status GrpcTls();
   absl::Status Statsd();
@@ -330,13 +330,8 @@ absl::Status Reader::Store() {
     }
   }
   const std::string type = absl::AsciiStrToLower(Get("REDIS_TYPE").value_or("single"));
-  if (type == "sentinel") {
-    return Malformed("REDIS_TYPE", *Get("REDIS_TYPE"),
-                     "Redis Sentinel is not supported yet: it comes with the scale-out issue; "
-                     "use SINGLE or CLUSTER");
-  }
-  if (type != "single" && type != "cluster") {
-    return Malformed("REDIS_TYPE", *Get("REDIS_TYPE"), "expected SINGLE or CLUSTER");
+  if (type != "single" && type != "cluster" && type != "sentinel") {
+    return Malformed("REDIS_TYPE", *Get("REDIS_TYPE"), "expected SINGLE, CLUSTER or SENTINEL");
   }
   const std::string socket = absl::AsciiStrToLower(Get("REDIS_SOCKET_TYPE").value_or("unix"));
   if (socket != "unix" && socket != "tcp" && socket != "tcp4" && socket != "tcp6") {
@@ -346,16 +341,16 @@ absl::Status Reader::Store() {
   if (!tls.ok()) {
     return tls.status();
   }
-  absl::StatusOr<std::string> store = StoreUrl(type == "cluster", socket == "unix", *tls);
+  absl::StatusOr<std::string> store = StoreUrl(type, socket == "unix", *tls);
   if (!store.ok()) {
     return store.status();
   }
-  Add("--store", *std::move(store), DescribeStore(type == "cluster"), false, !set);
+  Add("--store", *std::move(store), DescribeStore(type != "single"), false, !set);
   return RedisTls(*tls);
 }
 
 // The store's URL from REDIS_URL, REDIS_AUTH and REDIS_TLS.
-absl::StatusOr<std::string> Reader::StoreUrl(bool cluster, bool unix_socket, bool tls) {
+absl::StatusOr<std::string> Reader::StoreUrl(std::string_view type, bool unix_socket, bool tls) {
   const std::string url = Get("REDIS_URL").value_or("/var/run/nutcracker/ratelimit.sock");
   const std::string user_info = UserInfo(Get("REDIS_AUTH"));
   if (url.find("://") != std::string::npos) {
@@ -363,14 +358,21 @@ absl::StatusOr<std::string> Reader::StoreUrl(bool cluster, bool unix_socket, boo
     if (tls && !url.starts_with("rediss")) {
       return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "REDIS_URL is a URL without TLS");
     }
-    for (std::string_view name : {"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH"}) {
+    for (std::string_view name :
+         {"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH"}) {
       if (Set(name)) {
         out_.ignored.push_back(fmt::format("{} (REDIS_URL is a whole URL)", name));
       }
     }
     return url;
   }
-  if (cluster) {  // Theirs reaches a cluster over TCP whatever the socket type.
+  if (type == "sentinel") {
+    return SentinelUrl(url, tls);
+  }
+  if (Set("REDIS_SENTINEL_AUTH")) {
+    out_.ignored.emplace_back("REDIS_SENTINEL_AUTH (REDIS_TYPE is not SENTINEL)");
+  }
+  if (type == "cluster") {  // Theirs reaches a cluster over TCP whatever the socket type.
     std::string hosts = url;
     hosts.erase(std::remove(hosts.begin(), hosts.end(), ' '), hosts.end());
     return fmt::format("{}://{}{}", tls ? "rediss+cluster" : "redis+cluster", user_info, hosts);
@@ -385,9 +387,33 @@ absl::StatusOr<std::string> Reader::StoreUrl(bool cluster, bool unix_socket, boo
   return fmt::format("{}://{}{}", tls ? "rediss" : "redis", user_info, url);
 }
 
+// REDIS_TYPE=SENTINEL: REDIS_URL is "master-name,host:port[,host:port...]", the sentinels
+// (always over TCP, as theirs), with REDIS_AUTH for the master and REDIS_SENTINEL_AUTH for the
+// sentinels ("password" or "user:password" both).
+absl::StatusOr<std::string> Reader::SentinelUrl(const std::string& url, bool tls) {
+  std::string list = url;
+  list.erase(std::remove(list.begin(), list.end(), ' '), list.end());
+  const size_t comma = list.find(',');
+  if (comma == 0 || comma == std::string::npos || comma + 1 == list.size()) {
+    return Malformed("REDIS_URL", url,
+                     "with REDIS_TYPE=SENTINEL, expected master-name,host:port[,host:port...]");
+  }
+  std::string query;
+  if (const std::optional<std::string> auth = Get("REDIS_SENTINEL_AUTH")) {
+    const size_t colon = auth->find(':');
+    query = colon == std::string::npos ? fmt::format("?sentinel_password={}", UrlEscape(*auth))
+                                       : fmt::format("?sentinel_user={}&sentinel_password={}",
+                                                     UrlEscape(auth->substr(0, colon)),
+                                                     UrlEscape(auth->substr(colon + 1)));
+  }
+  return fmt::format("{}://{}{}/{}{}", tls ? "rediss+sentinel" : "redis+sentinel",
+                     UserInfo(Get("REDIS_AUTH")), list.substr(comma + 1),
+                     UrlEscape(list.substr(0, comma)), query);
+}
+
 // For messages about the store: the variables set, with their values but for REDIS_AUTH's and
 // a whole URL's (which may hold a password), and the socket type when it is their default.
-std::string Reader::DescribeStore(bool cluster) const {
+std::string Reader::DescribeStore(bool tcp) const {
   std::vector<std::string> described;
   for (std::string_view name : {"BACKEND_TYPE", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_URL"}) {
     if (const std::optional<std::string> value = Get(name)) {
@@ -399,7 +425,10 @@ std::string Reader::DescribeStore(bool cluster) const {
   if (Set("REDIS_AUTH")) {
     described.emplace_back("REDIS_AUTH");
   }
-  if (!Set("REDIS_SOCKET_TYPE") && !cluster) {
+  if (Set("REDIS_SENTINEL_AUTH")) {
+    described.emplace_back("REDIS_SENTINEL_AUTH");
+  }
+  if (!Set("REDIS_SOCKET_TYPE") && !tcp) {
     described.emplace_back("REDIS_SOCKET_TYPE unset (unix, their default)");
   }
   return fmt::format("{}", fmt::join(described, ", "));

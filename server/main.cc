@@ -74,7 +74,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--debug", flags.debug,
                  "Debug listen address HOST:PORT for /rlconfig (default: none)");
-  app.add_option("--store", flags.store, "memory, or redis://[user:pass@]host:port[/db]")
+  app.add_option("--store", flags.store,
+                 "memory, or redis://[user:pass@]host:port[/db] (redis+cluster://, "
+                 "redis+sentinel://host:port,host:port/master: docs/redis.md)")
       ->capture_default_str();
   app.add_option("--redis-timeout", flags.redis_timeout, "How long a decision waits for Redis")
       ->capture_default_str();

@@ -82,10 +82,26 @@ struct RedisTlsOptions {
   bool verify_hostname = true;
 };
 
+// Redis Sentinel (redis+sentinel://): the sentinels that watch a master, and the master's name.
+// The store asks the sentinels in turn where the master is (SENTINEL get-master-addr-by-name),
+// checks with ROLE that the server named is a master, and follows a failover: the sentinel it
+// asked tells it (+switch-master), and it asks again when the master fails (connection lost,
+// timeout, READONLY). The failure policy answers meanwhile.
+struct RedisSentinelOptions {
+  std::string master_name;               // Empty: no sentinel.
+  std::vector<RedisEndpoint> endpoints;  // The sentinels (TCP), asked in this order.
+  // The sentinels' own AUTH (sentinel_user=, sentinel_password= in the URL); empty for none.
+  // RedisStoreOptions::user and password are the master's.
+  std::string user;
+  std::string password;
+};
+
 struct RedisStoreOptions {
-  // Where Redis is: one server, or the seed nodes of a cluster.
+  // Where Redis is: one server, or the seed nodes of a cluster; empty with a sentinel, which
+  // names the master.
   std::vector<RedisEndpoint> endpoints;
   bool cluster = false;
+  RedisSentinelOptions sentinel;
   std::string user;      // AUTH user (Redis 6 ACLs); empty for the default user.
   std::string password;  // AUTH password; empty for no AUTH.
   int database = 0;      // SELECT; 0 in a cluster.
@@ -126,12 +142,18 @@ struct RedisStoreOptions {
 //   redis://[[user]:password@]host[:port][/db]
 //   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
 //   unix://[[user]:password@]/path/to/redis.sock[?db=N]
+//   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master-name[?query]
 // with percent-escapes in the user and password; rediss:// and rediss+cluster:// are as
 // redis:// and redis+cluster:// over TLS (options.tls.enabled; the files are options of their
-// own). InvalidArgument naming the part that is wrong.
+// own). A sentinel URL lists the sentinels (port 26379 by default) and names the master; its
+// user and password are the master's, and its query, "&"-separated, may hold db=N,
+// sentinel_user=U and sentinel_password=P (the sentinels' AUTH, escaped as the user info is).
+// rediss+sentinel:// reaches the sentinels and the master over TLS. InvalidArgument naming the
+// part that is wrong.
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 
-// The URL with the password replaced by "***", for logs.
+// The URL with the passwords (the user info's, a sentinel_password='s) replaced by "***", for
+// logs.
 std::string RedactRedisUrl(std::string_view url);
 
 struct RedisStoreStats {
@@ -142,6 +164,8 @@ struct RedisStoreStats {
   uint64_t reconnects = 0;    // Connections opened after the first.
   uint64_t redirects = 0;     // Cluster: script calls sent again after MOVED, ASK, TRYAGAIN.
   uint64_t asks = 0;          // Of those, after ASK (a slot migrating).
+  // Sentinel: times the master moved (a sentinel named another server than the one in use).
+  uint64_t master_switches = 0;
   int connections_ready = 0;  // Connections up now.
   // Quota leasing (RedisStoreOptions::shares). `calls` counts decisions answered from shares
   // and the calls that take or give back shares as well.

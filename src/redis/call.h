@@ -78,9 +78,10 @@ inline void ShareFellBack(Call& call) {
   }
 }
 
-// Script calls in flight on a connection, and the handshake before them.
+// Script calls in flight on a connection, and the handshake before them (kRole: a sentinel's
+// master is checked to be one, sentinel.h).
 struct Pending {
-  enum class Kind { kAuth, kSelect, kScriptLoad, kSlots, kAsking, kBatch };
+  enum class Kind { kAuth, kSelect, kRole, kScriptLoad, kSlots, kAsking, kBatch };
   Kind kind;
   std::vector<CallPtr> calls;  // kBatch
   std::string command;         // kBatch: sent again after a NOSCRIPT or a redirection.

@@ -5,6 +5,8 @@
 
 #include "fmt/format.h"
 
+#include "src/redis/sentinel.h"
+
 namespace sluice {
 namespace {
 
@@ -78,10 +80,15 @@ void RedisStore::Impl::Connection::Fail(const absl::Status& status) {
   if (store_.stopping_) {
     return;
   }
+  if (store_.sentinel_ != nullptr) {
+    store_.sentinel_->AskAgain();  // The master may have moved: lost, timed out, demoted.
+  }
   retry_.expires_after(backoff_);
   backoff_ = std::min(backoff_ * 2, store_.options_.backoff_max);
   retry_.async_wait([this](boost::system::error_code ec) {
-    if (!ec && !store_.stopping_) {
+    // Still closed: a Restart may have opened it since (and a cancel cannot recall a wait
+    // that has already fired).
+    if (!ec && !store_.stopping_ && state_ == State::kClosed) {
       store_.reconnects_.fetch_add(1, std::memory_order_relaxed);
       Connect();
     }
@@ -119,6 +126,13 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
   }
 }
 
+void RedisStore::Impl::Connection::Restart(const absl::Status& status) {
+  Close(status);
+  retry_.cancel();
+  backoff_ = store_.options_.backoff_min;
+  Connect();
+}
+
 void RedisStore::Impl::Connection::OnConnected() {
   reader_ = redisReaderCreate();
   const RedisStoreOptions& o = store_.options_;
@@ -130,6 +144,9 @@ void RedisStore::Impl::Connection::OnConnected() {
   if (o.database != 0) {
     Control(Pending::Kind::kSelect, Command({"SELECT", std::to_string(o.database)}),
             open_deadline_);
+  }
+  if (store_.sentinel_ != nullptr) {
+    Control(Pending::Kind::kRole, Command({"ROLE"}), open_deadline_);  // Still the master?
   }
   Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), open_deadline_);
   Read();
@@ -191,24 +208,14 @@ void RedisStore::Impl::Connection::Read() {
               : fmt::format("reading from Redis at {}: {}{}", at, ec.message(), Hint())));
       return;
     }
-    if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+    auto same = [this, generation] { return generation == generation_; };
+    if (!internal::ReadReplies(
+            *reader_, in_.data(), n, [this](ReplyPtr r) { OnReply(std::move(r)); }, same)) {
       Fail(absl::UnavailableError(
           fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
       return;
     }
-    while (generation == generation_) {
-      void* reply = nullptr;
-      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
-        Fail(absl::UnavailableError(
-            fmt::format("Redis at {} sent what is not RESP", RedisEndpointName(node_.endpoint))));
-        return;
-      }
-      if (reply == nullptr) {
-        break;
-      }
-      OnReply(ReplyPtr(static_cast<redisReply*>(reply)));
-    }
-    if (generation == generation_) {
+    if (same()) {
       Read();
     }
   });
@@ -234,6 +241,13 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
       return;
     case Pending::Kind::kAsking:
       return;  // +OK; the batch behind it carries the answer.
+    case Pending::Kind::kRole:
+      if (!internal::IsMasterRole(*reply)) {  // A sentinel named a server since demoted.
+        Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master (ROLE): {}",
+                                                RedisEndpointName(node_.endpoint),
+                                                error ? text : "a replica")));
+      }
+      return;
     case Pending::Kind::kSlots:
       if (error) {
         store_.OnSlotsRefused(text);
@@ -290,6 +304,12 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                 fmt::format("redis: {}: this server is a Redis Cluster node; use "
                                             "redis+cluster:// to follow its redirections",
                                             text)));
+  } else if (error && store_.sentinel_ != nullptr && text.find("READONLY") != text.npos) {
+    // Sentinel: this master was demoted to a replica. Drop the connection, which asks the
+    // sentinels again and reconnects.
+    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
+    Fail(absl::UnavailableError(
+        fmt::format("Redis at {} is a replica now: {}", RedisEndpointName(node_.endpoint), text)));
   } else if (error) {
     // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
     // deciding.

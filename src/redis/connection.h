@@ -57,6 +57,9 @@ class RedisStore::Impl::Connection {
   // The first half of Fail, and all of it when the store shuts down: closes the socket and
   // fails everything in flight with `status`.
   void Close(const absl::Status& status);
+  // Sentinel: the node moved to another server. Closes (failing what is in flight with
+  // `status`) and connects to the node's new endpoint at once, the backoff forgotten.
+  void Restart(const absl::Status& status);
 
  private:
   enum class State { kClosed, kOpening, kReady };

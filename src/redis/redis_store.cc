@@ -23,6 +23,7 @@
 #include "src/redis/connection.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
+#include "src/redis/sentinel.h"
 #include "src/redis/stream.h"
 
 namespace sluice {
@@ -58,6 +59,7 @@ RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::con
   }
   thread_ = std::thread([this] { io_.run(); });
   asio::post(io_, [this] {
+    sentinel_ = Sentinel::Start(*this);  // With redis+sentinel://, the master's node.
     for (const RedisEndpoint& endpoint : options_.endpoints) {
       NodeAt(endpoint);
     }
@@ -178,13 +180,14 @@ bool RedisStore::Impl::SameSlot(Call& call, const std::string& redis_key, std::s
 
 RedisStoreStats RedisStore::Impl::Stats() const {
   RedisStoreStats stats{.calls = calls_.load(std::memory_order_relaxed),
-          .script_calls = script_calls_.load(std::memory_order_relaxed),
-          .failures = failures_.load(std::memory_order_relaxed),
-          .fallbacks = fallbacks_.load(std::memory_order_relaxed),
-          .reconnects = reconnects_.load(std::memory_order_relaxed),
-          .redirects = redirects_.load(std::memory_order_relaxed),
-          .asks = asks_.load(std::memory_order_relaxed),
-          .connections_ready = ready_.load(std::memory_order_relaxed)};
+                        .script_calls = script_calls_.load(std::memory_order_relaxed),
+                        .failures = failures_.load(std::memory_order_relaxed),
+                        .fallbacks = fallbacks_.load(std::memory_order_relaxed),
+                        .reconnects = reconnects_.load(std::memory_order_relaxed),
+                        .redirects = redirects_.load(std::memory_order_relaxed),
+                        .asks = asks_.load(std::memory_order_relaxed),
+                        .master_switches = master_switches_.load(std::memory_order_relaxed),
+                        .connections_ready = ready_.load(std::memory_order_relaxed)};
   AddShareStats(stats);  // share_calls.cc
   return stats;
 }
@@ -349,6 +352,7 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     c->Send(std::move(batch), /*asking=*/false);
   }
   if ((!node.queue.empty() || !node.asked.empty()) &&
+      (sentinel_ == nullptr || sentinel_->master_known()) &&  // Else: wait for a master.
       std::none_of(node.connections.begin(), node.connections.end(),
                    [](const auto& c) { return c->opening() || c->ready(); })) {
     // Every connection to it is waiting out a backoff: fail now rather than at the deadline.
@@ -462,6 +466,9 @@ void RedisStore::Impl::Shutdown() {
   timer_.cancel();
   slots_timer_.cancel();
   share_timer_.cancel();
+  if (sentinel_ != nullptr) {
+    sentinel_->Stop();
+  }
   const absl::Status status = absl::CancelledError("the Redis store is shutting down");
   for (auto& node : nodes_) {
     for (auto& c : node->connections) {

@@ -15,6 +15,7 @@
 #include "sluice/redis_store.h"
 #include "src/redis/call.h"
 #include "src/redis/redis_store_impl.h"
+#include "src/redis/sentinel.h"
 #include "src/redis/stream.h"
 
 namespace sluice {
@@ -43,8 +44,8 @@ absl::StatusOr<Decision> Wait(Call call) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
-  if (options.endpoints.empty()) {
-    return absl::InvalidArgumentError("the Redis store needs a host");
+  if (absl::Status s = internal::CheckWhereRedisIs(options); !s.ok()) {
+    return s;
   }
   if (options.cluster && options.database != 0) {
     return absl::InvalidArgumentError("a Redis Cluster has only database 0");

@@ -7,6 +7,7 @@
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies;
+//   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 //   share_calls.cc  quota leasing: requests answered from shares (shares.h), the calls that
 //                   take them and give them back;
@@ -78,6 +79,7 @@ class RedisStore::Impl {
 
  private:
   class Connection;  // connection.h
+  class Sentinel;    // sentinel.h
 
   using Call = internal::Call;
   using CallPtr = internal::CallPtr;
@@ -177,6 +179,9 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
+  // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
+  // otherwise.
+  std::unique_ptr<Sentinel> sentinel_;
 
   // Quota leasing: null unless options_.shares. The engine is thread-safe; the latest time a
   // caller passed (and when) is written by callers, read by the sweep; the timer is the I/O
@@ -196,6 +201,7 @@ class RedisStore::Impl {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> redirects_{0};
   std::atomic<uint64_t> asks_{0};
+  std::atomic<uint64_t> master_switches_{0};  // Sentinel: written by sentinel.cc.
   std::atomic<int> ready_{0};
 };
 

@@ -43,4 +43,25 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
+// Feeds `n` bytes read from Redis to `reader`, and hands each whole reply they complete to
+// `on_reply` while `more()` holds (a reply may close the connection it came on). False when
+// the bytes are not RESP.
+template <typename OnReply, typename More>
+bool ReadReplies(redisReader& reader, const char* data, size_t n, OnReply on_reply, More more) {
+  if (redisReaderFeed(&reader, data, n) != REDIS_OK) {
+    return false;
+  }
+  while (more()) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(&reader, &reply) != REDIS_OK) {
+      return false;
+    }
+    if (reply == nullptr) {
+      break;
+    }
+    on_reply(ReplyPtr(static_cast<redisReply*>(reply)));
+  }
+  return true;
+}
+
 }  // namespace sluice::internal

@@ -46,11 +46,12 @@ std::string PercentDecode(std::string_view s, bool& ok) {
   return out;
 }
 
-absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_view text) {
+absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_view text,
+                                            uint16_t default_port) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("redis URL '{}': {}", url, why));
   };
-  RedisEndpoint endpoint;
+  RedisEndpoint endpoint{.host = "", .port = default_port};
   std::string_view port;
   if (text.starts_with('[')) {  // [IPv6]:port
     const size_t close = text.find(']');
@@ -107,29 +108,55 @@ absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
 
 namespace {
 
+constexpr std::string_view kSentinelPassword = "sentinel_password=";
+
+// What follows a scheme: hosts, a socket's path, or sentinels and a master's name.
+enum class SchemeKind { kHosts, kUnix, kSentinel };
+
+struct Scheme {
+  std::string_view prefix;
+  bool cluster;
+  bool tls;
+  SchemeKind kind;
+};
+constexpr Scheme kSchemes[] = {
+    {"redis://", false, false, SchemeKind::kHosts},
+    {"rediss://", false, true, SchemeKind::kHosts},
+    {"redis+cluster://", true, false, SchemeKind::kHosts},
+    {"rediss+cluster://", true, true, SchemeKind::kHosts},
+    {"redis+sentinel://", false, false, SchemeKind::kSentinel},
+    {"rediss+sentinel://", false, true, SchemeKind::kSentinel},
+    {"unix://", false, false, SchemeKind::kUnix},
+};
+
 // The scheme at the start of `rest`, removed, and what it says about the options.
-bool ReadScheme(std::string_view& rest, RedisStoreOptions& options, bool& unix_socket) {
-  struct Scheme {
-    std::string_view prefix;
-    bool cluster;
-    bool tls;
-    bool unix_socket;
-  };
-  static constexpr Scheme kSchemes[] = {
-      {"redis://", false, false, false},        {"rediss://", false, true, false},
-      {"redis+cluster://", true, false, false}, {"rediss+cluster://", true, true, false},
-      {"unix://", false, false, true},
-  };
+bool ReadScheme(std::string_view& rest, RedisStoreOptions& options, SchemeKind& kind) {
   for (const Scheme& scheme : kSchemes) {
     if (rest.starts_with(scheme.prefix)) {
       rest.remove_prefix(scheme.prefix.size());
       options.cluster = scheme.cluster;
       options.tls.enabled = scheme.tls;
-      unix_socket = scheme.unix_socket;
+      kind = scheme.kind;
       return true;
     }
   }
   return false;
+}
+
+// Where the user info ends in `rest` (the URL after its scheme): npos when there is none.
+// It ends at the last '@' (a password may hold one), but a socket's path starts with the first
+// "@/" (a path may hold an '@'), and a sentinel URL's query, from its first '?', may hold one
+// in sentinel_password= (so a '?' in the master's password must be escaped, as %3F).
+size_t UserInfoEnd(std::string_view rest, SchemeKind kind) {
+  switch (kind) {
+    case SchemeKind::kUnix:
+      return rest.find("@/");
+    case SchemeKind::kSentinel:
+      return rest.substr(0, rest.find('?')).rfind('@');
+    case SchemeKind::kHosts:
+      break;
+  }
+  return rest.rfind('@');
 }
 
 // "[user:]password" before an '@': the user and password, percent-escapes decoded. False for
@@ -187,6 +214,24 @@ absl::Status ReadSocket(std::string_view rest, std::string_view redacted,
   return absl::OkStatus();
 }
 
+// "host[:port][,host[:port]...]", added to `endpoints`.
+absl::Status ReadEndpoints(std::string_view hosts, std::string_view redacted, uint16_t default_port,
+                           std::vector<RedisEndpoint>& endpoints) {
+  while (true) {
+    const size_t comma = hosts.find(',');
+    absl::StatusOr<RedisEndpoint> endpoint =
+        ParseEndpoint(redacted, hosts.substr(0, comma), default_port);
+    if (!endpoint.ok()) {
+      return endpoint.status();
+    }
+    endpoints.push_back(*std::move(endpoint));
+    if (comma == std::string_view::npos) {
+      return absl::OkStatus();
+    }
+    hosts.remove_prefix(comma + 1);
+  }
+}
+
 // After the scheme and the user info: "host[:port][,host[:port]...][/db]".
 absl::Status ReadHosts(std::string_view rest, std::string_view redacted,
                        RedisStoreOptions& options) {
@@ -208,22 +253,102 @@ absl::Status ReadHosts(std::string_view rest, std::string_view redacted,
       options.database = *value;
     }
   }
-  while (true) {
-    const size_t comma = hosts.find(',');
-    absl::StatusOr<RedisEndpoint> endpoint = ParseEndpoint(redacted, hosts.substr(0, comma));
-    if (!endpoint.ok()) {
-      return endpoint.status();
-    }
-    options.endpoints.push_back(*std::move(endpoint));
-    if (comma == std::string_view::npos) {
-      break;
-    }
-    hosts.remove_prefix(comma + 1);
+  if (absl::Status s = ReadEndpoints(hosts, redacted, 6379, options.endpoints); !s.ok()) {
+    return s;
   }
   if (!options.cluster && options.endpoints.size() > 1) {
     return bad("several hosts are for redis+cluster://");
   }
   return absl::OkStatus();
+}
+
+// A sentinel URL's query: "name=value" pairs, "&"-separated.
+absl::Status ReadSentinelQuery(std::string_view query, std::string_view redacted,
+                               RedisStoreOptions& options) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(fmt::format("redis URL '{}': {}", redacted, why));
+  };
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+    const size_t eq = param.find('=');
+    const std::string_view name = param.substr(0, eq);
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
+    bool ok = true;
+    if (name == "db") {
+      const std::optional<int> db = Database(value);
+      if (!db) {
+        return bad(fmt::format("database '{}' is not a number", value));
+      }
+      options.database = *db;
+    } else if (name == "sentinel_user") {
+      options.sentinel.user = PercentDecode(value, ok);
+    } else if (name == "sentinel_password") {
+      options.sentinel.password = PercentDecode(value, ok);
+    } else if (!param.empty()) {
+      return bad(
+          fmt::format("unknown query parameter '{}': expected db, sentinel_user or "
+                      "sentinel_password",
+                      name));
+    }
+    if (!ok) {
+      return bad(fmt::format("a '%' in {} must be followed by two hex digits", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// After "redis+sentinel://" and the user info:
+// "host[:port][,host[:port]...]/master-name[?query]", the hosts being the sentinels'.
+absl::Status ReadSentinel(std::string_view rest, std::string_view redacted,
+                          RedisStoreOptions& options) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(fmt::format("redis URL '{}': {}", redacted, why));
+  };
+  const size_t question = rest.find('?');
+  const std::string_view query =
+      question == std::string_view::npos ? std::string_view() : rest.substr(question + 1);
+  rest = rest.substr(0, question);
+  const size_t slash = rest.find('/');
+  const std::string_view hosts = rest.substr(0, slash);
+  if (hosts.empty()) {
+    return bad("no sentinel: expected redis+sentinel://host:port[,host:port...]/master-name");
+  }
+  const std::string_view name =
+      slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  if (name.empty()) {
+    return bad("no master name: expected redis+sentinel://host:port[,host:port...]/master-name");
+  }
+  if (name.find('/') != std::string_view::npos) {
+    return bad(fmt::format("master name '{}' holds a '/' (the database is ?db=N)", name));
+  }
+  bool ok = true;
+  options.sentinel.master_name = PercentDecode(name, ok);
+  if (!ok) {
+    return bad("a '%' in the master name must be followed by two hex digits");
+  }
+  if (absl::Status s = ReadEndpoints(hosts, redacted, 26379, options.sentinel.endpoints); !s.ok()) {
+    return s;
+  }
+  return ReadSentinelQuery(query, redacted, options);
+}
+
+// A sentinel URL's query with the value of sentinel_password hidden.
+std::string RedactQuery(std::string_view query) {
+  std::string out;
+  while (true) {
+    const size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    out += param.starts_with(kSentinelPassword) ? fmt::format("{}***", kSentinelPassword)
+                                                : std::string(param);
+    if (amp == std::string_view::npos) {
+      return out;
+    }
+    out += '&';
+    query.remove_prefix(amp + 1);
+  }
 }
 
 }  // namespace
@@ -232,17 +357,16 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url) {
   const std::string redacted = RedactRedisUrl(url);
   RedisStoreOptions options;
   std::string_view rest = url;
-  bool unix_socket = false;
-  if (!ReadScheme(rest, options, unix_socket)) {
+  SchemeKind kind = SchemeKind::kHosts;
+  if (!ReadScheme(rest, options, kind)) {
     return absl::InvalidArgumentError(fmt::format(
         "redis URL '{}': expected redis://host:port[/db], rediss://host:port[/db] (TLS), "
-        "redis+cluster://host:port,host:port, rediss+cluster://... or "
+        "redis+cluster://host:port,host:port, rediss+cluster://..., "
+        "redis+sentinel://host:port,host:port/master-name, rediss+sentinel://... or "
         "unix:///path/to/redis.sock[?db=N]",
         redacted));
   }
-  // The user info ends at the last '@' (a password may hold one); a socket's path starts
-  // with the first "@/" (a path may hold an '@').
-  const size_t at = unix_socket ? rest.find("@/") : rest.rfind('@');
+  const size_t at = UserInfoEnd(rest, kind);
   if (at != std::string_view::npos) {
     if (!ReadUserInfo(rest.substr(0, at), options)) {
       return absl::InvalidArgumentError(
@@ -252,8 +376,9 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url) {
     }
     rest.remove_prefix(at + 1);
   }
-  absl::Status read =
-      unix_socket ? ReadSocket(rest, redacted, options) : ReadHosts(rest, redacted, options);
+  absl::Status read = kind == SchemeKind::kUnix       ? ReadSocket(rest, redacted, options)
+                      : kind == SchemeKind::kSentinel ? ReadSentinel(rest, redacted, options)
+                                                      : ReadHosts(rest, redacted, options);
   if (!read.ok()) {
     return read;
   }
@@ -271,16 +396,30 @@ std::string RedisEndpointName(const RedisEndpoint& endpoint) {
 }
 
 std::string RedactRedisUrl(std::string_view url) {
-  const size_t scheme = url.find("://");
-  // As ParseRedisUrl reads it: a socket's path may hold an '@', a password too.
-  const size_t at = url.starts_with("unix://") ? url.find("@/") : url.rfind('@');
-  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme) {
+  RedisStoreOptions ignored;
+  SchemeKind kind = SchemeKind::kHosts;
+  std::string_view rest = url;
+  if (!ReadScheme(rest, ignored, kind)) {
     return std::string(url);
   }
-  const std::string_view userinfo = url.substr(scheme + 3, at - scheme - 3);
-  const size_t colon = userinfo.find(':');
-  const std::string_view user = colon == std::string_view::npos ? "" : userinfo.substr(0, colon);
-  return fmt::format("{}{}:***{}", url.substr(0, scheme + 3), user, url.substr(at));
+  const std::string_view scheme = url.substr(0, url.size() - rest.size());
+  std::string out(scheme);
+  // As ParseRedisUrl reads it.
+  if (const size_t at = UserInfoEnd(rest, kind); at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    out += colon == std::string_view::npos ? "" : userinfo.substr(0, colon);
+    out += ":***";
+    rest.remove_prefix(at);
+  }
+  if (const size_t question = rest.find('?');
+      kind == SchemeKind::kSentinel && question != std::string_view::npos) {
+    out += rest.substr(0, question + 1);
+    out += RedactQuery(rest.substr(question + 1));  // The sentinels' password.
+    return out;
+  }
+  out += rest;
+  return out;
 }
 
 }  // namespace sluice

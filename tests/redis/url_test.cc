@@ -164,6 +164,69 @@ TEST(ParseRedisUrlTest, RedissIsRedisOverTls) {
   EXPECT_THAT(Error("redis+unix:///r.sock"), HasSubstr("unix:///path/to/redis.sock"));
 }
 
+// redis+sentinel://[[user]:password@]host[:port][,...]/master-name[?db=N&sentinel_user=U&
+// sentinel_password=P]: the hosts are the sentinels (26379 by default), the user info the
+// master's.
+TEST(ParseRedisUrlTest, ReadsSentinelsTheMasterNameAndBothAuths) {
+  absl::StatusOr<RedisStoreOptions> o = ParseRedisUrl(
+      "redis+sentinel://u:p@ss%3F@a,b:26380,[::1]:7/my%20master?db=3&sentinel_user=s%40u&"
+      "sentinel_password=x@y%26z");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->endpoints.empty());  // The sentinels name the master.
+  EXPECT_FALSE(o->cluster);
+  EXPECT_FALSE(o->tls.enabled);
+  EXPECT_EQ(o->sentinel.endpoints,
+            (std::vector<RedisEndpoint>{{"a", 26379}, {"b", 26380}, {"::1", 7}}));
+  EXPECT_EQ(o->sentinel.master_name, "my master");
+  EXPECT_EQ(o->user, "u");
+  // The user info ends at the last '@' before the query (so a '?' in it is escaped).
+  EXPECT_EQ(o->password, "p@ss?");
+  EXPECT_EQ(o->database, 3);
+  EXPECT_EQ(o->sentinel.user, "s@u");
+  EXPECT_EQ(o->sentinel.password, "x@y&z");
+
+  o = ParseRedisUrl("rediss+sentinel://s:1/m");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->tls.enabled);
+  EXPECT_EQ(o->sentinel.master_name, "m");
+  EXPECT_EQ(o->password, "");
+  EXPECT_EQ(o->sentinel.password, "");
+  EXPECT_EQ(o->database, 0);
+}
+
+TEST(ParseRedisUrlTest, RefusesASentinelUrlNamingWhatIsWrong) {
+  EXPECT_THAT(Error("redis+sentinel://a:26379"), HasSubstr("no master name"));
+  EXPECT_THAT(Error("redis+sentinel://a:26379/"), HasSubstr("no master name"));
+  EXPECT_THAT(Error("redis+sentinel://a:26379/?db=1"), HasSubstr("no master name"));
+  EXPECT_THAT(Error("redis+sentinel:///m"), HasSubstr("no sentinel"));
+  EXPECT_THAT(Error("redis+sentinel://pw@/m"), HasSubstr("no sentinel"));
+  EXPECT_THAT(Error("redis+sentinel://a:0/m"), HasSubstr("port '0'"));
+  EXPECT_THAT(Error("redis+sentinel://a:1,,b/m"), HasSubstr("no host"));
+  EXPECT_THAT(Error("redis+sentinel://a/m/2"), HasSubstr("holds a '/' (the database is ?db=N)"));
+  EXPECT_THAT(Error("redis+sentinel://a/m%zz"), HasSubstr("master name"));
+  EXPECT_THAT(Error("redis+sentinel://a/m?db=x"), HasSubstr("database 'x' is not a number"));
+  EXPECT_THAT(Error("redis+sentinel://a/m?master=n"),
+              HasSubstr("unknown query parameter 'master'"));
+  EXPECT_THAT(Error("redis+sentinel://a/m?sentinel_password=%4"),
+              HasSubstr("'%' in sentinel_password"));
+  for (const char* url : {"redis+sentinel://u:hunter2@a:0/m",
+                          "redis+sentinel://a/m?db=x&"
+                          "sentinel_password=hunter2"}) {
+    const std::string error = Error(url);
+    EXPECT_THAT(error, HasSubstr("***")) << url;
+    EXPECT_THAT(error, ::testing::Not(HasSubstr("hunter2"))) << url;
+  }
+}
+
+TEST(RedactRedisUrlTest, HidesBothPasswordsOfASentinelUrl) {
+  EXPECT_EQ(
+      RedactRedisUrl("redis+sentinel://u:p@w@a,b/m?db=1&sentinel_password=x@y&sentinel_user=s"),
+      "redis+sentinel://u:***@a,b/m?db=1&sentinel_password=***&sentinel_user=s");
+  EXPECT_EQ(RedactRedisUrl("rediss+sentinel://a/m?sentinel_password=x"),
+            "rediss+sentinel://a/m?sentinel_password=***");
+  EXPECT_EQ(RedactRedisUrl("redis+sentinel://a/m"), "redis+sentinel://a/m");
+}
+
 TEST(RedisEndpointNameTest, NamesHostsAddressesAndSockets) {
   EXPECT_EQ(RedisEndpointName({"cache", 6380}), "cache:6380");
   EXPECT_EQ(RedisEndpointName({"::1", 7000}), "[::1]:7000");

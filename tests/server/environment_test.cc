@@ -2,9 +2,12 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "sluice/redis_store.h"
 
 namespace sluice::server {
 namespace {
@@ -92,6 +95,26 @@ TEST(EnvironmentTest, AFlagGivenLeavesItsVariablesUnread) {
               ElementsAre(Pair("--debug", "0.0.0.0:6070")));
 }
 
+// Theirs: REDIS_URL "master,host:port,...", REDIS_AUTH the master's, REDIS_SENTINEL_AUTH the
+// sentinels'; the URL they make is one ParseRedisUrl reads back.
+TEST(EnvironmentTest, SentinelStore) {
+  const Environment sentinel = {{"REDIS_TYPE", "SENTINEL"},
+                                {"REDIS_URL", "my master, a:26379,b:26380"},
+                                {"REDIS_AUTH", "p@ss"},
+                                {"REDIS_SENTINEL_AUTH", "sen:t&nel"}};
+  const std::string store = Flags(sentinel, {"--http", "--grpc"}).at("--store");
+  EXPECT_EQ(store,
+            "redis+sentinel://p%40ss@a:26379,b:26380/mymaster?sentinel_user=sen&"
+            "sentinel_password=t%26nel");
+  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(store);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->sentinel.master_name, "mymaster");
+  EXPECT_EQ(options->password, "p@ss");
+  EXPECT_EQ(options->sentinel.user, "sen");
+  EXPECT_EQ(options->sentinel.password, "t&nel");
+  EXPECT_EQ(options->sentinel.endpoints, (std::vector<RedisEndpoint>{{"a", 26379}, {"b", 26380}}));
+}
+
 TEST(EnvironmentTest, TheStore) {
   const Environment cluster = {
       {"REDIS_TYPE", "CLUSTER"},       {"REDIS_URL", "a:7000, b:7001"},
@@ -144,7 +167,9 @@ TEST(EnvironmentTest, MalformedOrRefusedValuesNameTheirVariable) {
   EXPECT_THAT(Refusal({{"LOG_LEVEL", "loud"}}), HasSubstr("LOG_LEVEL=loud"));
   EXPECT_THAT(Refusal({{"NEAR_LIMIT_RATIO", "most"}}), HasSubstr("NEAR_LIMIT_RATIO=most"));
   EXPECT_THAT(Refusal({{"RUNTIME_WATCH_ROOT", "sometimes"}}), HasSubstr("RUNTIME_WATCH_ROOT"));
-  EXPECT_THAT(Refusal({{"REDIS_TYPE", "sentinel"}}), HasSubstr("scale-out issue"));
+  EXPECT_THAT(Refusal({{"REDIS_TYPE", "sentinel"}, {"REDIS_URL", "mymaster"}}),
+              HasSubstr("master-name,host:port"));
+  EXPECT_THAT(Refusal({{"REDIS_TYPE", "replicas"}}), HasSubstr("SENTINEL"));
   EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcache"}}), HasSubstr("no memcache store"));
   EXPECT_THAT(Refusal({{"CONFIG_TYPE", "GRPC_XDS_SOTW"}}), HasSubstr("CONFIG_TYPE"));
   EXPECT_THAT(Refusal({{"GRPC_UDS", "/tmp/rl.sock"}}), HasSubstr("GRPC_UDS"));

@@ -1,9 +1,10 @@
 #pragma once
 
 // A real redis-server (Debian's), started by a test on a loopback port it picks and on a unix
-// socket in a directory of its own, with persistence off. Stop() ends it (SIGTERM),
-// Pause()/Resume() freeze it (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on
-// the same port. And Client, a blocking hiredis connection for a test to look inside.
+// socket in a directory of its own, with persistence off. Stop() ends it (SIGTERM), Kill()
+// crashes it (SIGKILL: no goodbye to its replicas), Pause()/Resume() freeze it
+// (SIGSTOP/SIGCONT) to make it miss deadlines, Start() brings it back on the same port. And
+// Client, a blocking hiredis connection for a test to look inside.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -96,8 +97,11 @@ class Client {
 
 class RedisServer {
  public:
-  // `extra`: more redis-server arguments ("--requirepass", "secret").
-  explicit RedisServer(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  // `extra`: more redis-server arguments ("--requirepass", "secret"). `config`: a config file
+  // to read first, for what only a file can say (a sentinel's, which it rewrites: `extra`
+  // then holds "--sentinel").
+  explicit RedisServer(std::vector<std::string> extra = {}, std::filesystem::path config = {})
+      : extra_(std::move(extra)), config_(std::move(config)) {
     dir_ = std::filesystem::temp_directory_path() /
            ("sluice-redis-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::create_directories(dir_);
@@ -145,6 +149,9 @@ class RedisServer {
                                      socket(),
                                      "--unixsocketperm",
                                      "700"};
+    if (!config_.empty()) {
+      args.insert(args.begin() + 1, config_.string());
+    }
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -179,12 +186,20 @@ class RedisServer {
       pid_ = 0;
     }
   }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = 0;
+    }
+  }
   void Pause() { kill(pid_, SIGSTOP); }
   void Resume() { kill(pid_, SIGCONT); }
 
  private:
   static inline int counter_ = 0;
   std::vector<std::string> extra_;
+  std::filesystem::path config_;
   std::filesystem::path dir_;
   int port_ = 0;
   pid_t pid_ = 0;
