@@ -128,7 +128,11 @@ struct RedisStoreOptions {
   // policy may be answered from a share of that limit's quota this store took from Redis, and
   // the share's unused units are given back when it ends. Shares are kept for at most
   // `share_keys` (limit, key) pairs (a few hundred bytes each); beyond, the least recently used
-  // pair is forgotten and its share given back.
+  // pair is forgotten and its share given back. A request answered from a share is allowed
+  // with remaining = the units this store holds plus what Redis last reported remaining (an
+  // estimate: other servers may have used some since), reset_after = the share's call's less
+  // the time since, retry_after 0, and (leaky_bucket) the delay of the unit it uses; denials
+  // always come from Redis. Requests of several limits and of cost 0 are never leased.
   bool shares = false;
   size_t share_keys = 100'000;
 
