@@ -313,6 +313,7 @@ absl::Status Daemon::OpenStore() {
   }
   options->deny_cache_entries = flags_.redis_deny_cache;
   options->deny_cache_max_ttl = std::chrono::floor<std::chrono::milliseconds>(*deny_ttl);
+  options->shares = flags_.redis_shares;
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
   }
@@ -335,13 +336,14 @@ std::string Daemon::StoreDescription() const {
     return fmt::format("memory store (max {} keys)", flags_.max_keys);
   }
   return fmt::format(
-      "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {})",
+      "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {}{})",
       RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
       flags_.redis_on_failure,
       flags_.redis_deny_cache > 0
           ? fmt::format("{} entries for at most {}", flags_.redis_deny_cache,
                         flags_.redis_deny_cache_ttl)
-          : "off");
+          : "off",
+      flags_.redis_shares ? ", shares on" : "");
 }
 
 // Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
@@ -493,10 +495,24 @@ std::string Daemon::StoreMetrics() const {
         "# HELP sluice_redis_denials_answered_locally_total Calls denied from the denial cache "
         "(--redis-deny-cache), with no script call.\n"
         "# TYPE sluice_redis_denials_answered_locally_total counter\n"
-        "sluice_redis_denials_answered_locally_total {}\n",
+        "sluice_redis_denials_answered_locally_total {}\n"
+        "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
+        "# TYPE sluice_redis_share_decisions_total counter\nsluice_redis_share_decisions_total {}\n"
+        "# HELP sluice_redis_shares_taken_total Shares of a quota taken from Redis.\n"
+        "# TYPE sluice_redis_shares_taken_total counter\nsluice_redis_shares_taken_total {}\n"
+        "# HELP sluice_redis_shares_refused_total Shares Redis refused (asked exactly then).\n"
+        "# TYPE sluice_redis_shares_refused_total counter\nsluice_redis_shares_refused_total {}\n"
+        "# HELP sluice_redis_share_units_returned_total Unused units of shares given back.\n"
+        "# TYPE sluice_redis_share_units_returned_total counter\n"
+        "sluice_redis_share_units_returned_total {}\n"
+        "# HELP sluice_redis_share_units_lapsed_total Unused units of shares whose window ended.\n"
+        "# TYPE sluice_redis_share_units_lapsed_total counter\n"
+        "sluice_redis_share_units_lapsed_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
         stats.master_switches, stats.connections_ready, stats.split_requests, stats.give_backs,
-        stats.give_backs_failed, stats.denials_answered_locally);
+        stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
+        stats.shares_taken, stats.shares_refused, stats.share_units_returned,
+        stats.share_units_lapsed);
   }
   const MemoryStoreStats stats = memory_->Stats();
   return fmt::format(

@@ -63,6 +63,7 @@ struct Flags {
   int redis_connections = 2;
   int64_t redis_deny_cache = 0;  // Denials kept to answer repeats locally; 0: off.
   std::string redis_deny_cache_ttl = "1s";
+  bool redis_shares = false;  // Quota leasing for rules with `share:` (docs/redis.md).
   GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
   RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;

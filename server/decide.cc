@@ -229,7 +229,10 @@ auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int
                                            const std::vector<const Pool*>& pools) {
   keys.clear();
   for (size_t i : group) {
-    keys.push_back({.limit = &*planned[i].rule_limit->limit, .key = planned[i].key});
+    const RuleLimit& rule_limit = *planned[i].rule_limit;
+    keys.push_back({.limit = &*rule_limit.limit,
+                    .key = planned[i].key,
+                    .share = rule_limit.share ? &*rule_limit.share : nullptr});
   }
   pool_keys.clear();
   pool_keys.reserve(pools.size());

@@ -93,6 +93,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--redis-deny-cache-ttl", flags.redis_deny_cache_ttl,
                  "The longest a denial is repeated from memory")
       ->capture_default_str();
+  app.add_flag("--redis-shares", flags.redis_shares,
+               "Quota leasing: answer the hot keys of rules with 'share:' from shares of their "
+               "quota taken from Redis (docs/redis.md)");
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();

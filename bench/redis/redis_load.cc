@@ -1,9 +1,10 @@
 // sluice_redis_load: decisions through RedisStore with a fixed number of calls in flight
-// (a closed loop: each answer starts the next call), for bench/redis/run.sh. One gcra limit,
-// high enough that every call is admitted, on keys drawn from `--keys`. Prints decisions per
-// second, script calls per second and latency percentiles. `--limits 2` puts two limits on
-// each request, on a key and on a second key of the same hash tag (one slot), or with
-// `--apart` of its own (two slots: on a cluster, decided slot by slot).
+// (a closed loop: each answer starts the next call), for bench/redis/run.sh and shares.sh. One
+// gcra limit, high enough that every call is admitted, on keys drawn from `--keys`; through
+// `--stores` stores (standing for as many servers), with quota leasing when `--share-max` is
+// set. Prints decisions per second, script calls per second and latency percentiles.
+// `--limits 2` puts two limits on each request, on a key and on a second key of the same hash
+// tag (one slot), or with `--apart` of its own (two slots: on a cluster, decided slot by slot).
 //
 // With --abuse-limit L: one key under a limit of L per second instead, asked by --inflight
 // threads each waiting for its answer, at --rate decisions per second in all (0: as fast as
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -24,6 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 
+#include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "sluice/redis_store.h"
 
@@ -32,8 +35,10 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 struct Load {
-  sluice::RedisStore* store;
+  std::vector<sluice::RedisStore*> stores;
   const sluice::Limit* limit;
+  const sluice::SharePolicy* share = nullptr;
+  std::atomic<uint64_t> decisions{0};
   std::vector<std::string> keys;
   std::vector<std::string> seconds;  // --limits 2: each key's partner.
   SteadyClock::time_point until;
@@ -41,11 +46,12 @@ struct Load {
   std::mutex mu;
   std::vector<double> latencies_us;  // Guarded by mu.
   std::atomic<uint64_t> errors{0};
-  std::atomic<uint64_t> decided{0};
   std::atomic<int> running{0};
 };
 
-// One slot of the loop: a call in flight, whose answer starts the next.
+// One slot of the loop: a call in flight, whose answer starts the next. An answer given
+// before DecideAllAsync returns (from a share) is not followed by a nested call, which would
+// recurse without end, but by the loop in Next.
 struct Slot {
   Load* load;
   uint64_t seed;
@@ -53,36 +59,142 @@ struct Slot {
   sluice::Decision each[2];
   SteadyClock::time_point started;
   std::vector<double> latencies_us;
+  // 0: a call is being made; 1: made, its answer still to come; 2: answered.
+  std::atomic<int> state{0};
 
   void Next() {
-    if (SteadyClock::now() >= load->until) {
-      {
-        std::lock_guard lock(load->mu);
-        load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(),
-                                  latencies_us.end());
+    for (;;) {
+      if (SteadyClock::now() >= load->until) {
+        {
+          std::lock_guard lock(load->mu);
+          load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(),
+                                    latencies_us.end());
+        }
+        load->running.fetch_sub(1);
+        return;
       }
-      load->running.fetch_sub(1);
-      return;
+      const size_t at = rng() % load->keys.size();
+      const size_t limits = load->seconds.empty() ? 1 : 2;
+      const sluice::LimitedKey requests[] = {
+          {.limit = load->limit, .key = load->keys[at], .share = load->share},
+          {.limit = load->limit, .key = limits == 1 ? std::string_view() : load->seconds[at]}};
+      started = SteadyClock::now();
+      state = 0;
+      load->stores[seed % load->stores.size()]->DecideAllAsync(
+          {requests, limits}, 1, sluice::SystemClock().Now(), {each, limits},
+          [this](absl::StatusOr<sluice::Decision> d) {
+            if (!d.ok() || !d->allowed) {
+              load->errors.fetch_add(1);
+            }
+            load->decisions.fetch_add(1, std::memory_order_relaxed);
+            latencies_us.push_back(
+                std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
+            if (state.exchange(2) == 1) {
+              Next();
+            }
+          });
+      if (state.exchange(1) != 2) {
+        return;  // Answered later: the answer goes on.
+      }
     }
-    const size_t at = rng() % load->keys.size();
-    const size_t limits = load->seconds.empty() ? 1 : 2;
-    const sluice::LimitedKey requests[] = {
-        {load->limit, load->keys[at]},
-        {load->limit, limits == 1 ? std::string_view() : load->seconds[at]}};
-    started = SteadyClock::now();
-    load->store->DecideAllAsync(
-        {requests, limits}, 1, sluice::Timestamp{}, {each, limits},
-        [this](absl::StatusOr<sluice::Decision> d) {
-          if (!d.ok() || !d->allowed) {
-            load->errors.fetch_add(1);
-          }
-          load->decided.fetch_add(1, std::memory_order_relaxed);
-          latencies_us.push_back(
-              std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
-          Next();
-        });
   }
 };
+
+// The flags.
+struct Flags {
+  std::string url = "redis://127.0.0.1:6379";
+  int connections = 1;
+  int pipeline = 16;
+  int batch = 1;
+  int inflight = 1;
+  int keys = 100'000;
+  int stores = 1;
+  int64_t share_max = 0;
+  int share_ttl_ms = 100;
+  int limits = 1;
+  bool apart = false;
+  double duration = 5;
+  int64_t abuse_limit = 0;
+  double rate = 0;
+  int64_t deny_cache = 0;
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--url", f.url, "Redis URL");
+  app.add_option("--connections", f.connections, "connections to Redis");
+  app.add_option("--pipeline", f.pipeline, "script calls in flight per connection");
+  app.add_option("--batch", f.batch, "decisions per script call, at most");
+  app.add_option("--inflight", f.inflight, "decisions in flight");
+  app.add_option("--keys", f.keys, "distinct keys");
+  app.add_option("--duration", f.duration, "seconds");
+  app.add_option("--stores", f.stores, "stores (servers) the calls are spread over")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--share-max", f.share_max, "quota leasing: the most units a share holds (0: off)")
+      ->check(CLI::Range(int64_t{0}, sluice::kMaxShare));
+  app.add_option("--share-ttl-ms", f.share_ttl_ms, "quota leasing: how long a share lives")
+      ->check(CLI::Range(1, 60'000));
+  app.add_option("--limits", f.limits, "limits per request: 1, or 2 on two keys")
+      ->check(CLI::Range(1, 2));
+  app.add_flag("--apart", f.apart, "--limits 2: the two keys in different hash slots");
+  app.add_option("--abuse-limit", f.abuse_limit, "one key under this many per second (0: off)");
+  app.add_option("--rate", f.rate, "--abuse-limit: decisions per second in all (0: unpaced)");
+  app.add_option("--deny-cache", f.deny_cache, "denial cache entries (0: off)");
+}
+
+// `f.stores` stores on `f.url`, or the reason why not.
+absl::StatusOr<std::vector<std::unique_ptr<sluice::RedisStore>>> MakeStores(const Flags& f) {
+  absl::StatusOr<sluice::RedisStoreOptions> options = sluice::ParseRedisUrl(f.url);
+  if (!options.ok()) {
+    return options.status();
+  }
+  options->connections = f.connections;
+  options->pipeline = f.pipeline;
+  options->batch = f.batch;
+  options->timeout = std::chrono::milliseconds(2000);
+  options->shares = f.share_max > 0;
+  options->deny_cache_entries = f.deny_cache;
+  std::vector<std::unique_ptr<sluice::RedisStore>> stores;
+  for (int i = 0; i < f.stores; ++i) {
+    absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store =
+        sluice::RedisStore::Create(*options);
+    if (!store.ok()) {
+      return store.status();
+    }
+    stores.push_back(*std::move(store));
+  }
+  return stores;
+}
+
+uint64_t ScriptCalls(const std::vector<std::unique_ptr<sluice::RedisStore>>& stores) {
+  uint64_t n = 0;
+  for (const auto& s : stores) {
+    n += s->Stats().script_calls;
+  }
+  return n;
+}
+
+// Keeps `inflight` calls going until `duration` seconds have passed; the seconds it took.
+double Run(Load& load, int inflight, double duration) {
+  const auto start = SteadyClock::now();
+  load.until = start + std::chrono::duration_cast<SteadyClock::duration>(
+                           std::chrono::duration<double>(duration));
+  std::vector<std::unique_ptr<Slot>> slots;
+  load.running = inflight;
+  for (int i = 0; i < inflight; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->load = &load;
+    slot->seed = static_cast<uint64_t>(i);
+    slot->rng.seed(slot->seed);
+    slots.push_back(std::move(slot));
+  }
+  for (auto& slot : slots) {
+    slot->Next();
+  }
+  while (load.running.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
 
 // `keys` keys, and with `limits` 2 a partner for each: "{k7}:ip" shares k7's hash tag (and
 // slot), "ip7" (`apart`) has a slot of its own.
@@ -93,54 +205,6 @@ void AddKeys(Load& load, int keys, int limits, bool apart) {
       load.seconds.push_back(apart ? fmt::format("ip{}", i) : fmt::format("{{k{}}}:ip", i));
     }
   }
-}
-
-// The closed loop: `inflight` calls in flight on `keys` keys (and their partners with `limits`
-// 2), every one admitted.
-int RunClosedLoop(sluice::RedisStore& store, int inflight, int keys, int limits, bool apart,
-                  double duration) {
-  const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
-                                                      .limit = 1'000'000,
-                                                      .period = std::chrono::seconds(1)});
-
-  Load load;
-  load.store = &store;
-  load.limit = &limit;
-  AddKeys(load, keys, limits, apart);
-  // Warm up: connect, load the script.
-  for (int i = 0; i < 100; ++i) {
-    (void)store.Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
-  }
-  const sluice::RedisStoreStats before = store.Stats();
-  const auto start = SteadyClock::now();
-  load.until = start + std::chrono::duration_cast<SteadyClock::duration>(
-                           std::chrono::duration<double>(duration));
-  std::vector<std::unique_ptr<Slot>> slots;
-  load.running = inflight;
-  for (int i = 0; i < inflight; ++i) {
-    slots.push_back(std::make_unique<Slot>(Slot{.load = &load, .seed = static_cast<uint64_t>(i)}));
-  }
-  for (auto& slot : slots) {
-    slot->Next();
-  }
-  while (load.running.load() > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  const sluice::RedisStoreStats after = store.Stats();
-  std::vector<double>& lat = load.latencies_us;
-  std::sort(lat.begin(), lat.end());
-  auto percentile = [&](double p) {
-    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
-  };
-  const double calls = static_cast<double>(after.calls - before.calls);
-  const double scripts = static_cast<double>(after.script_calls - before.script_calls);
-  std::printf(
-      "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "
-      "errors %llu\n",
-      calls / seconds, scripts / seconds, scripts > 0 ? calls / scripts : 0.0, percentile(0.5),
-      percentile(0.99), static_cast<unsigned long long>(load.errors.load()));
-  return load.errors.load() == 0 ? 0 : 1;
 }
 
 // The abusive key: `threads` threads on one key, paced to `rate` decisions per second in all
@@ -202,50 +266,48 @@ int RunAbusive(sluice::RedisStore& store, int64_t limit_per_second, int threads,
 
 int main(int argc, char** argv) {
   CLI::App app{"Decisions through RedisStore with calls in flight"};
-  std::string url = "redis://127.0.0.1:6379";
-  int connections = 1;
-  int pipeline = 16;
-  int batch = 1;
-  int inflight = 1;
-  int keys = 100'000;
-  int limits = 1;
-  bool apart = false;
-  double duration = 5;
-  int64_t abuse_limit = 0;
-  double rate = 0;
-  int64_t deny_cache = 0;
-  app.add_option("--url", url, "Redis URL");
-  app.add_option("--connections", connections, "connections to Redis");
-  app.add_option("--pipeline", pipeline, "script calls in flight per connection");
-  app.add_option("--batch", batch, "decisions per script call, at most");
-  app.add_option("--inflight", inflight, "decisions in flight");
-  app.add_option("--keys", keys, "distinct keys");
-  app.add_option("--limits", limits, "limits per request: 1, or 2 on two keys")
-      ->check(CLI::Range(1, 2));
-  app.add_flag("--apart", apart, "--limits 2: the two keys in different hash slots");
-  app.add_option("--duration", duration, "seconds");
-  app.add_option("--abuse-limit", abuse_limit, "one key under this many per second (0: off)");
-  app.add_option("--rate", rate, "--abuse-limit: decisions per second in all (0: unpaced)");
-  app.add_option("--deny-cache", deny_cache, "denial cache entries (0: off)");
+  Flags f;
+  AddFlags(app, f);
   CLI11_PARSE(app, argc, argv);
-
-  absl::StatusOr<sluice::RedisStoreOptions> options = sluice::ParseRedisUrl(url);
-  if (!options.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
+  absl::StatusOr<std::vector<std::unique_ptr<sluice::RedisStore>>> stores = MakeStores(f);
+  if (!stores.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(stores.status().message()).c_str());
     return 2;
   }
-  options->connections = connections;
-  options->pipeline = pipeline;
-  options->batch = batch;
-  options->timeout = std::chrono::milliseconds(2000);
-  options->deny_cache_entries = deny_cache;
-  absl::StatusOr<std::unique_ptr<sluice::RedisStore>> store = sluice::RedisStore::Create(*options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
-    return 2;
+  const sluice::SharePolicy share{.max = f.share_max,
+                                  .ttl = std::chrono::milliseconds(f.share_ttl_ms)};
+  const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
+                                                      .limit = 1'000'000,
+                                                      .period = std::chrono::seconds(1)});
+  if (f.abuse_limit > 0) {
+    return RunAbusive(*stores->front(), f.abuse_limit, f.inflight, f.rate, f.duration);
   }
-  if (abuse_limit > 0) {
-    return RunAbusive(**store, abuse_limit, inflight, rate, duration);
+  Load load;
+  for (auto& s : *stores) {
+    load.stores.push_back(s.get());
   }
-  return RunClosedLoop(**store, inflight, keys, limits, apart, duration);
+  load.limit = &limit;
+  load.share = f.share_max > 0 ? &share : nullptr;
+  AddKeys(load, f.keys, f.limits, f.apart);
+  // Warm up: connect, load the script.
+  for (auto& s : *stores) {
+    for (int i = 0; i < 100; ++i) {
+      (void)s->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
+    }
+  }
+  const uint64_t scripts_before = ScriptCalls(*stores);
+  const double seconds = Run(load, f.inflight, f.duration);
+  const double scripts = static_cast<double>(ScriptCalls(*stores) - scripts_before);
+  std::vector<double>& lat = load.latencies_us;
+  std::sort(lat.begin(), lat.end());
+  auto percentile = [&](double p) {
+    return lat.empty() ? 0.0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
+  };
+  const double calls = static_cast<double>(load.decisions.load());
+  std::printf(
+      "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "
+      "errors %llu\n",
+      calls / seconds, scripts / seconds, scripts > 0 ? calls / scripts : 0.0, percentile(0.5),
+      percentile(0.99), static_cast<unsigned long long>(load.errors.load()));
+  return load.errors.load() == 0 ? 0 : 1;
 }

@@ -25,16 +25,8 @@ while [[ $# -gt 0 ]]; do
 done
 load="$root/build/bin/sluice_redis_load"
 [[ -x "$load" ]] || { echo "run.sh: build first (make build)" >&2; exit 1; }
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-redis.XXXXXX")
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-  --logfile "$work/redis.log" --daemonize yes --pidfile "$work/redis.pid"
-cleanup() {
-  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+# shellcheck source=bench/redis/redis_server.sh
+source "$root/bench/redis/redis_server.sh"
 
 sha=$(cat "$root"/src/redis/{decide,give_back,requests}.lua | redis-cli -p "$port" -x script load)
 # One gcra limit of 1,000,000 per second (every call admitted), keys k0..k99999, as

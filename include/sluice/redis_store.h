@@ -166,6 +166,18 @@ struct RedisStoreOptions {
   // "Denials answered locally".
   int64_t deny_cache_entries = 0;
   std::chrono::milliseconds deny_cache_max_ttl{1000};
+  // Quota leasing (SharePolicy in store.h; docs/redis.md, "Quota leasing (shares)"). Off, every
+  // decision asks Redis whatever the requests' policies. On, a request whose only limit has a
+  // policy may be answered from a share of that limit's quota this store took from Redis, and
+  // the share's unused units are given back when it ends. Shares are kept for at most
+  // `share_keys` (limit, key) pairs (a few hundred bytes each); beyond, the least recently used
+  // pair is forgotten and its share given back. A request answered from a share is allowed
+  // with remaining = the units this store holds plus what Redis last reported remaining (an
+  // estimate: other servers may have used some since), reset_after = the share's call's less
+  // the time since, retry_after 0, and (leaky_bucket) the delay of the unit it uses; denials
+  // always come from Redis. Requests of several limits and of cost 0 are never leased.
+  bool shares = false;
+  size_t share_keys = 100'000;
 
   // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
@@ -206,7 +218,14 @@ struct RedisStoreStats {
                                    // (each slot's call also counts in `calls`).
   uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
-  int connections_ready = 0;       // Connections up now.
+  int connections_ready = 0;  // Connections up now.
+  // Quota leasing (RedisStoreOptions::shares). `calls` counts decisions answered from shares
+  // and the calls that take or give back shares as well.
+  uint64_t share_decisions = 0;     // Decisions answered from a share, without Redis.
+  uint64_t shares_taken = 0;        // Shares Redis granted.
+  uint64_t shares_refused = 0;      // Shares Redis refused (the request was asked exactly).
+  uint64_t share_units_returned = 0;  // Unused units given back when a share ended.
+  uint64_t share_units_lapsed = 0;    // Unused units whose window ended with the share.
 };
 
 class RedisStore final : public Store {

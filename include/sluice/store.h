@@ -26,10 +26,32 @@
 
 namespace sluice {
 
-// One limit applied to one key. Both must outlive the call they are passed to.
+// Quota leasing (docs/redis.md, "Quota leasing (shares)"): a store shared by a fleet may let
+// a server that sees a key often take up to `max` units of its quota in one call, admit from
+// them locally for at most `ttl` (and never past the limit's window), and give back what it
+// did not use. The fleet never admits more than the limit; it may admit less, by what servers
+// hold unused. RedisStore leases when its options allow it; other stores ignore the policy.
+struct SharePolicy {
+  int64_t max = 0;  // The most units one share holds: 1 to kMaxShare (1: never leased).
+  Micros ttl{0};    // How long a share lives: kMinShareTtl to kMaxShareTtl.
+  friend bool operator==(const SharePolicy&, const SharePolicy&) = default;
+};
+
+inline constexpr int64_t kMaxShare = 1'000'000;
+inline constexpr Micros kMinShareTtl = std::chrono::milliseconds(1);
+inline constexpr Micros kMaxShareTtl = std::chrono::minutes(1);
+
+// Whether `limit` may be leased under `policy`: OK, or InvalidArgument naming the problem (max
+// or ttl out of range; sliding_log or sliding_buckets, whose charges cannot be given back).
+absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy);
+
+// One limit applied to one key. All must outlive the call they are passed to.
 struct LimitedKey {
   const Limit* limit;
   std::string_view key;
+  // Set: the key may be decided from a share under this policy (see SharePolicy), when it is
+  // the request's only limit. Null: every decision is the store's own.
+  const SharePolicy* share = nullptr;
 };
 
 // A concurrency limit on one key: at most `capacity` leases held there at once, as Stripe's

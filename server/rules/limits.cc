@@ -24,7 +24,7 @@ Limit EnvoyCounter(Micros period) {
 
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-                   "period", "burst", "buckets"});
+                   "period", "burst", "buckets", "share"});
   RuleLimit rule_limit;
   // An empty name is no name, as envoyproxy/ratelimit reads it.
   if (const YAML::Node name = node["name"]) {
@@ -36,8 +36,8 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   ParseReplaces(node, rule_limit);
   if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
-    if (node["unit"] || node["period"]) {
-      Fail(node, "an unlimited rate_limit has no unit or period");
+    if (node["unit"] || node["period"] || node["share"]) {
+      Fail(node, "an unlimited rate_limit has no unit, period or share");
     }
     rule_limit.unlimited = true;  // requests_per_unit is ignored, as envoyproxy/ratelimit does.
     rule_limit.counters = counters_.Get(rule_limit.name);
@@ -83,8 +83,35 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
     }
     rule_limit.limit = *limit;
   }
+  if (const YAML::Node share = node["share"]) {
+    rule_limit.share = ParseShare(share, rule_limit);
+  }
   rule_limit.counters = counters_.Get(rule_limit.name);
   return rule_limit;
+}
+
+SharePolicy FileParser::ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const {
+  if (!node.IsMap()) {
+    Fail(node, "'share' must be a mapping: share: {max: 100, ttl: 100ms}");
+  }
+  CheckKeys(node, {"max", "ttl"});
+  if (!rule_limit.limit) {
+    Fail(node, "'share' needs a limit to lease: requests_per_unit is 0");
+  }
+  if (!node["max"] || !node["ttl"]) {
+    Fail(node, "'share' needs both 'max' (units) and 'ttl' (a duration)");
+  }
+  SharePolicy policy{.max = Integer(node["max"], "share: max", 1, kMaxShare)};
+  const absl::StatusOr<Micros> ttl = ParseDuration(String(node["ttl"], "share: 'ttl'"));
+  if (!ttl.ok()) {
+    Fail(node["ttl"], fmt::format("share: ttl: {}", internal::Message(ttl.status())));
+  }
+  policy.ttl = *ttl;
+  if (absl::Status s = ValidateSharePolicy(*rule_limit.limit, policy); !s.ok()) {
+    Fail(policy.ttl < kMinShareTtl || policy.ttl > kMaxShareTtl ? node["ttl"] : node,
+         internal::Message(s));
+  }
+  return policy;
 }
 
 void FileParser::ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const {

@@ -108,6 +108,9 @@ class FileParser {
   void ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const;
   // The period: Envoy's `unit` (kept in rule_limit.unit too) or sluice's `period`, one of them.
   void ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const;
+  // `share: {max, ttl}`: quota leasing for the limit (SharePolicy), refused for an algorithm
+  // that cannot be leased.
+  SharePolicy ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const;
   // `concurrency: N` and its `lease_ttl`, when given.
   std::optional<ConcurrencyLimit> ParseConcurrency(const YAML::Node& node, const std::string& path);
   // Soft mode stores the limit enlarged by soft_percent (rounded down) and keeps the nominal

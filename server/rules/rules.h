@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 
 #include "sluice/limit.h"
+#include "sluice/store.h"
 
 namespace sluice::server {
 
@@ -98,6 +99,8 @@ struct RuleLimit {
   int64_t soft_extra = 0;
   bool unlimited = false;             // Envoy's `unlimited: true`: never counted, never denied.
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
+  // `share: {max, ttl}`: the limit may be leased (SharePolicy, with --redis-shares).
+  std::optional<SharePolicy> share;
   RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
 };
 

@@ -2,7 +2,30 @@
 
 #include "fmt/format.h"
 
+#include "sluice/duration.h"
+
 namespace sluice {
+
+absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy) {
+  if (limit.algorithm() == Algorithm::kSlidingLog ||
+      limit.algorithm() == Algorithm::kSlidingBuckets) {
+    return absl::InvalidArgumentError(fmt::format(
+        "share: {} cannot be leased (a share's unused units cannot be given back to it); "
+        "leasing takes fixed_window, sliding_window, token_bucket, gcra or leaky_bucket",
+        AlgorithmName(limit.algorithm())));
+  }
+  if (policy.max < 1 || policy.max > kMaxShare) {
+    return absl::InvalidArgumentError(
+        fmt::format("share: max must be 1 to {}, not {}", kMaxShare, policy.max));
+  }
+  if (policy.ttl < kMinShareTtl || policy.ttl > kMaxShareTtl) {
+    return absl::InvalidArgumentError(fmt::format("share: ttl must be {} to {}, not {}",
+                                                  FormatDuration(kMinShareTtl),
+                                                  FormatDuration(kMaxShareTtl),
+                                                  FormatDuration(policy.ttl)));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
                             Micros ttl) {

@@ -33,6 +33,14 @@ namespace sluice::internal {
 using SteadyClock = std::chrono::steady_clock;
 using SteadyTime = SteadyClock::time_point;
 
+// A call that takes a share (src/redis/shares.h) for a request of `own_cost` (0: a refill):
+// when Redis cannot answer, the failure policy decides the request at its own cost and says
+// so here, for then the answer grants no share.
+struct ShareTake {
+  int64_t own_cost = 0;
+  bool fell_back = false;
+};
+
 // One decision request on its way to Redis.
 struct Call {
   // What the script does with it (requests.lua's mode): decide; decide and report what each
@@ -61,8 +69,18 @@ struct Call {
   int slot = -1;         // The Redis Cluster hash slot of its keys; -1 outside a cluster.
   int redirects = 0;     // MOVED, ASK and TRYAGAIN followed so far.
   DenyStamp deny_stamp;  // When it was made, for the denial cache (deny_cache.h).
+  ShareTake* share = nullptr;  // Set for a call that takes a share; owned by `done`.
 };
 using CallPtr = std::unique_ptr<Call>;
+
+// Before the failure policy decides `call`: when it takes a share, marks it fallen back and
+// gives it its request's own cost.
+inline void ShareFellBack(Call& call) {
+  if (call.share != nullptr) {
+    call.share->fell_back = true;
+    call.cost = call.share->own_cost;
+  }
+}
 
 // Script calls in flight on a connection, and the handshake before them (kRole: a sentinel's
 // master is checked to be one, sentinel.h).

@@ -25,7 +25,9 @@ internal::DenyStamp RedisStore::Impl::DenyStamp(Timestamp now) const {
 }
 
 void RedisStore::Impl::RecordDenial(const Call& call, const absl::StatusOr<Decision>& result) {
-  if (deny_cache_ == nullptr || call.lease_op) {
+  // A share's take (share_calls.cc) asks for more than its request's cost, at a time it keeps
+  // itself: what it is denied is the shares' business, not a denial of a request.
+  if (deny_cache_ == nullptr || call.lease_op || call.share != nullptr) {
     return;
   }
   if (call.mode == Call::Mode::kGiveBack) {

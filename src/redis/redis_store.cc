@@ -104,6 +104,9 @@ void RedisStore::Impl::FillCall(Call& call, int64_t cost, size_t keys, Timestamp
 
 void RedisStore::Impl::Submit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                               std::span<Decision> each, DecideDone done) {
+  if (shares_ && SubmitLeased(requests, cost, now, each, done)) {
+    return;  // Leased (share_calls.cc): answered from a share, or a share is being taken.
+  }
   SubmitLimits({}, requests, cost, now, each, std::move(done));
 }
 
@@ -191,19 +194,21 @@ bool RedisStore::Impl::SameSlot(Call& call, const std::string& redis_key, std::s
 }
 
 RedisStoreStats RedisStore::Impl::Stats() const {
-  return {.calls = calls_.load(std::memory_order_relaxed),
-          .script_calls = script_calls_.load(std::memory_order_relaxed),
-          .failures = failures_.load(std::memory_order_relaxed),
-          .fallbacks = fallbacks_.load(std::memory_order_relaxed),
-          .reconnects = reconnects_.load(std::memory_order_relaxed),
-          .redirects = redirects_.load(std::memory_order_relaxed),
-          .asks = asks_.load(std::memory_order_relaxed),
-          .denials_answered_locally = deny_cache_ ? deny_cache_->answered() : 0,
-          .master_switches = master_switches_.load(std::memory_order_relaxed),
-          .split_requests = split_requests_.load(std::memory_order_relaxed),
-          .give_backs = give_backs_.load(std::memory_order_relaxed),
-          .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
-          .connections_ready = ready_.load(std::memory_order_relaxed)};
+  RedisStoreStats stats{.calls = calls_.load(std::memory_order_relaxed),
+                        .script_calls = script_calls_.load(std::memory_order_relaxed),
+                        .failures = failures_.load(std::memory_order_relaxed),
+                        .fallbacks = fallbacks_.load(std::memory_order_relaxed),
+                        .reconnects = reconnects_.load(std::memory_order_relaxed),
+                        .redirects = redirects_.load(std::memory_order_relaxed),
+                        .asks = asks_.load(std::memory_order_relaxed),
+                        .denials_answered_locally = deny_cache_ ? deny_cache_->answered() : 0,
+                        .master_switches = master_switches_.load(std::memory_order_relaxed),
+                        .split_requests = split_requests_.load(std::memory_order_relaxed),
+                        .give_backs = give_backs_.load(std::memory_order_relaxed),
+                        .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
+                        .connections_ready = ready_.load(std::memory_order_relaxed)};
+  AddShareStats(stats);  // share_calls.cc
+  return stats;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,6 +241,7 @@ void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   if (!result.ok() && IsTransportFailure(result.status()) && call.mode != Call::Mode::kGiveBack &&
       call.mode != Call::Mode::kDryRun) {
     failures_.fetch_add(1, std::memory_order_relaxed);
+    internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
     switch (options_.on_failure) {
       case FailurePolicy::kDeny:
         break;
@@ -480,6 +486,7 @@ void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
   slots_timer_.cancel();
+  share_timer_.cancel();
   if (sentinel_ != nullptr) {
     sentinel_->Stop();
   }

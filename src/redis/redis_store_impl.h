@@ -11,6 +11,8 @@
 //   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 //   deny_calls.cc   the denial cache's side (deny_cache.h): denials answered from memory;
+//   share_calls.cc  quota leasing: requests answered from shares (shares.h), the calls that
+//                   take them and give them back;
 // with call.h (a request on its way, and the script's calling convention), keys.h (key names
 // and hash slots) and resp.h (RESP) beside them; url.cc reads the URL.
 //
@@ -45,6 +47,7 @@
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/deny_cache.h"
+#include "src/redis/shares.h"
 
 namespace sluice {
 namespace internal {
@@ -145,6 +148,23 @@ class RedisStore::Impl {
   void OnTimer();
   void Shutdown();
 
+  // share_calls.cc: quota leasing. SubmitLeased, from Submit on the caller's thread, answers
+  // from a share or calls TakeShare (any thread), whose answer OnTaken reads on the I/O
+  // thread; GiveBack sends what ended (any thread); SweepShares ends shares on a timer (I/O).
+  // SubmitLeased returns false, leaving `done`, for a request it does not lease (several
+  // limits, no policy, cost 0).
+  struct Taking;
+  bool SubmitLeased(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                    std::span<Decision> each, DecideDone& done);
+  void TakeShare(std::unique_ptr<Taking> taking);
+  void OnTaken(std::unique_ptr<Taking> taking, absl::StatusOr<Decision> result);
+  void GiveBack(std::vector<internal::ShareReturn>& returns, Timestamp now);
+  void SweepShares();
+  void AddShareStats(RedisStoreStats& stats) const;
+  // The time the sweep ends shares at: the latest a caller passed, moved on by the steady
+  // clock since (an end it reads early only gives units back sooner).
+  Timestamp ShareNow() const;
+
   // cluster.cc: the slot map and redirections; I/O thread.
   void RefreshSlots();
   void OnSlots(const redisReply& reply, const RedisEndpoint& asked);
@@ -202,6 +222,16 @@ class RedisStore::Impl {
   // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
   // otherwise.
   std::unique_ptr<Sentinel> sentinel_;
+
+  // Quota leasing: null unless options_.shares. The engine is thread-safe; the latest time a
+  // caller passed (and when) is written by callers, read by the sweep; the timer is the I/O
+  // thread's.
+  std::unique_ptr<internal::Shares> shares_ =
+      options_.shares ? std::make_unique<internal::Shares>(options_.share_keys) : nullptr;
+  std::atomic<int64_t> share_now_us_{0};
+  std::atomic<int64_t> share_now_steady_ns_{0};
+  boost::asio::steady_timer share_timer_{io_};
+  bool share_timer_armed_ = false;
 
   // Counters for Stats(): written on the I/O thread (calls_ on the callers'), read on any.
   std::atomic<uint64_t> calls_{0};

@@ -82,11 +82,16 @@ class Redis:
         return f"redis://127.0.0.1:{self.port}"
 
 
-class RedisStoreTest(unittest.TestCase):
+class RedisCase(unittest.TestCase):
+    """A redis-server of the test's own, `rules` in its work directory, and the sluiced
+    processes `start` starts on it, stopped cleanly at the end."""
+
+    rules = RULES
+
     def setUp(self):
         self.workdir = tempfile.mkdtemp(prefix="sluice-redis-test.")
         with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
-            f.write(RULES)
+            f.write(self.rules)
         self.redis = Redis(self.workdir)
         self.servers = []
 
@@ -102,6 +107,8 @@ class RedisStoreTest(unittest.TestCase):
         self.servers.append(server)
         return server
 
+
+class RedisStoreTest(RedisCase):
     def test_two_servers_share_one_limit(self):
         a, b = self.start(), self.start()
         self.assertIn("Redis store redis://127.0.0.1", a.output())

@@ -203,6 +203,29 @@ descriptors:
   EXPECT_EQ(exporter->concurrency->lease_ttl, std::chrono::minutes(5));
 }
 
+TEST(RuleParseTest, AShareIsKeptWithItsLimit) {
+  CounterRegistry counters;
+  const auto rules = ParseText(R"(
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000, share: {max: 100, ttl: 100ms}}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+)",
+                               counters);
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  const Domain& domain = *(*rules)->FindDomain("api");
+  const Rule* user = RuleSet::Match(domain, {{"user", "alice"}});
+  ASSERT_NE(user, nullptr);
+  ASSERT_TRUE(user->limits[0].share);
+  EXPECT_EQ(*user->limits[0].share,
+            (SharePolicy{.max = 100, .ttl = std::chrono::milliseconds(100)}));
+  const Rule* ip = RuleSet::Match(domain, {{"ip", "1.2.3.4"}});
+  ASSERT_NE(ip, nullptr);
+  EXPECT_FALSE(ip->limits[0].share);
+}
+
 TEST(RuleParseTest, CountersSurviveAReloadByName) {
   CounterRegistry counters;
   auto first = MustParse(
@@ -343,6 +366,43 @@ INSTANTIATE_TEST_SUITE_P(
         Broken{"LeaseTtlNotADuration",
                "domain: d\ndescriptors:\n  - {key: k, concurrency: 1, lease_ttl: soon}\n",
                "rules.yaml:3:41", "lease_ttl:"},
+        Broken{"ShareOnSlidingLog",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, algorithm: sliding_log, share: {max: 10, ttl: 100ms}}\n",
+               "rules.yaml:4:85", "sliding_log cannot be leased"},
+        Broken{"ShareOnSlidingBuckets",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, algorithm: sliding_buckets, buckets: 10, share: {max: 10, "
+               "ttl: 100ms}}\n",
+               "rules.yaml:4:102", "sliding_buckets cannot be leased"},
+        Broken{"ShareWithoutTtl",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: {max: 10}}\n",
+               "rules.yaml:4:61", "needs both 'max' (units) and 'ttl'"},
+        Broken{"ShareMaxZero",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: {max: 0, ttl: 1s}}\n",
+               "rules.yaml:4:67", "share: max must be between 1 and 1000000, not 0"},
+        Broken{"ShareTtlTooShort",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: {max: 5, ttl: 100us}}\n",
+               "rules.yaml:4:75", "share: ttl must be 1ms to 1m, not 100us"},
+        Broken{"ShareTtlNotADuration",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: {max: 5, ttl: soon}}\n",
+               "rules.yaml:4:75", "share: ttl:"},
+        Broken{"ShareUnknownKey",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: {max: 5, ttl: 1s, size: 3}}\n",
+               "rules.yaml:4:79", "unknown key 'size'"},
+        Broken{"ShareNotAMapping",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+               "requests_per_unit: 5, share: 100}\n",
+               "rules.yaml:4:61", "'share' must be a mapping"},
+        Broken{"ShareOnUnlimited",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, share: "
+               "{max: 5, ttl: 1s}}\n",
+               "rules.yaml:4:17", "an unlimited rate_limit has no unit, period or share"},
         Broken{"UnlimitedWithConcurrency",
                "domain: d\ndescriptors:\n  - key: k\n    concurrency: 2\n"
                "    rate_limit: {unlimited: true}\n",
