@@ -273,7 +273,7 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         cases = [({"PORT": "abc"}, "PORT=abc"),
                  ({"SHADOW_MODE": "maybe"}, "SHADOW_MODE=maybe"),
                  ({"REDIS_TIMEOUT": "soon"}, "REDIS_TIMEOUT=soon"),
-                 ({"REDIS_TYPE": "SENTINEL"}, "scale-out"),
+                 ({"REDIS_TYPE": "SENTINEL"}, "with REDIS_TYPE=SENTINEL, expected master-name"),
                  ({"BACKEND_TYPE": "memcache"}, "memcache")]
         for extra, message in cases:
             variables = self.their_variables(REDIS_SOCKET_TYPE="tcp", REDIS_URL="127.0.0.1:1",
