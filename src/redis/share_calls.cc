@@ -4,6 +4,7 @@
 // more to take a share); Redis's answer goes back to the engine, and the unused units of the
 // shares that end (by their ttl, by eviction) are given back to Redis.
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -68,6 +69,12 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
     share_now_us_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     share_now_steady_ns_.store(SteadyNanos(), std::memory_order_relaxed);
   }
+  // Shares live on a clock that never steps back: a system clock set back must not stretch a
+  // share past the window Redis charged it in (ShareNow moves on with the steady clock). Tests
+  // that replay their own times (use_caller_time) keep them.
+  if (!options_.use_caller_time) {
+    now = std::max(now, ShareNow());
+  }
   std::string id = RedisKey(*r.limit, r.key);
   auto taking = [&](int64_t own, int64_t take) {
     return std::unique_ptr<Taking>(new Taking{.limit = *r.limit,
@@ -97,10 +104,12 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
       {.id = id, .limit = *r.limit, .key = r.key, .policy = *r.share}, cost, now, returns, wait);
   if (plan.local) {
     calls_.fetch_add(1, std::memory_order_relaxed);
+    // Framed before `done`, which may free the caller's request (its key, limit and policy).
+    std::unique_ptr<Taking> refill = plan.refill > 0 ? taking(0, plan.refill) : nullptr;
     each[0] = *plan.local;
     std::move(done)(*plan.local);
-    if (plan.refill > 0) {
-      TakeShare(taking(0, plan.refill));
+    if (refill) {
+      TakeShare(std::move(refill));
     }
   } else if (!plan.waiting) {
     std::unique_ptr<Taking> t = taking(cost, plan.take);
