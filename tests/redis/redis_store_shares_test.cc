@@ -14,7 +14,6 @@
 
 #include "gtest/gtest.h"
 
-#include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "sluice/redis_store.h"
 #include "sluice/store.h"
@@ -189,31 +188,6 @@ TEST(RedisSharesTest, WhatAShareDidNotUseIsGivenBackWhenItsTtlEnds) {
   }
   EXPECT_EQ(remaining, 1000 - admitted);
   EXPECT_GT(leasing->Stats().share_units_returned, 0u);
-}
-
-// sluiced passes the system clock's time; set back, that clock must not keep a share alive
-// past the window Redis charged it in, which ends on Redis's clock (TIME, as in production).
-TEST(RedisSharesTest, AClockSetBackDoesNotStretchAShareIntoTheNextWindow) {
-  RedisServer redis;
-  RedisStoreOptions options = testing::OptionsFor(redis);
-  options.use_caller_time = false;
-  options.shares = true;
-  std::unique_ptr<RedisStore> store = MustStore(options);
-  // Windows of 1 s and shares that would live a minute: only the window can end one.
-  const Limit limit = MustLimit({.limit = 100'000, .period = 1s});
-  const SharePolicy policy{.max = 100, .ttl = 60s};
-  const LimitedKey key{.limit = &limit, .key = "stepped", .share = &policy};
-  Decision each;
-  for (int i = 0; i < 10'000 && store->Stats().share_decisions == 0; ++i) {
-    ASSERT_TRUE(store->DecideAll({&key, 1}, 1, SystemClock().Now(), {&each, 1}).ok());
-  }
-  ASSERT_GT(store->Stats().share_decisions, 0u) << "no share was ever used";
-  std::this_thread::sleep_for(1100ms);  // The share's window has ended, on every clock.
-  const uint64_t from_shares = store->Stats().share_decisions;
-  const Timestamp set_back = SystemClock().Now() - std::chrono::hours(1);
-  ASSERT_TRUE(store->DecideAll({&key, 1}, 1, set_back, {&each, 1}).ok());
-  EXPECT_EQ(store->Stats().share_decisions, from_shares)
-      << "answered from a share of a window that has ended";
 }
 
 }  // namespace
