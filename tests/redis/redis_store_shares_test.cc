@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 
+#include "sluice/clock.h"
 #include "sluice/limit.h"
 #include "sluice/redis_store.h"
 #include "sluice/store.h"
@@ -188,6 +189,40 @@ TEST(RedisSharesTest, WhatAShareDidNotUseIsGivenBackWhenItsTtlEnds) {
   }
   EXPECT_EQ(remaining, 1000 - admitted);
   EXPECT_GT(leasing->Stats().share_units_returned, 0u);
+}
+
+// sluiced passes the system clock's time; set back, that clock must not keep a share alive
+// past the window Redis charged it in, which ends on Redis's clock (TIME, as in production).
+TEST(RedisSharesTest, AClockSetBackDoesNotStretchAShareIntoTheNextWindow) {
+  RedisServer redis;
+  RedisStoreOptions options = testing::OptionsFor(redis);
+  options.use_caller_time = false;
+  options.shares = true;
+  std::unique_ptr<RedisStore> store = MustStore(options);
+  // Windows of 1 s and shares that would live a minute: only the window can end one.
+  const Limit limit = MustLimit({.limit = 100'000, .period = 1s});
+  const SharePolicy policy{.max = 100, .ttl = 60s};
+  const LimitedKey key{.limit = &limit, .key = "stepped", .share = &policy};
+  Decision each;
+  // Until shares have grown (refilled at half used) and the last request, at `last`, was
+  // answered from one: a share is held, in its window at `last`, with units left.
+  Timestamp last;
+  uint64_t before_last = 0;
+  for (int i = 0; i < 10'000; ++i) {
+    last = SystemClock().Now();
+    before_last = store->Stats().share_decisions;
+    ASSERT_TRUE(store->DecideAll({&key, 1}, 1, last, {&each, 1}).ok());
+    if (store->Stats().share_decisions >= 300 && store->Stats().share_decisions > before_last) {
+      break;
+    }
+  }
+  ASSERT_GE(store->Stats().share_decisions, 300u) << "shares were not used";
+  std::this_thread::sleep_for(1100ms);  // The share's window has ended, on every clock.
+  // The clock set back to `last`, when the share was still in its window.
+  const uint64_t from_shares = store->Stats().share_decisions;
+  ASSERT_TRUE(store->DecideAll({&key, 1}, 1, last, {&each, 1}).ok());
+  EXPECT_EQ(store->Stats().share_decisions, from_shares)
+      << "answered from a share of a window that has ended";
 }
 
 }  // namespace
