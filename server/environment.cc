@@ -60,7 +60,7 @@ constexpr std::string_view kNoEffect[] = {
 constexpr std::string_view kIgnored[] = {
     "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "LOG_FORMAT", "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS",
-    "EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "REDIS_PIPELINE_WINDOW",
+    "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW",
     "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
     "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
     "REDIS_STARTUP_MAX_ELAPSED_TIME"};
@@ -75,7 +75,7 @@ constexpr std::string_view kComposite[] = {
     "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
     "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH"};
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "LOCAL_CACHE_SIZE_IN_BYTES"};
 // clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
@@ -114,6 +114,7 @@ class Reader {
   absl::Status LogLevel();
   absl::Status Runtime();
   absl::Status PoolSize();
+  absl::Status LocalCache();
   absl::Status Store();
   absl::StatusOr<std::string> StoreUrl(std::string_view type, bool unix_socket, bool tls);
   absl::StatusOr<std::string> SentinelUrl(const std::string& url, bool tls);
@@ -191,7 +192,7 @@ absl::StatusOr<EnvSettings> Reader::Read() {
       return ok.status();
     }
   }
-  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize,
+  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize, &Reader::LocalCache,
                     &Reader::Store, &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
     if (absl::Status s = (this->*pass)(); !s.ok()) {
       return s;
@@ -308,6 +309,26 @@ absl::Status Reader::PoolSize() {
   const int connections =
       static_cast<int>(std::min<int64_t>(Integer(*count).value_or(1), kMaxRedisConnections));
   Add("--redis-connections", std::to_string(connections), "REDIS_POOL_SIZE", false, false);
+  return absl::OkStatus();
+}
+
+// LOCAL_CACHE_SIZE_IN_BYTES as --redis-deny-cache. Theirs keeps the keys over their limit
+// for the rest of the window and answers them without Redis: the same idea as the denial
+// cache, whose entries take about 256 bytes each. 0 (their default) leaves it off.
+absl::Status Reader::LocalCache() {
+  const std::optional<std::string> size = Get("LOCAL_CACHE_SIZE_IN_BYTES");
+  if (!size || *size == "0" || given_("--redis-deny-cache")) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> bytes = Convert("LOCAL_CACHE_SIZE_IN_BYTES", *size, Kind::kCount);
+  if (!bytes.ok()) {
+    return bytes.status();
+  }
+  constexpr int64_t kEntryBytes = 256;
+  constexpr int64_t kMostEntries = 100'000'000;  // --redis-deny-cache's bound.
+  const int64_t entries =
+      std::clamp<int64_t>(Integer(*bytes).value_or(0) / kEntryBytes, 1, kMostEntries);
+  Add("--redis-deny-cache", std::to_string(entries), "LOCAL_CACHE_SIZE_IN_BYTES", false, false);
   return absl::OkStatus();
 }
 

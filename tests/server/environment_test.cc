@@ -126,6 +126,9 @@ TEST(EnvironmentTest, TheStore) {
   EXPECT_EQ(flags.at("--redis-tls-ca"), "/ca.pem");
   EXPECT_EQ(flags.at("--redis-tls-skip-verify"), "true");
   EXPECT_EQ(flags.at("--redis-connections"), "64");  // Their pool of 100, bounded.
+  // Their cache of keys over the limit is the denial cache, in entries of 256 bytes.
+  EXPECT_EQ(Flags({{"LOCAL_CACHE_SIZE_IN_BYTES", "1048576"}}).at("--redis-deny-cache"), "4096");
+  EXPECT_FALSE(Flags({{"LOCAL_CACHE_SIZE_IN_BYTES", "0"}}).contains("--redis-deny-cache"));
   EXPECT_EQ(Flags({{"REDIS_URL", "/run/redis.sock"}, {"REDIS_AUTH", "secret"}}).at("--store"),
             "unix://secret@/run/redis.sock");
   EXPECT_EQ(
@@ -164,6 +167,8 @@ TEST(EnvironmentTest, MalformedOrRefusedValuesNameTheirVariable) {
   EXPECT_THAT(Refusal({{"SHADOW_MODE", "yes"}}), HasSubstr("SHADOW_MODE=yes"));
   EXPECT_THAT(Refusal({{"REDIS_TIMEOUT", "10"}}), HasSubstr("REDIS_TIMEOUT=10"));
   EXPECT_THAT(Refusal({{"REDIS_POOL_SIZE", "0"}}), HasSubstr("REDIS_POOL_SIZE=0"));
+  EXPECT_THAT(Refusal({{"LOCAL_CACHE_SIZE_IN_BYTES", "lots"}}),
+              HasSubstr("LOCAL_CACHE_SIZE_IN_BYTES=lots"));
   EXPECT_THAT(Refusal({{"LOG_LEVEL", "loud"}}), HasSubstr("LOG_LEVEL=loud"));
   EXPECT_THAT(Refusal({{"NEAR_LIMIT_RATIO", "most"}}), HasSubstr("NEAR_LIMIT_RATIO=most"));
   EXPECT_THAT(Refusal({{"RUNTIME_WATCH_ROOT", "sometimes"}}), HasSubstr("RUNTIME_WATCH_ROOT"));
