@@ -64,7 +64,7 @@ void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
   }
   ++batches_;
   store_.script_calls_.fetch_add(1, std::memory_order_relaxed);
-  out_ += batch.command;
+  writes_.Append(batch.command);
   pending_.push_back(std::move(batch));
   Flush();
 }
@@ -108,9 +108,7 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
     retry_.cancel();
   }
   state_ = State::kClosed;
-  out_.clear();
-  writing_.clear();
-  writing_now_ = false;
+  writes_.Clear();
   batches_ = 0;
   if (reader_ != nullptr) {
     redisReaderFree(reader_);
@@ -154,7 +152,7 @@ void RedisStore::Impl::Connection::OnConnected() {
 
 void RedisStore::Impl::Connection::Control(Pending::Kind kind, std::string command,
                                            SteadyTime deadline) {
-  out_ += command;
+  writes_.Append(command);
   pending_.push_back({.kind = kind, .deadline = deadline});
   Flush();
 }
@@ -172,26 +170,17 @@ std::string RedisStore::Impl::Connection::Hint() const {
 }
 
 void RedisStore::Impl::Connection::Flush() {
-  if (writing_now_ || out_.empty()) {
-    return;
+  if (stream_ == nullptr) {
+    return;  // Closed: nothing is queued then.
   }
-  writing_now_ = true;
-  writing_.swap(out_);
   const uint64_t generation = generation_;
-  stream_->Write(asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
-    if (generation != generation_) {
-      return;
-    }
-    writing_now_ = false;
-    writing_.clear();
-    if (ec) {
-      Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}{}",
-                                              RedisEndpointName(node_.endpoint), ec.message(),
-                                              Hint())));
-      return;
-    }
-    Flush();
-  });
+  writes_.Flush(
+      *stream_, [this, generation] { return generation == generation_; },
+      [this](boost::system::error_code ec) {
+        Fail(absl::UnavailableError(fmt::format("writing to Redis at {}: {}{}",
+                                                RedisEndpointName(node_.endpoint), ec.message(),
+                                                Hint())));
+      });
 }
 
 void RedisStore::Impl::Connection::Read() {
@@ -290,7 +279,7 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
       Control(Pending::Kind::kAsking, Command({"ASKING"}), p.deadline);
     }
     ++batches_;
-    out_ += p.command;
+    writes_.Append(p.command);
     pending_.push_back(std::move(p));
     Flush();
     return;

@@ -87,9 +87,7 @@ class RedisStore::Impl::Connection {
   SteadyTime open_deadline_;
   std::deque<Pending> pending_;
   int batches_ = 0;
-  std::string out_;      // Commands not yet written.
-  std::string writing_;  // Commands being written.
-  bool writing_now_ = false;
+  internal::WriteQueue writes_;  // Commands not yet written, and being written.
   std::array<char, 16384> in_;
   redisReader* reader_ = nullptr;
 };

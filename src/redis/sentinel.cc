@@ -221,37 +221,26 @@ void RedisStore::Impl::Sentinel::Close() {
     reader_ = nullptr;
   }
   expected_.clear();
-  out_.clear();
-  writing_.clear();
-  writing_now_ = false;
+  writes_.Clear();
   state_ = State::kIdle;
 }
 
 void RedisStore::Impl::Sentinel::Send(std::string command, Expect expect) {
-  out_ += command;
+  writes_.Append(command);
   expected_.push_back(expect);
   Flush();
 }
 
 void RedisStore::Impl::Sentinel::Flush() {
-  if (writing_now_ || out_.empty()) {
-    return;
+  if (stream_ == nullptr) {
+    return;  // Closed: nothing is queued then.
   }
-  writing_now_ = true;
-  writing_.swap(out_);
   const uint64_t generation = generation_;
-  stream_->Write(asio::buffer(writing_), [this, generation](boost::system::error_code ec, size_t) {
-    if (generation != generation_) {
-      return;
-    }
-    writing_now_ = false;
-    writing_.clear();
-    if (ec) {
-      Next(absl::UnavailableError(fmt::format("writing: {}", ec.message())));
-      return;
-    }
-    Flush();
-  });
+  writes_.Flush(
+      *stream_, [this, generation] { return generation == generation_; },
+      [this](boost::system::error_code ec) {
+        Next(absl::UnavailableError(fmt::format("writing: {}", ec.message())));
+      });
 }
 
 void RedisStore::Impl::Sentinel::Read() {

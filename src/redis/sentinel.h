@@ -115,9 +115,7 @@ class RedisStore::Impl::Sentinel {
   uint64_t timer_generation_ = 0;  // Of the latest Arm: an earlier one's handler does nothing.
   bool timer_armed_ = false;
   std::deque<Expect> expected_;
-  std::string out_;
-  std::string writing_;
-  bool writing_now_ = false;
+  internal::WriteQueue writes_;  // Commands not yet written, and being written.
   std::array<char, 4096> in_;
   redisReader* reader_ = nullptr;
 };

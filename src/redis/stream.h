@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -80,6 +82,31 @@ class RedisStream final : public std::enable_shared_from_this<RedisStream> {
   Tcp::resolver resolver_;
 };
 
+// Bytes for one RedisStream, written a batch at a time: what is queued while a write is under
+// way goes out with the next. Its owner (a connection, the sentinel client) closes streams and
+// opens new ones; `current`, asked as each write completes, says whether the stream written to
+// is still the owner's, and when it is not the queue is left alone (the owner has cleared it).
+// I/O thread only.
+class WriteQueue {
+ public:
+  void Append(std::string_view bytes) { out_ += bytes; }
+  // Drops what is queued and what was being written: the stream is closed.
+  void Clear() {
+    out_.clear();
+    writing_.clear();
+    writing_now_ = false;
+  }
+  // Writes what is queued on `stream` unless a write is under way, then what was queued
+  // meanwhile. `current()` -> bool as above; `failed(ec)` hears a write that failed.
+  template <typename Current, typename Failed>
+  void Flush(RedisStream& stream, Current current, Failed failed);
+
+ private:
+  std::string out_;      // Not yet written.
+  std::string writing_;  // Being written.
+  bool writing_now_ = false;
+};
+
 template <typename Handler>
 void RedisStream::ReadSome(boost::asio::mutable_buffer buffer, Handler handler) {
   std::visit(
@@ -104,6 +131,28 @@ void RedisStream::Write(boost::asio::const_buffer buffer, Handler handler) {
                                      boost::system::error_code ec, size_t n) mutable { h(ec, n); });
       },
       socket_);
+}
+
+template <typename Current, typename Failed>
+void WriteQueue::Flush(RedisStream& stream, Current current, Failed failed) {
+  if (writing_now_ || out_.empty()) {
+    return;
+  }
+  writing_now_ = true;
+  writing_.swap(out_);
+  stream.Write(boost::asio::buffer(writing_),
+               [this, &stream, current, failed](boost::system::error_code ec, size_t) {
+                 if (!current()) {
+                   return;
+                 }
+                 writing_now_ = false;
+                 writing_.clear();
+                 if (ec) {
+                   failed(ec);
+                   return;
+                 }
+                 Flush(stream, current, failed);
+               });
 }
 
 }  // namespace sluice::internal
