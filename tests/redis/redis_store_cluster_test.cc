@@ -9,12 +9,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,17 +102,20 @@ struct Seen {
   bool denied = false;
 };
 
-// When a thread of Hammer stops: at the deadline, or at its first denial (and the deadline).
-enum class Stop { kAtDeadline, kWhenDenied };
+// When a thread of Hammer stops: when `done` says so (the whole fleet), or at its first denial.
+// The deadline is only a watchdog: a run's length never depends on how fast the machine is.
+enum class Stop { kWhenDone, kWhenDenied };
 
 // `threads` threads calling `decide` until they stop; the admissions they saw.
 std::vector<Admission> Hammer(int threads, std::chrono::steady_clock::time_point until,
-                              const std::function<Seen()>& decide, Stop stop = Stop::kAtDeadline) {
+                              const std::function<Seen()>& decide, Stop stop,
+                              const std::atomic<bool>* done = nullptr) {
   std::vector<std::vector<Admission>> each(static_cast<size_t>(threads));
   std::vector<std::thread> running;
   for (auto& admitted : each) {
     running.emplace_back([&] {
-      while (std::chrono::steady_clock::now() < until) {
+      while (std::chrono::steady_clock::now() < until &&
+             !(done != nullptr && done->load(std::memory_order_relaxed))) {
         const Seen seen = decide();
         if (seen.admitted) {
           admitted.push_back(*seen.admitted);
@@ -142,30 +148,47 @@ int64_t WallMicros() {
 
 TEST(RedisFleetTest, FourProcessesOfFourThreadsAdmitExactlyTheLimitPerWindow) {
   RedisServer server;
-  // Few enough per window that a loaded machine still fills some: 400 decisions a second.
-  constexpr int64_t kLimit = 100;
+  // Few per window, so that even a loaded machine fills windows (80 decisions a second).
+  constexpr int64_t kLimit = 20;
   constexpr int64_t kPeriod = 250'000;  // 250 ms windows on Redis's clock.
   const Limit limit = MustLimit({.limit = kLimit, .period = Micros{kPeriod}});
-  const auto until = std::chrono::steady_clock::now() + 1500ms;
+  // The fleet runs until some thread has seen denials in 3 windows it is sure of (so that at
+  // least one window is filled and checked, however slow the machine); the deadline is only
+  // a watchdog. `done` is shared by the children: anonymous shared memory, mapped before fork.
+  void* shared = mmap(nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* done = new (shared) std::atomic<bool>(false);
+  static_assert(std::atomic<bool>::is_always_lock_free);  // So it works across processes.
+  const auto until = std::chrono::steady_clock::now() + 120s;
   const std::vector<Admission> seen = InChildren(4, [&] {
     RedisStoreOptions options = *ParseRedisUrl(server.url());
     options.timeout = 30s;  // A call that timed out after Redis admitted it would go uncounted.
     std::unique_ptr<RedisStore> redis = *RedisStore::Create(options);
-    return Hammer(4, until, [&]() -> Seen {
-      const int64_t before = WallMicros();
-      absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, Timestamp{});
-      const int64_t after = WallMicros();
-      if (!d.ok()) {
-        return {};
-      }
-      const int64_t reset = d->reset_after.count();
-      const int64_t window = (after + reset + kPeriod / 2) / kPeriod;
-      const bool sure = (before + reset + kPeriod / 2) / kPeriod == window;
-      // Kept whether admitted or denied: a denial is what shows its window was filled.
-      return {.admitted = Admission{.window = sure ? window : kUnsure,
-                                    .remaining = d->allowed ? d->remaining : kDenied}};
-    });
+    return Hammer(
+        4, until,
+        [&]() -> Seen {
+          thread_local std::set<int64_t> denied_windows;
+          const int64_t before = WallMicros();
+          absl::StatusOr<Decision> d = redis->Decide(limit, "{fleet}", 1, Timestamp{});
+          const int64_t after = WallMicros();
+          if (!d.ok()) {
+            return {};
+          }
+          const int64_t reset = d->reset_after.count();
+          const int64_t window = (after + reset + kPeriod / 2) / kPeriod;
+          const bool sure = (before + reset + kPeriod / 2) / kPeriod == window;
+          if (!d->allowed && sure && denied_windows.insert(window).second &&
+              denied_windows.size() >= 3) {
+            done->store(true, std::memory_order_relaxed);
+          }
+          // Kept whether admitted or denied: a denial is what shows its window was filled.
+          return {.admitted = Admission{.window = sure ? window : kUnsure,
+                                        .remaining = d->allowed ? d->remaining : kDenied}};
+        },
+        Stop::kWhenDone, done);
   });
+  munmap(shared, sizeof(std::atomic<bool>));
   std::map<int64_t, std::vector<int64_t>> by_window;
   std::set<int64_t> denied_in;
   for (const Admission& a : seen) {
