@@ -358,6 +358,15 @@ TEST(RedisStoreTest, AClusterUrlToAPlainServerFailsSayingWhy) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // Not by the 60 s timeout.
 }
 
+// Waits until `reached`, however long a loaded machine takes; 60 s is only a watchdog.
+bool WaitFor(const std::function<bool()>& reached) {
+  const auto watchdog = std::chrono::steady_clock::now() + 60s;
+  while (!reached() && std::chrono::steady_clock::now() < watchdog) {
+    std::this_thread::sleep_for(1ms);
+  }
+  return reached();
+}
+
 TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
   std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
   constexpr int64_t kLimit = 1'000'000;
@@ -391,21 +400,13 @@ TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
       }
     });
   }
-  // Each step waits for the traffic to have reached it, not for a time: a loaded machine
-  // takes as long as it needs (the watchdog is only against a hang).
-  const auto wait_for = [](const std::function<bool()>& reached) {
-    const auto watchdog = std::chrono::steady_clock::now() + 60s;
-    while (!reached() && std::chrono::steady_clock::now() < watchdog) {
-      std::this_thread::sleep_for(1ms);
-    }
-    return reached();
-  };
+  // Each step waits for the traffic to have reached it (WaitFor), not for a time.
   // The slot moves as redis-cli --cluster reshard moves it: importing, migrating, the keys,
   // then the new owner announced to every node. Traffic runs throughout.
   testing::Client source(nodes_[from]->port());
   testing::Client target(nodes_[to]->port());
   const std::string slot_text = std::to_string(slot);
-  EXPECT_TRUE(wait_for([&] { return admitted.load() > 100; }));
+  EXPECT_TRUE(WaitFor([&] { return admitted.load() > 100; }));
   ASSERT_EQ(std::string(target.Run({"CLUSTER", "SETSLOT", slot_text, "IMPORTING", Id(from)})->str),
             "OK");
   ASSERT_EQ(std::string(source.Run({"CLUSTER", "SETSLOT", slot_text, "MIGRATING", Id(to)})->str),
@@ -416,7 +417,7 @@ TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
                                      keys->element[0]->str, "0", "5000"});
   ASSERT_EQ(std::string(moved->str), "OK");
   // ASK now sends the calls to the target.
-  EXPECT_TRUE(wait_for([&] { return redis->Stats().asks > 0; }));
+  EXPECT_TRUE(WaitFor([&] { return redis->Stats().asks > 0; }));
   // The new owner is told first, then the old one, then the third node, as redis-cli does:
   // told in the other order, the two would send a call back and forth with MOVED.
   for (const int node : {to, from, 3 - to - from}) {
@@ -424,7 +425,7 @@ TEST_F(RedisClusterTest, FollowsASlotMigratedDuringTrafficAndLosesNoCount) {
     client.Run({"CLUSTER", "SETSLOT", slot_text, "NODE", Id(to)});
   }
   // MOVED now, and a new slot map.
-  EXPECT_TRUE(wait_for([&] {
+  EXPECT_TRUE(WaitFor([&] {
     const RedisStoreStats stats = redis->Stats();
     return stats.redirects > stats.asks;
   }));
