@@ -366,7 +366,7 @@ class EndpointsTest(SluicedTest):
         before = SERVER.metric("sluice_bad_requests_total")
         with SERVER.connect() as sock:
             sock.sendall(b"GARBAGE\r\n\r\n")
-            data, _ = read_until_close(sock, 5)
+            data, _ = read_until_close(sock, 60)
         self.assertEqual(parse_raw_response(data)[0], 400, data)
         self.assertEqual(SERVER.metric("sluice_bad_requests_total"), before + 1,
                          "a malformed request line was answered 400 but not counted")

@@ -269,7 +269,7 @@ class StatsdTest(unittest.TestCase):
                             (["--statsd", "127.0.0.1:8125", "--statsd-interval", "soon"],
                              "--statsd-interval 'soon'")):
             run = subprocess.run([sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-                                  *flags], capture_output=True, text=True, timeout=10)
+                                  *flags], capture_output=True, text=True, timeout=60)
             self.assertEqual(run.returncode, 2, (flags, run.stderr))
             self.assertIn(says, run.stderr, flags)
 
