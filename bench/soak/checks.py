@@ -29,7 +29,7 @@ class Health:
     Redis failure or a fallback."""
 
     def __init__(self, faults, failure_spans, settle):
-        self.bad = sorted([(start, end + settle) for _, start, end in faults] +
+        self.bad = sorted([(f[1], f[2] + settle) for f in faults] +
                           list(failure_spans))
 
     def healthy(self, a, b):
@@ -136,6 +136,17 @@ def _check_last(run, interval, burst, report):
             return
         if allowance - k > burst + 2:
             return  # Earlier i only add time faster than admissions can catch up: done.
+
+
+def while_down(requests, faults, promised, margin=0.5):
+    """{status: count} of the answers not in `promised` among requests sent and answered while
+    Redis was surely down (a fault's down span, from `margin` seconds after it began)."""
+    spans = [(f[3] + margin, f[4]) for f in faults]
+    out = {}
+    for send, recv, status in requests:
+        if status not in promised and any(a <= send and recv <= b for a, b in spans):
+            out[status] = out.get(status, 0) + 1
+    return out
 
 
 def rss_growth(samples, rel, abs_bytes):

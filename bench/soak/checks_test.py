@@ -75,10 +75,20 @@ class HealthTest(unittest.TestCase):
     def test_faults_settle_and_failures(self):
         spans = checks.failure_spans([(0, 0), (1, 0), (2, 5), (3, 5), (4, None)])
         self.assertEqual(spans, [(1, 2), (3, 4)])
-        health = checks.Health([("frozen", 10, 12)], spans, settle=2)
+        health = checks.Health([("frozen", 10, 12, 10, 12)], spans, settle=2)
         self.assertFalse(health.healthy(13, 13.5))
         self.assertTrue(health.healthy(14.5, 20))
         self.assertFalse(health.healthy(1.5, 1.6))
+
+
+class WhileDownTest(unittest.TestCase):
+    def test_answers_outside_the_promise_while_down(self):
+        faults = [("killed", 10, 20, 11, 16)]
+        trace = (admits([11.2, 12.0, 13.0], 200) + admits([14.0], 429) +
+                 admits([15.0, 17.0], 503) + admits([9.0], 200))
+        # 11.2 is within the margin: Redis may still have answered it.
+        self.assertEqual(checks.while_down(trace, faults, {503}), {200: 2, 429: 1})
+        self.assertEqual(checks.while_down(trace, faults, {200}), {429: 1, 503: 1})
 
 
 class RssTest(unittest.TestCase):

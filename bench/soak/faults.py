@@ -18,6 +18,7 @@ as a deployment would), alternately sending SIGHUP and leaving it to --watch-int
 
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -54,22 +55,33 @@ class RedisPair:
         self._await(lambda: "master_link_status:up" in self._info(self.standby),
                     "the standby in sync with the master")
 
+    # Each fault returns (down_start, down_end): when Redis was surely of no use to sluiced.
+
     def kill(self, seconds):
+        down = time.time()
         self.master.proc.kill()
         self.master.proc.wait()
         time.sleep(seconds)
+        up = time.time()
         self.master.start()  # Waits for PONG: the AOF is loaded.
+        return down, up
 
     def freeze(self, seconds):
+        down = time.time()
         self.master.proc.send_signal(signal.SIGSTOP)
         time.sleep(seconds)
+        up = time.time()
         self.master.proc.send_signal(signal.SIGCONT)
+        return down, up
 
     def demote(self, seconds):
         self.await_synced()
         self._failover(self.master, self.standby)
+        down = time.time()  # The master is a replica now: READONLY.
         time.sleep(seconds)
+        up = time.time()
         self._failover(self.standby, self.master)
+        return down, up
 
     def _failover(self, old, new):
         answer = cli(old.port, "FAILOVER", "TO", "127.0.0.1", new.port, "TIMEOUT", 5000)
@@ -80,15 +92,16 @@ class RedisPair:
                     f"{old.port} replicating {new.port}")
 
     def memory(self):
-        """(used_memory, keys) of the master, or (None, None) if it does not answer now."""
-        info = cli(self.master.port, "INFO", "memory", timeout=0.5) if self._alive() else ""
+        """(used_memory, keys) of the master, or (None, None) if it does not answer now (down,
+        frozen)."""
+        try:
+            info = cli(self.master.port, "INFO", "memory", timeout=0.5)
+            keys = cli(self.master.port, "DBSIZE", timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return None, None
         used = next((int(line.split(":")[1]) for line in info.splitlines()
                      if line.startswith("used_memory:")), None)
-        keys = cli(self.master.port, "DBSIZE", timeout=0.5) if used is not None else ""
         return used, int(keys) if keys.isdigit() else None
-
-    def _alive(self):
-        return self.master.proc.poll() is None
 
     def stop(self):
         for redis in (self.standby, self.master):
@@ -106,7 +119,7 @@ class Schedule(threading.Thread):
     def __init__(self, pair, end, healthy=20.0, fault=5.0):
         super().__init__(daemon=True)
         self.pair, self.end, self.healthy, self.fault = pair, end, healthy, fault
-        self.faults = []   # (kind, start, end), time.time().
+        self.faults = []   # (kind, start, end, down_start, down_end), time.time().
         self.errors = []   # A fault the harness could not make (a finding about the soak).
         self.stopping = threading.Event()
 
@@ -119,12 +132,12 @@ class Schedule(threading.Thread):
                 return
             kind = self.KINDS[n % len(self.KINDS)]
             n += 1
-            start = time.time()
+            start = down = time.time()
             try:
-                actions[kind](self.fault)
-            except (RuntimeError, OSError) as e:
-                self.errors.append(f"{kind} at +{start:.0f}: {e}")
-            self.faults.append((kind, start, time.time()))
+                down = actions[kind](self.fault)
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                self.errors.append(f"{kind} at {time.ctime(start)}: {e}")
+            self.faults.append((kind, start, time.time(), *(down or (start, start))))
 
     def stop(self):
         self.stopping.set()

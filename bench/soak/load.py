@@ -85,7 +85,10 @@ descriptors:
 
 
 class Client:
-    """One keep-alive connection to sluiced, opened again after any failure."""
+    """One keep-alive connection to sluiced, opened again after any failure. `bodies` keeps the
+    first body of each (port, path, status) other than 200 and 429, for the report."""
+
+    bodies = {}
 
     def __init__(self, port):
         self.port, self.conn = port, None
@@ -97,7 +100,9 @@ class Client:
             self.conn.request("POST", path, json.dumps(body),
                               {"Content-Type": "application/json"})
             response = self.conn.getresponse()
-            response.read()
+            body = response.read()
+            if response.status not in (200, 429):
+                Client.bodies.setdefault((self.port, path, response.status), body[:300])
             return response.status
         except (OSError, http.client.HTTPException):
             if self.conn is not None:
@@ -201,11 +206,15 @@ class Sampler(threading.Thread):
         self.rss = {policy: [] for policy in servers}        # [(t, bytes)]
         self.counters = {policy: [] for policy in servers}   # [(t, {name: value} or None)]
         self.redis = []                                      # [(t, used_memory, keys)]
+        self.errors = []  # A sample that failed: the report fails on it (the series has holes).
 
     def run(self):
         n = 0
         while True:
-            self.sample(redis=n % 5 == 0)
+            try:
+                self.sample(redis=n % 5 == 0)
+            except Exception as e:  # noqa: BLE001: the report says so; sampling goes on.
+                self.errors.append(f"{time.ctime()}: {e!r}")
             n += 1
             if self.stopping.wait(1.0):
                 return

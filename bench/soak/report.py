@@ -16,6 +16,7 @@ The rules it holds sluiced to, per failure policy:
 import collections
 
 import checks
+import load
 from load import FLOOD_LIMIT
 
 SETTLE = 2.0  # Seconds after a fault before Redis counts as healthy again.
@@ -24,7 +25,7 @@ MIB = 1024 * 1024
 
 
 def phase_of(t, faults):
-    for kind, start, end in faults:
+    for kind, start, end, _, _ in faults:
         if start <= t <= end:
             return kind
         if end < t <= end + SETTLE:
@@ -42,11 +43,12 @@ class Soak:
     """What one run recorded: servers' keys, floods and samples; the faults; the reloads."""
 
     def __init__(self, policies, keys, floods, sampler, schedule, reloader, exits, last_rules,
-                 minutes, rss_rel, rss_abs):
+                 minutes, rss_rel, rss_abs, ports):
         self.policies, self.keys, self.floods = policies, keys, floods
         self.sampler, self.schedule, self.reloader = sampler, schedule, reloader
         self.exits, self.last_rules = exits, last_rules
         self.minutes, self.rss_rel, self.rss_abs = minutes, rss_rel, rss_abs
+        self.ports = ports  # {policy: sluiced's HTTP port}
         self.verdicts = []  # (ok, text)
         self.lines = []
 
@@ -58,12 +60,14 @@ class Soak:
 
     def run(self):
         faults = self.schedule.faults
-        kinds = collections.Counter(kind for kind, _, _ in faults)
+        kinds = collections.Counter(f[0] for f in faults)
         self.out(f"soak: {self.minutes:g} min, policies {', '.join(self.policies)}; faults: " +
                  ", ".join(f"{kind} x{kinds[kind]}" for kind in self.schedule.KINDS) +
                  f"; rules rewritten {self.reloader.sighups + self.reloader.watched} times "
                  f"({self.reloader.sighups} with SIGHUP, {self.reloader.watched} left to the "
                  "watch)")
+        for error in self.sampler.errors[:5]:
+            self.verdict(False, f"a sample failed: {error}")
         for error in self.schedule.errors:
             self.verdict(False, f"the schedule could not make a fault: {error}")
         self.statuses(faults)
@@ -71,6 +75,7 @@ class Soak:
         for policy in self.policies:
             self.allowance(policy, faults)
         self.lifecycle()
+        self.bodies()
         self.out()
         self.out("checks:")
         for ok, text in self.verdicts:
@@ -95,10 +100,27 @@ class Soak:
                 row = [table[(phase, c)] for c in columns]
                 if any(row):
                     self.out("  %-6s %-11s" % (policy, phase) + "".join("%9d" % v for v in row))
+            self.policy_while_down(policy, faults)
             errors = {p: table[(p, 500)] for p in phases if table[(p, 500)]}
             self.verdict(not errors, f"{policy}: no 500 answers" + (
                 "; got " + ", ".join(f"{n} while {p}" for p, n in errors.items())
                 if errors else ""))
+
+    def policy_while_down(self, policy, faults):
+        promised = {"deny": {503}, "allow": {200}}.get(policy)
+        if promised is None:
+            return  # local: the memory store decides, any of 200 and 429.
+        wrong = collections.Counter()
+        for key in self.keys[policy]:
+            for status, n in checks.while_down(key.requests, faults, promised).items():
+                wrong[(status, key.name)] += n
+        records = [r[1:] for r in self.floods[policy].records]
+        for status, n in checks.while_down(records, faults, promised).items():
+            wrong[(status, "flood")] += n
+        self.verdict(not wrong, f"{policy}: every answer while Redis was down (killed, frozen, "
+                     f"demoted; from 0.5 s in) is {'/'.join(map(str, promised))}" + (
+                         "; got " + ", ".join(f"{n} x {s} ({k})" for (s, k), n in sorted(
+                             wrong.items(), key=str)) if wrong else ""))
 
     def memory(self, faults):
         self.out()
@@ -177,6 +199,14 @@ class Soak:
         self.out("  %-20s %9d %8d %9s %8s %6d %15s" % (
             "flood (fresh keys)", admitted, len(by_value), "-", f"-/{n}", over, "-"))
         return over
+
+    def bodies(self):
+        ports = {server_port: policy for policy, server_port in self.ports.items()}
+        if load.Client.bodies:
+            self.out()
+            self.out("first answer of each other status, per server and path:")
+        for (port, path, status), body in sorted(load.Client.bodies.items()):
+            self.out(f"  {ports.get(port, port)} {path} {status}: {body.decode(errors='replace')}")
 
     def lifecycle(self):
         for policy in self.policies:

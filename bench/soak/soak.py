@@ -28,7 +28,7 @@ import faults  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
 
-FLOOD_RATE = 30  # Requests per second per server, two per fresh key.
+FLOOD_RATE = 50  # Requests per second per server, two per fresh key.
 MAX_KEYS = 5000  # --max-keys: the flood passes it within minutes (the local store's bound).
 
 
@@ -40,9 +40,9 @@ def parse():
                         default=float(os.environ.get("SOAK_MINUTES", "10")))
     parser.add_argument("--policies", default=os.environ.get("SOAK_POLICIES", "deny,allow,local"))
     parser.add_argument("--out", default=os.path.join(HERE, "..", "..", "out", "soak"))
-    parser.add_argument("--rss-margin", type=float, default=0.25,
+    parser.add_argument("--rss-margin", type=float, default=0.10,
                         help="growth allowed from the first third's max to the last's: fraction")
-    parser.add_argument("--rss-slack-mib", type=float, default=8.0,
+    parser.add_argument("--rss-slack-mib", type=float, default=4.0,
                         help="... plus this many MiB")
     parser.add_argument("--healthy", type=float, default=20.0, help="seconds between faults")
     parser.add_argument("--fault", type=float, default=5.0, help="seconds each fault lasts")
@@ -123,7 +123,8 @@ def soak(args, policies, pair, servers, root):
         exits[policy] = server.proc.returncode if server.proc.poll() is not None \
             else server.stop()
     verdict = report.Soak(policies, keys, floods, sampler, schedule, reloader, exits,
-                          last_rules, args.minutes, args.rss_margin, args.rss_slack_mib * 2**20)
+                          last_rules, args.minutes, args.rss_margin, args.rss_slack_mib * 2**20,
+                          {p: s.port for p, s in servers.items()})
     ok = verdict.run()
     print("\n".join(verdict.lines))
     dump(args.out, verdict, keys, floods, sampler, schedule)
@@ -142,7 +143,7 @@ def progress(start, schedule, sampler, policies):
 def in_force(server, expected):
     """Whether GET /v1/rules shows `reload`'s limit of the last version written."""
     try:
-        limits = server.rules_limit("reload") or []
+        limits = server.rules_limit(load.DOMAIN + ".reload") or []
     except (OSError, ValueError):
         return False
     return any(limit.get("limit") == expected for limit in limits)
