@@ -139,13 +139,14 @@ def _check_last(run, interval, burst, report):
 
 
 def while_down(requests, faults, promised, margin=0.5):
-    """{status: count} of the answers not in `promised` among requests sent and answered while
-    Redis was surely down (a fault's down span, from `margin` seconds after it began)."""
-    spans = [(f[3] + margin, f[4]) for f in faults]
+    """{status: count} of the answers not in promised(kind) among requests sent and answered
+    while Redis was surely down (a fault's down span, from `margin` seconds after it began)."""
+    spans = [(f[0], f[3] + margin, f[4]) for f in faults]
     out = {}
     for send, recv, status in requests:
-        if status not in promised and any(a <= send and recv <= b for a, b in spans):
-            out[status] = out.get(status, 0) + 1
+        for kind, a, b in spans:
+            if a <= send and recv <= b and status not in promised(kind):
+                out[status] = out.get(status, 0) + 1
     return out
 
 

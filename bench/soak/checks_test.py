@@ -87,8 +87,10 @@ class WhileDownTest(unittest.TestCase):
         trace = (admits([11.2, 12.0, 13.0], 200) + admits([14.0], 429) +
                  admits([15.0, 17.0], 503) + admits([9.0], 200))
         # 11.2 is within the margin: Redis may still have answered it.
-        self.assertEqual(checks.while_down(trace, faults, {503}), {200: 2, 429: 1})
-        self.assertEqual(checks.while_down(trace, faults, {200}), {429: 1, 503: 1})
+        self.assertEqual(checks.while_down(trace, faults, lambda kind: {503}),
+                         {200: 2, 429: 1})
+        self.assertEqual(checks.while_down(trace, faults, lambda kind: {200}), {429: 1, 503: 1})
+        self.assertEqual(checks.while_down(trace, faults, lambda kind: {200, 429, 503}), {})
 
 
 class RssTest(unittest.TestCase):

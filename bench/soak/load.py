@@ -42,6 +42,12 @@ def keys_for(policy):
             threads=2, exact=True),
         Key("fw 20/2s", "fixed", [(20, 2.0)], "/v1/check", _rules_body("fw2s", policy), 16,
             threads=2, exact=True),
+        # Long periods: a count lost in a fault (a restart without it, a demotion that drops
+        # the data) would show as over-admission here, where a short window has long reset.
+        Key("fw 100/1m", "fixed", [(100, 60.0)], "/v1/check", _rules_body("fw1m", policy), 3,
+            exact=True),
+        Key("gcra 30/1m b10", "gcra", [(30, 60.0, 10)], "/v1/check",
+            _rules_body("gcra1m", policy), 2),
         Key("multi 6/1s+300/1m", "fixed", [(6, 1.0), (300, 60.0)], "/v1/check",
             _rules_body("multi", policy), 8),
         Key("gcra 5/1s b3", "gcra", [(5, 1.0, 3)], "/v1/check", _rules_body("gcra", policy), 8),
@@ -69,6 +75,10 @@ descriptors:
     rate_limit: {{unit: second, requests_per_unit: 8}}
   - key: fw2s
     rate_limit: {{period: 2s, requests_per_unit: 20}}
+  - key: fw1m
+    rate_limit: {{unit: minute, requests_per_unit: 100}}
+  - key: gcra1m
+    rate_limit: {{algorithm: gcra, period: 1m, requests_per_unit: 30, burst: 10}}
   - key: multi
     limits:
       - {{name: multi_second, unit: second, requests_per_unit: 6}}
@@ -133,28 +143,36 @@ class Driver(threading.Thread):
             sink.append((send, time.time(), status))
 
 
+FLOOD_BATCH = 16  # Fresh values per flood request (descriptors of one /v1/check).
+
+
 class Flood:
-    """Fresh values of `flood`, each asked twice in a row: its records are
-    (value, send, recv, status)."""
+    """Fresh values of `flood`, FLOOD_BATCH to a request, each batch asked twice in a row (the
+    second time over their limit): `records` holds (value, send, recv, status) per value,
+    `requests` (send, recv, status) per request."""
 
     def __init__(self, policy):
-        self.policy, self.n, self.records = policy, 0, []
+        self.policy, self.n, self.records, self.requests = policy, 0, [], []
         self.lock = threading.Lock()
 
     def next_request(self):
         with self.lock:
-            value = f"{self.policy}-{self.n // 2}"
+            batch = self.n // 2
             self.n += 1
-        sink = _Tagged(self.records, value)
-        return "/v1/check", _rules_body("flood", value), sink
+        values = [f"{self.policy}-{batch}-{i}" for i in range(FLOOD_BATCH)]
+        body = {"domain": DOMAIN, "descriptors": [
+            {"entries": [{"key": "flood", "value": v}]} for v in values]}
+        return "/v1/check", body, _Tagged(self, values)
 
 
 class _Tagged:
-    def __init__(self, records, tag):
-        self.records, self.tag = records, tag
+    def __init__(self, flood, tags):
+        self.flood, self.tags = flood, tags
 
     def append(self, record):
-        self.records.append((self.tag, *record))
+        self.flood.requests.append(record)
+        for tag in self.tags:
+            self.flood.records.append((tag, *record))
 
 
 def drivers(port, keys, flood, flood_rate, stopping):

@@ -7,10 +7,16 @@ The rules it holds sluiced to, per failure policy:
 - allow and local: admissions while Redis fails are the policy's (allowed, or decided from an
   empty memory store), so the limit is held only over windows where that server's Redis was
   healthy throughout: no fault of the schedule in or just before it, no failure counted;
+- while Redis is surely down (a fault's down span, from 0.5 s after it began): deny answers
+  503 or 429 (nothing admitted), allow answers 200 (a demoted master still reads, so its
+  denials stand: 429 too), local anything (its memory store decides);
 - every policy: in a healthy fixed window that saw a denial and only 200s and 429s, exactly
   the limit was admitted; no answer is a 500 (docs/redis.md promises the policy for every
   Redis error); the RSS of the last third stays within the margin of the first third's; every
   server lives to the end, loads the last rules, refuses no reload and exits 0 on SIGTERM.
+
+The keys with long periods (a minute) are the ones that would show a count lost in a fault:
+with the master's AOF off, a 1.5 min run of this soak finds 53 over-admissions there.
 """
 
 import collections
@@ -92,7 +98,7 @@ class Soak:
         for policy in self.policies:
             table = collections.Counter()
             records = [r for key in self.keys[policy] for r in key.requests]
-            records += [r[1:] for r in self.floods[policy].records]
+            records += self.floods[policy].requests
             for send, _, status in records:
                 column = status if status in columns else "other"
                 table[(phase_of(send, faults), column)] += 1
@@ -107,18 +113,24 @@ class Soak:
                 if errors else ""))
 
     def policy_while_down(self, policy, faults):
-        promised = {"deny": {503}, "allow": {200}}.get(policy)
-        if promised is None:
-            return  # local: the memory store decides, any of 200 and 429.
+        """deny: nothing admitted, nothing but 503 or a denial; allow: everything admitted, but
+        a demoted master still reads, so its denials stand. local: any decision."""
+        if policy == "local":
+            return
+        if policy == "deny":
+            promised, said = (lambda kind: {503, 429}), "503 or 429"
+        else:
+            promised = lambda kind: {200, 429} if kind == "demoted" else {200}  # noqa: E731
+            said = "200 (or 429 while demoted: a replica still reads)"
         wrong = collections.Counter()
         for key in self.keys[policy]:
             for status, n in checks.while_down(key.requests, faults, promised).items():
                 wrong[(status, key.name)] += n
-        records = [r[1:] for r in self.floods[policy].records]
+        records = self.floods[policy].requests
         for status, n in checks.while_down(records, faults, promised).items():
             wrong[(status, "flood")] += n
         self.verdict(not wrong, f"{policy}: every answer while Redis was down (killed, frozen, "
-                     f"demoted; from 0.5 s in) is {'/'.join(map(str, promised))}" + (
+                     f"demoted; from 0.5 s in) is {said}" + (
                          "; got " + ", ".join(f"{n} x {s} ({k})" for (s, k), n in sorted(
                              wrong.items(), key=str)) if wrong else ""))
 
@@ -190,14 +202,16 @@ class Soak:
         by_value = collections.defaultdict(list)
         for value, send, recv, status in self.floods[policy].records:
             by_value[value].append((send, recv, status))
-        over = admitted = 0
+        over = admitted = windows = checked = 0
         n, period = FLOOD_LIMIT
         for requests in by_value.values():
             r = checks.fixed_window(requests, n, period, applies, None)
             over += len(r.over)
             admitted += r.admitted
-        self.out("  %-20s %9d %8d %9s %8s %6d %15s" % (
-            "flood (fresh keys)", admitted, len(by_value), "-", f"-/{n}", over, "-"))
+            windows += r.windows
+            checked += r.checked
+        self.out("  %-20s %9d %8d %9d %8s %6d %15s" % (
+            f"flood: {len(by_value)} keys", admitted, windows, checked, f"-/{n}", over, "-"))
         return over
 
     def bodies(self):

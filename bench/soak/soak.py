@@ -28,8 +28,8 @@ import faults  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
 
-FLOOD_RATE = 50  # Requests per second per server, two per fresh key.
-MAX_KEYS = 5000  # --max-keys: the flood passes it within minutes (the local store's bound).
+FLOOD_RATE = 25  # Requests per second per server: 200 fresh keys a second (load.FLOOD_BATCH).
+MAX_KEYS = 2000  # --max-keys: a 5 s outage floods the local store with 1,000 keys.
 
 
 def parse():
@@ -158,7 +158,7 @@ def dump(out, verdict, keys, floods, sampler, schedule):
         "redis": sampler.redis,
         "counters": sampler.counters,
         "requests": {p: {k.name: k.requests for k in ks} for p, ks in keys.items()},
-        "flood_requests": {p: len(f.records) for p, f in floods.items()},
+        "flood_requests": {p: f.requests for p, f in floods.items()},
     }
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(data, f)
