@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 
-from redis_cluster import cli
+from redis_cluster import RedisCluster, cli
 from redis_test import Redis
 
 
@@ -40,13 +40,8 @@ class RedisPair:
     def url(self):
         return self.master.url
 
-    def _await(self, predicate, what, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"{what}: not so within {timeout} s")
+    # Polls until the predicate holds; AssertionError after 30 s.
+    _await = staticmethod(RedisCluster._await)
 
     def _info(self, redis):
         return cli(redis.port, "INFO", "replication", timeout=5)
@@ -135,7 +130,7 @@ class Schedule(threading.Thread):
             start = down = time.time()
             try:
                 down = actions[kind](self.fault)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            except (AssertionError, RuntimeError, OSError, subprocess.TimeoutExpired) as e:
                 self.errors.append(f"{kind} at {time.ctime(start)}: {e}")
             self.faults.append((kind, start, time.time(), *(down or (start, start))))
 
