@@ -150,6 +150,17 @@ def while_down(requests, faults, promised, margin=0.5):
     return out
 
 
+def slope(samples, since):
+    """Least-squares growth of [(t, value)] per second over the samples from `since` on."""
+    points = [(t, v) for t, v in samples if t >= since]
+    if len(points) < 2:
+        return 0.0
+    mt = sum(t for t, _ in points) / len(points)
+    mv = sum(v for _, v in points) / len(points)
+    spread = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / spread if spread else 0.0
+
+
 def rss_growth(samples, rel, abs_bytes):
     """(first third's max, last third's max, bound, ok) over samples [(t, bytes)]."""
     if len(samples) < 3:

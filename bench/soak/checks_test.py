@@ -99,6 +99,7 @@ class RssTest(unittest.TestCase):
         self.assertTrue(checks.rss_growth(flat, 0.2, 0)[3])
         growing = [(t, 100 + 3 * t) for t in range(30)]
         self.assertFalse(checks.rss_growth(growing, 0.2, 0)[3])
+        self.assertAlmostEqual(checks.slope(growing, 10), 3.0)
 
 
 if __name__ == "__main__":

@@ -157,9 +157,12 @@ class Soak:
             if first is None:
                 self.verdict(False, f"{policy}: too few RSS samples")
                 continue
+            t0, t1 = series[policy][0][0], series[policy][-1][0]
+            trend = checks.slope(series[policy], t0 + (t1 - t0) / 3) * 60 / MIB
             self.verdict(ok, f"{policy}: RSS of the last third {last / MIB:.1f} MiB within "
                          f"{bound / MIB:.1f} MiB (first third's max {first / MIB:.1f} MiB "
-                         f"+ {self.rss_rel:.0%} + {self.rss_abs / MIB:g} MiB)")
+                         f"+ {self.rss_rel:.0%} + {self.rss_abs / MIB:g} MiB); trend over the "
+                         f"last two thirds {trend:+.3f} MiB/min")
 
     def allowance(self, policy, faults):
         health = health_for(policy, faults, self.sampler.counters[policy])
@@ -218,9 +221,11 @@ class Soak:
         ports = {server_port: policy for policy, server_port in self.ports.items()}
         if load.Client.bodies:
             self.out()
-            self.out("first answer of each other status, per server and path:")
-        for (port, path, status), body in sorted(load.Client.bodies.items()):
-            self.out(f"  {ports.get(port, port)} {path} {status}: {body.decode(errors='replace')}")
+            self.out("answers other than 200 and 429, per server, path and body (numbers as #):")
+        for (port, path, status), bodies in sorted(load.Client.bodies.items()):
+            for body, n in bodies.most_common():
+                self.out(f"  {ports.get(port, port)} {path} {status} x{n}: "
+                         f"{body.decode(errors='replace')}")
 
     def lifecycle(self):
         for policy in self.policies:
