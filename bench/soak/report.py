@@ -170,7 +170,9 @@ class Soak:
         where = "in every window" if policy == "deny" else "in every healthy window"
         self.out()
         self.out(f"{policy}: admitted against the allowance, per key (over-admission checked "
-                 f"{where}; exact: healthy windows with a denial, admitted / expected)")
+                 f"{where}; exact: healthy windows with a denial, admitted / expected; for "
+                 "gcra, max/lim is the closest any run of admissions came to B + t/I, as "
+                 "admissions - allowance: never above 0)")
         self.out("  %-20s %9s %8s %9s %8s %6s %15s" % (
             "key", "admitted", "windows", "checked", "max/lim", "over", "exact"))
         over = missed = 0

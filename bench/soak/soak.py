@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -120,8 +121,11 @@ def soak(args, policies, pair, servers, root):
     sampler.sample()
     exits = {}
     for policy, server in servers.items():
-        exits[policy] = server.proc.returncode if server.proc.poll() is not None \
-            else server.stop()
+        try:
+            exits[policy] = server.proc.returncode if server.proc.poll() is not None \
+                else server.stop()
+        except subprocess.TimeoutExpired:
+            exits[policy] = "still running 10 s after SIGTERM"
     verdict = report.Soak(policies, keys, floods, sampler, schedule, reloader, exits,
                           last_rules, args.minutes, args.rss_margin, args.rss_slack_mib * 2**20,
                           {p: s.port for p, s in servers.items()})
