@@ -148,6 +148,11 @@ class RedisStoreTest(RedisCase):
         for _ in range(7):
             status, _ = allow.check("ann", domain="fleet")
             self.assertEqual(status, 200)  # Fail open.
+        # The Envoy API's counted limits too: the policy's answer is not a full counter.
+        envoy = {"domain": "fleet", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}]}
+        response = allow.request("POST", "/json", envoy)
+        self.assertEqual((response.status, response.json()["overallCode"]), (200, "OK"),
+                         response.body)
         # Local: a limiter in the process with the same rule, 5 per hour, from scratch.
         statuses = [local.check("ann", domain="fleet")[0] for _ in range(6)]
         self.assertEqual(statuses, [200] * 5 + [429])
