@@ -34,6 +34,15 @@ std::string FileVersion(const std::string& path) {
                      info.st_dev, info.st_ino);
 }
 
+// Whether a wait of the control loop ended without its event: cancelled at shutdown (said
+// nothing), or failed, which ends what it drives (said, as the operator needs to know).
+bool Ended(const boost::system::error_code& ec, std::string_view what) {
+  if (ec && ec != asio::error::operation_aborted) {
+    spdlog::error("{} stopped: {}", what, ec.message());
+  }
+  return static_cast<bool>(ec);
+}
+
 int Refuse(std::string_view message) {
   spdlog::error("{}", message);
   return 2;
@@ -433,12 +442,14 @@ void Daemon::ApplyRules(Reloader::Rules rules, const std::string& why) {
 
 void Daemon::WaitForSignal(asio::signal_set& signals) {
   signals.async_wait([this, &signals](const boost::system::error_code& ec, int signal) {
-    if (ec) {
+    if (Ended(ec, "handling signals")) {
       return;
     }
     if (signal == SIGHUP) {
       if (reloader_ != nullptr) {
         RequestReload("SIGHUP");
+      } else {
+        spdlog::warn("SIGHUP: no --config to reload");
       }
       WaitForSignal(signals);
       return;
@@ -452,7 +463,7 @@ void Daemon::WaitForSignal(asio::signal_set& signals) {
 void Daemon::Watch(Micros interval) {
   watch_timer_.expires_after(interval);
   watch_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
-    if (ec) {
+    if (Ended(ec, "watching the rules")) {
       return;
     }
     if (Version() != config_version_) {
@@ -465,7 +476,7 @@ void Daemon::Watch(Micros interval) {
 void Daemon::SnapshotEvery(Micros interval) {
   snapshot_timer_.expires_after(interval);
   snapshot_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
-    if (ec) {
+    if (Ended(ec, "writing snapshots")) {
       return;
     }
     (void)SaveSnapshot();  // Logged; the next try may succeed, and the shutdown's must.
