@@ -47,7 +47,7 @@ const Bounds* BoundsOf(std::string_view flag) {
       {"--redis-connections", {K::kCount, 1, kMaxRedisConnections}},
       {"--redis-deny-cache", {K::kCount, 1, 100'000'000, "off"}},
       {"--near-limit-ratio", {K::kRatio, 0, 1'000'000}},
-      {"--redis-timeout", {K::kDuration, kMs, 60 * kSecond}},
+      {"--redis-timeout", {K::kDuration, kMs, 300 * kSecond}},
       {"--redis-deny-cache-ttl", {K::kDuration, kMs, kDay}},
       // Shorter intervals would keep a core busy stat'ing files or writing snapshots.
       {"--watch-interval", {K::kDuration, 100 * kMs, kDay, "only on SIGHUP"}},

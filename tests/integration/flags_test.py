@@ -31,7 +31,7 @@ BAD_FLAGS = [
      "--snapshot-interval '1ms': must be at least 100ms"),
     (["--drain", "2d"], "--drain '2d': must be at most 1h"),
     (["--redis-timeout", "0s"], "--redis-timeout '0s': must be at least 1ms"),
-    (["--redis-timeout", "1h"], "--redis-timeout '1h': must be at most 1m"),
+    (["--redis-timeout", "1h"], "--redis-timeout '1h': must be at most 5m"),
     (["--redis-connections", "0"], "--redis-connections '0': must be at least 1"),
     (["--redis-connections", "100000"], "--redis-connections '100000': must be at most 64"),
     (["--redis-deny-cache", "-1"], "--redis-deny-cache '-1'"),
