@@ -55,7 +55,7 @@ def run(flags, env=None):
                              *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=env)
     try:
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=60)
         return proc.returncode, err
     except subprocess.TimeoutExpired:  # It started: the value was taken.
         proc.kill()

@@ -152,17 +152,19 @@ class LifecycleTest(unittest.TestCase):
         port = sluiced.free_port()
         self.server = sluiced.Sluiced(self.workdir, "--store", f"redis://127.0.0.1:{port}",
                                       "--redis-timeout", "50ms")
+        start = time.monotonic()
         for _ in range(5):
-            status = self.server.request("POST", "/v1/check", ADHOC).status
+            status = self.server.request("POST", "/v1/check", ADHOC, timeout=60).status
             self.assertEqual(status, 503)
+        elapsed = time.monotonic() - start
         log = self.server.output()
-        self.assertEqual(log.count("the store failed"), 1, log)
         self.assertRegex(log, r"the store failed 1 decision\(s\); the last: ")
+        self.assertLessEqual(log.count("the store failed"), 1 + elapsed // 10, log)
 
     def test_sighup_without_config_is_said(self):
         self.server = sluiced.Sluiced(self.workdir)
         self.server.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while "no --config to reload" not in self.server.output():
             self.assertLess(time.monotonic(), deadline, self.server.output())
             time.sleep(0.05)

@@ -95,7 +95,7 @@ class SnapshotTest(unittest.TestCase):
         """Runs sluiced expecting it to refuse to start: its stderr."""
         run = subprocess.run([sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
                               "--config", os.path.join(self.workdir, "rules.yaml"), *flags],
-                             capture_output=True, text=True, timeout=15)
+                             capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 2, run.stderr)
         return run.stderr
 
