@@ -82,7 +82,20 @@ class SnapshotTest(unittest.TestCase):
     def test_periodic_snapshot_survives_a_crash(self):
         first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot, "--snapshot-interval", "100ms")
         self.use_up(first, "dora")
-        time.sleep(0.5)  # Several intervals.
+        # Two snapshots written since (a file renamed over the last, so a new inode or time):
+        # the second began after the last request, however late a loaded machine ran it.
+        def version():
+            try:
+                stat = os.stat(self.snapshot)
+            except FileNotFoundError:  # None written yet.
+                return None
+            return stat.st_ino, stat.st_mtime_ns
+        seen, changes, deadline = version(), 0, time.monotonic() + 60
+        while changes < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            if version() != seen:
+                seen, changes = version(), changes + 1
+        self.assertEqual(changes, 2, "the snapshot was not rewritten twice in 60 s")
         self.assertEqual(first.stop(signal.SIGKILL), -signal.SIGKILL)
         second = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
         try:
