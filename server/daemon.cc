@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
