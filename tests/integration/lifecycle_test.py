@@ -159,6 +159,30 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(run.returncode, 2, flags)
             self.assertIn(says, run.stderr, flags)
 
+    def test_store_failures_are_logged_not_only_counted(self):
+        # A Redis that is not there: every decision fails (503), and the log says so, once for
+        # the first and then at most every 10 s, not once per request.
+        port = sluiced.free_port()
+        self.server = sluiced.Sluiced(self.workdir, "--store", f"redis://127.0.0.1:{port}",
+                                      "--redis-timeout", "50ms")
+        start = time.monotonic()
+        for _ in range(5):
+            status = self.server.request("POST", "/v1/check", ADHOC, timeout=60).status
+            self.assertEqual(status, 503)
+        elapsed = time.monotonic() - start
+        log = self.server.output()
+        self.assertRegex(log, r"the store failed 1 decision\(s\); the last: ")
+        self.assertLessEqual(log.count("the store failed"), 1 + elapsed // 10, log)
+
+    def test_sighup_without_config_is_said(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        self.server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while "no --config to reload" not in self.server.output():
+            self.assertLess(time.monotonic(), deadline, self.server.output())
+            time.sleep(0.05)
+        self.assertEqual(self.server.check("still", domain="none")[0], 200)
+
     def test_sluice_check_asks_the_server(self):
         self.server = sluiced.Sluiced(self.workdir)
         url = f"http://127.0.0.1:{self.server.port}/"  # A trailing slash is fine.

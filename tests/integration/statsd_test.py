@@ -263,7 +263,7 @@ class StatsdTest(unittest.TestCase):
                             (["--statsd", "127.0.0.1:99999"], "not a port number"),
                             (["--statsd", "127.0.0.1:0"], "port must not be 0"),
                             (["--statsd", "127.0.0.1:8125", "--statsd-interval", "0"],
-                             "--statsd-interval '0': must be positive"),
+                             "--statsd-interval '0': must be at least 10ms"),
                             (["--statsd", "127.0.0.1:8125", "--statsd-interval", "soon"],
                              "--statsd-interval 'soon'")):
             run = subprocess.run([sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
