@@ -224,6 +224,22 @@ TEST_F(SnapshotTest, WellFramedButWrongContentsLoadNothing) {
          w.I64(kEpoch - 1);
          w.I64(1);
        }},
+      // Found by fuzz/snapshot_fuzz.cc: counts each within int64 but not their sum overflowed
+      // the queue's total as they were read, before Plausible could refuse them (UBSan:
+      // signed overflow in CountQueue::Add).
+      {"log whose counts sum past int64",
+       [&](auto& w) {
+         table(w, 1, 5);
+         w.U8(1);
+         w.U32(1);
+         w.Bytes("k");
+         w.I64(kEpoch);
+         w.U32(2);
+         w.I64(kEpoch - 1);
+         w.I64(std::numeric_limits<int64_t>::max() - 1);
+         w.I64(kEpoch);
+         w.I64(std::numeric_limits<int64_t>::max() - 1);
+       }},
   };
   for (const Case& c : cases) {
     internal::SnapshotWriter w;
