@@ -241,11 +241,25 @@ TEST_F(SnapshotTest, WellFramedButWrongContentsLoadNothing) {
          w.I64(std::numeric_limits<int64_t>::max() - 1);
        }},
   };
+  // A good gcra table that loads alone (5 per second is 1 per 200,000 µs in lowest terms, so
+  // its TAT counts microseconds), so that each case below is refused for its own bad part.
+  // (It once had a TAT of 5 x kEpoch, past the store's range: every case was refused there.)
+  auto good = [&](internal::SnapshotWriter& w) {
+    table(w, 5, 5);
+    gcra_key(w, "good", Int128{kEpoch} + 1'000'000);
+    w.U8(0);
+  };
+  {
+    internal::SnapshotWriter w;
+    good(w);
+    w.U8(0);
+    ASSERT_TRUE(internal::WriteSnapshotFile(path_, w.data()).ok());
+    MemoryStore store;
+    EXPECT_EQ(store.LoadSnapshot(path_, At(kEpoch)).value_or(0), 1u);
+  }
   for (const Case& c : cases) {
     internal::SnapshotWriter w;
-    table(w, 5, 5);  // A good gcra table first.
-    gcra_key(w, "good", Int128{kEpoch} * 5 + 1'000'000);
-    w.U8(0);
+    good(w);
     c.bad_part(w);
     ASSERT_TRUE(internal::WriteSnapshotFile(path_, w.data()).ok());
     MemoryStore store;
