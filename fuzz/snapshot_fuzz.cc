@@ -59,7 +59,7 @@ class MemoryFile {
 
 // Where a loaded store saves itself: a file of this process's in /dev/shm (memory, so that the
 // save's fsync costs nothing), or $TMPDIR.
-// Removed when the fuzzer exits.
+// Removed after each use, and when the fuzzer exits.
 struct SavePath {
   SavePath() {
     const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : std::getenv("TMPDIR");
@@ -99,6 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   MemoryStore again;
   const absl::StatusOr<size_t> reloaded = again.LoadSnapshot(saved.path, now);
+  unlink(saved.path.c_str());  // libFuzzer may end without running destructors.
   if (!reloaded.ok() || *reloaded != keys) {
     std::abort();
   }
