@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate workers test test-release test-asan test-tsan soak bench bench-http bench-grpc bench-redis format tidy clean
+.PHONY: all deps build run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis format tidy clean
 
 all: build
 
@@ -42,8 +42,8 @@ simulate: build
 	  --svg out/burst.svg examples/burst.csv > out/burst.csv
 	@echo "Decisions: out/burst.csv    Picture: out/burst.svg (open it in a browser)"
 
-# Every test: the release build, then the unit tests under ASan+UBSan, then the concurrent
-# tests under TSan.
+# Every test: the release build, then the unit tests under ASan+UBSan (with a short run of each
+# fuzz target, fuzz/), then the concurrent tests under TSan.
 test: test-release test-asan test-tsan
 
 test-release: build
@@ -67,6 +67,15 @@ SOAK_MINUTES ?= 10
 soak: build
 	@python3 bench/soak/checks_test.py
 	@python3 bench/soak/soak.py --sluiced build/bin/sluiced --minutes $(SOAK_MINUTES)
+
+# The fuzz targets (fuzz/, docs/development.md) for FUZZ_SECONDS each, growing their corpus in
+# FUZZ_DIR, outside the repository: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS="rules json"`.
+FUZZ_TARGETS ?= http json rules trace snapshot resp
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) $(if $(FUZZ_DIR),FUZZ_DIR=$(FUZZ_DIR)) fuzz/run.sh $(FUZZ_TARGETS)
 
 bench: build
 	build/bin/sluice_bench --benchmark_counters_tabular=true

@@ -39,14 +39,18 @@ bool DecodeQueue(SnapshotReader& r, int64_t& last, CountQueue& queue) {
   if (!r.I64(last) || !r.U32(n)) {
     return false;
   }
+  // The queue keeps the sum of its counts: refuse, while reading, counts whose sum no limit
+  // allows (Plausible checks the real limit afterwards), before the sum could overflow.
+  int64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     int64_t index = 0;
     int64_t count = 0;
-    if (!r.I64(index) || !r.I64(count) || count <= 0 ||
+    if (!r.I64(index) || !r.I64(count) || count <= 0 || count > Limit::kMaxCount - total ||
         (!queue.empty() && index <= queue.entries().back().index)) {
       return false;
     }
     queue.Add(index, count);
+    total += count;
   }
   return true;
 }

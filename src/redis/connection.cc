@@ -132,7 +132,7 @@ void RedisStore::Impl::Connection::Restart(const absl::Status& status) {
 }
 
 void RedisStore::Impl::Connection::OnConnected() {
-  reader_ = redisReaderCreate();
+  reader_ = internal::CreateReader();
   const RedisStoreOptions& o = store_.options_;
   if (!o.password.empty()) {
     Control(Pending::Kind::kAuth,

@@ -2,7 +2,7 @@
 
 // RESP, Redis's protocol, as far as RedisStore writes it by hand: one argument (a bulk
 // string) and a command made of them. Replies are parsed by hiredis's redisReader
-// (connection.cc) into redisReply trees, which ReplyPtr owns.
+// (CreateReader, for connection.cc and sentinel.cc) into redisReply trees, which ReplyPtr owns.
 //
 // Pure functions: thread-safe.
 
@@ -36,6 +36,36 @@ inline std::string Command(std::initializer_list<std::string_view> args) {
     AppendBulk(out, a);
   }
   return out;
+}
+
+// The longest array a reply may have. hiredis allocates a pointer per element an array
+// announces before any element arrives, so "*2147483647\r\n" alone would take 16 GiB. The
+// script's reply to a batch is one flat array (per call 1 + 5 or 7 per limit, so up to batch
+// x limits x 7: far below this bound even for Envoy requests of thousands of descriptors);
+// nested arrays (CLUSTER SLOTS' ranges and nodes, ROLE's replicas) are short.
+inline constexpr int kMaxReplyElements = 1 << 24;       // 128 MiB of pointers at most.
+inline constexpr int kMaxNestedReplyElements = 1 << 16;
+
+// A reader of replies whose arrays are bounded as above: a longer one fails the reader as
+// hiredis fails on memory ("Out of memory"), so ReadReplies returns false. Free it with
+// redisReaderFree.
+inline redisReader* CreateReader() {
+  static redisReplyObjectFunctions bounded = [] {
+    redisReader* plain = redisReaderCreate();
+    static const redisReplyObjectFunctions hiredis = *plain->fn;
+    redisReaderFree(plain);
+    redisReplyObjectFunctions f = hiredis;
+    // `auto`: hiredis 0.14 counts elements in an int, 1.x in a size_t.
+    f.createArray = [](const redisReadTask* task, auto elements) -> void* {
+      const int most = task->parent == nullptr ? kMaxReplyElements : kMaxNestedReplyElements;
+      if (elements > static_cast<decltype(elements)>(most)) {
+        return nullptr;
+      }
+      return hiredis.createArray(task, elements);
+    };
+    return f;
+  }();
+  return redisReaderCreateWithFunctions(&bounded);
 }
 
 struct ReplyDeleter {

@@ -181,7 +181,7 @@ void RedisStore::Impl::Sentinel::TimedOut() {
 }
 
 void RedisStore::Impl::Sentinel::OnConnected() {
-  reader_ = redisReaderCreate();
+  reader_ = internal::CreateReader();
   if (!options_.password.empty()) {
     Send(options_.user.empty() ? Command({"AUTH", options_.password})
                                : Command({"AUTH", options_.user, options_.password}),

@@ -174,31 +174,50 @@ TEST_F(SnapshotTest, TruncatedEmptyForeignAndMissingFilesAreReported) {
 
 // A file with a correct frame and checksum whose contents are wrong: checked before anything
 // is stored, so the good table in front of the bad one does not load either.
+// The parts of a crafted body: a table of `limit` per second, a gcra key, and a good gcra
+// table that loads alone (5 per second is 1 per 200,000 µs in lowest terms, so its TAT counts
+// microseconds). The good table once had a TAT of 5 x kEpoch, past the store's range, and every
+// case of WellFramedButWrongContentsLoadNothing was refused there rather than for its own part.
+void Table(internal::SnapshotWriter& w, uint8_t algorithm, int64_t limit) {
+  w.U8(1);
+  w.U8(algorithm);
+  w.I64(limit);
+  w.I64(1'000'000);
+  w.I64(limit);
+  w.I64(1);
+}
+void GcraKey(internal::SnapshotWriter& w, std::string_view key, Int128 tat) {
+  w.U8(1);
+  w.U32(static_cast<uint32_t>(key.size()));
+  w.Bytes(key);
+  w.I128(tat);
+}
+void GoodTable(internal::SnapshotWriter& w) {
+  Table(w, 5, 5);
+  GcraKey(w, "good", Int128{kEpoch} + 1'000'000);
+  w.U8(0);
+}
+
+TEST_F(SnapshotTest, TheGoodTableOfTheCraftedFilesLoadsAlone) {
+  internal::SnapshotWriter w;
+  GoodTable(w);
+  w.U8(0);
+  ASSERT_TRUE(internal::WriteSnapshotFile(path_, w.data()).ok());
+  MemoryStore store;
+  EXPECT_EQ(store.LoadSnapshot(path_, At(kEpoch)).value_or(0), 1u);
+}
+
 TEST_F(SnapshotTest, WellFramedButWrongContentsLoadNothing) {
-  auto table = [](internal::SnapshotWriter& w, uint8_t algorithm, int64_t limit) {
-    w.U8(1);
-    w.U8(algorithm);
-    w.I64(limit);
-    w.I64(1'000'000);
-    w.I64(limit);
-    w.I64(1);
-  };
-  auto gcra_key = [](internal::SnapshotWriter& w, std::string_view key, Int128 tat) {
-    w.U8(1);
-    w.U32(static_cast<uint32_t>(key.size()));
-    w.Bytes(key);
-    w.I128(tat);
-  };
   struct Case {
     std::string name;
     std::function<void(internal::SnapshotWriter&)> bad_part;
   };
   const std::vector<Case> cases = {
-      {"unknown algorithm", [&](auto& w) { table(w, 42, 5); }},
-      {"invalid limit", [&](auto& w) { table(w, 5, -5); }},
+      {"unknown algorithm", [&](auto& w) { Table(w, 42, 5); }},
+      {"invalid limit", [&](auto& w) { Table(w, 5, -5); }},
       {"negative count",
        [&](auto& w) {
-         table(w, 0, 5);
+         Table(w, 0, 5);
          w.U8(1);
          w.U32(1);
          w.Bytes("k");
@@ -207,13 +226,13 @@ TEST_F(SnapshotTest, WellFramedButWrongContentsLoadNothing) {
        }},
       {"key longer than the file",
        [&](auto& w) {
-         table(w, 5, 5);
+         Table(w, 5, 5);
          w.U8(1);
          w.U32(1'000'000);
        }},
       {"log out of order",
        [&](auto& w) {
-         table(w, 1, 5);
+         Table(w, 1, 5);
          w.U8(1);
          w.U32(1);
          w.Bytes("k");
@@ -224,12 +243,26 @@ TEST_F(SnapshotTest, WellFramedButWrongContentsLoadNothing) {
          w.I64(kEpoch - 1);
          w.I64(1);
        }},
+      // Found by fuzz/snapshot_fuzz.cc: counts each within int64 but not their sum overflowed
+      // the queue's total as they were read, before Plausible could refuse them (UBSan:
+      // signed overflow in CountQueue::Add).
+      {"log whose counts sum past int64",
+       [&](auto& w) {
+         Table(w, 1, 5);
+         w.U8(1);
+         w.U32(1);
+         w.Bytes("k");
+         w.I64(kEpoch);
+         w.U32(2);
+         w.I64(kEpoch - 1);
+         w.I64(std::numeric_limits<int64_t>::max() - 1);
+         w.I64(kEpoch);
+         w.I64(std::numeric_limits<int64_t>::max() - 1);
+       }},
   };
   for (const Case& c : cases) {
     internal::SnapshotWriter w;
-    table(w, 5, 5);  // A good gcra table first.
-    gcra_key(w, "good", Int128{kEpoch} * 5 + 1'000'000);
-    w.U8(0);
+    GoodTable(w);
     c.bad_part(w);
     ASSERT_TRUE(internal::WriteSnapshotFile(path_, w.data()).ok());
     MemoryStore store;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -69,6 +70,44 @@ TEST(CommandTest, ReadsBackAsItsArguments) {
     ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_STRING) << i;
     EXPECT_EQ(std::string_view(reply->element[i]->str, reply->element[i]->len), args[i]) << i;
   }
+}
+
+// Found by fuzz/resp_fuzz.cc: hiredis callocs a pointer per element an array announces, before
+// any arrives, so 13 bytes from whatever answers at Redis's address ("*2147483647\r\n") took
+// 16 GiB. The store's reader refuses an array longer than any reply it asks for.
+TEST(ReaderTest, RefusesAnArrayLongerThanAnyReply) {
+  const std::unique_ptr<redisReader, decltype(&redisReaderFree)> reader(CreateReader(),
+                                                                        &redisReaderFree);
+  int replies = 0;
+  auto count = [&](ReplyPtr) { ++replies; };
+  auto more = [] { return true; };
+  const std::string too_long = fmt::format("*{}\r\n", kMaxReplyElements + 1);
+  EXPECT_FALSE(ReadReplies(*reader, too_long.data(), too_long.size(), count, more));
+  EXPECT_EQ(replies, 0);
+
+  // Nested, the bound is smaller: CLUSTER SLOTS and ROLE nest short arrays.
+  const std::unique_ptr<redisReader, decltype(&redisReaderFree)> nested(CreateReader(),
+                                                                        &redisReaderFree);
+  const std::string inner = fmt::format("*1\r\n*{}\r\n", kMaxNestedReplyElements + 1);
+  EXPECT_FALSE(ReadReplies(*nested, inner.data(), inner.size(), count, more));
+  EXPECT_EQ(replies, 0);
+}
+
+TEST(ReaderTest, ReadsArraysUpToTheBound) {
+  const std::unique_ptr<redisReader, decltype(&redisReaderFree)> reader(CreateReader(),
+                                                                        &redisReaderFree);
+  std::vector<ReplyPtr> replies;
+  auto keep = [&](ReplyPtr r) { replies.push_back(std::move(r)); };
+  auto more = [] { return true; };
+  std::string bytes = fmt::format("*2\r\n:7\r\n*{}\r\n", kMaxNestedReplyElements);
+  for (int i = 0; i < kMaxNestedReplyElements; ++i) {
+    bytes += ":1\r\n";
+  }
+  ASSERT_TRUE(ReadReplies(*reader, bytes.data(), bytes.size(), keep, more));
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_EQ(replies[0]->elements, 2u);
+  EXPECT_EQ(replies[0]->element[0]->integer, 7);
+  EXPECT_EQ(replies[0]->element[1]->elements, static_cast<size_t>(kMaxNestedReplyElements));
 }
 
 }  // namespace
