@@ -41,6 +41,7 @@ struct Flags {
   std::string store = "memory";
   int threads = 0;
   size_t max_keys = 10'000'000;
+  size_t max_leases = 1'000'000;  // About 210 bytes each.
   std::string snapshot;
   std::string snapshot_interval = "0";
   std::string watch_interval = "1s";

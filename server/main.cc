@@ -99,6 +99,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
       ->capture_default_str();
+  app.add_option("--max-leases", flags.max_leases,
+                 "Memory store capacity in leases of concurrency limits, about 210 bytes each "
+                 "(0: unbounded); also bounds Redis's local failure policy")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1'000'000'000}));
   app.add_option("--snapshot", flags.snapshot,
                  "Memory store snapshot file: loaded at start, written at shutdown");
   app.add_option("--snapshot-interval", flags.snapshot_interval,

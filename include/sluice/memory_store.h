@@ -20,12 +20,17 @@ struct MemoryStoreOptions {
   // The most keys the store holds, over all its limits; 0 for no bound. A new key that would
   // go past it first makes room, or is refused: see "Bounded memory" in MemoryStore's comment.
   size_t max_keys = 0;
+  // The most leases (LeaseAll) the store holds, over all keys; 0 for no bound. A take that
+  // would go past it, once expired leases are swept, is refused with ResourceExhausted.
+  size_t max_leases = 0;
 };
 
 struct MemoryStoreStats {
   size_t keys = 0;         // Keys holding state now.
   uint64_t reclaimed = 0;  // Keys dropped because their state had fully reset.
   uint64_t refused = 0;    // New keys refused (ResourceExhausted): full, no reset key found.
+  size_t leases = 0;       // Leases held now (some perhaps expired, not yet swept).
+  uint64_t leases_refused = 0;  // Takes refused (ResourceExhausted): max_leases held.
 };
 
 // Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
@@ -69,10 +74,10 @@ class MemoryStore final : public Store {
                                   Timestamp now) override;
   absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                      Timestamp now, std::span<Decision> each) override;
-  // Leases are kept apart from the limits' state: they are not bounded by max_keys (a key
-  // holds at most kMaxConcurrency of them, and only until they expire) and not saved in
-  // snapshots (a restart forgets them: until they would have expired, their slots are free
-  // to others while their holders still run).
+  // Leases are kept apart from the limits' state: they are bounded by max_leases, not
+  // max_keys (a key holds at most kMaxConcurrency of them, and only until they expire), and
+  // not saved in snapshots (a restart forgets them: until they would have expired, their
+  // slots are free to others while their holders still run).
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;

@@ -79,11 +79,13 @@ absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key
 // looked, and the writer, under its lock, looks again before it inserts.
 class MemoryStore::Tables {
  public:
-  explicit Tables(size_t max_keys) : max_keys_(max_keys), budget_(max_keys) {}
+  explicit Tables(MemoryStoreOptions options)
+      : max_keys_(options.max_keys), budget_(options.max_keys), leases_(options.max_leases) {}
 
   size_t max_keys() const { return max_keys_; }
   const Budget& budget() const { return budget_; }
   internal::LeaseTable& leases() { return leases_; }
+  const internal::LeaseTable& leases() const { return leases_; }
 
   absl::StatusOr<Table*> Find(const Limit& limit) {
     const size_t start = SlotOf(limit);
@@ -162,7 +164,7 @@ class MemoryStore::Tables {
 };
 
 MemoryStore::MemoryStore(MemoryStoreOptions options)
-    : tables_(std::make_unique<Tables>(options.max_keys)) {}
+    : tables_(std::make_unique<Tables>(options)) {}
 MemoryStore::~MemoryStore() = default;
 
 absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
@@ -310,7 +312,12 @@ absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMem
 
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
 
-MemoryStoreStats MemoryStore::Stats() const { return tables_->budget().Stats(); }
+MemoryStoreStats MemoryStore::Stats() const {
+  MemoryStoreStats stats = tables_->budget().Stats();
+  stats.leases = tables_->leases().Count();
+  stats.leases_refused = tables_->leases().refused();
+  return stats;
+}
 
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
   SnapshotWriter w;
