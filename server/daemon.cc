@@ -314,7 +314,8 @@ int Daemon::Drain(Micros drain) {
 // it answers, the failure policy decides).
 absl::Status Daemon::OpenStore() {
   if (flags_.store == "memory") {
-    auto memory = std::make_unique<MemoryStore>(MemoryStoreOptions{.max_keys = flags_.max_keys});
+    auto memory = std::make_unique<MemoryStore>(
+        MemoryStoreOptions{.max_keys = flags_.max_keys, .max_leases = flags_.max_leases});
     memory_ = memory.get();
     store_ = std::move(memory);
     return absl::OkStatus();
@@ -352,6 +353,7 @@ absl::Status Daemon::OpenStore() {
   options->deny_cache_entries = flags_.redis_deny_cache;
   options->deny_cache_max_ttl = std::chrono::floor<std::chrono::milliseconds>(*deny_ttl);
   options->shares = flags_.redis_shares;
+  options->local = {.max_keys = flags_.max_keys, .max_leases = flags_.max_leases};
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
   }
@@ -371,7 +373,8 @@ absl::Status Daemon::OpenStore() {
 
 std::string Daemon::StoreDescription() const {
   if (memory_ != nullptr) {
-    return fmt::format("memory store (max {} keys)", flags_.max_keys);
+    return fmt::format("memory store (max {} keys, {} leases)", flags_.max_keys,
+                       flags_.max_leases);
   }
   return fmt::format(
       "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {}{})",
@@ -497,6 +500,27 @@ bool Daemon::SaveSnapshot() {
   return true;
 }
 
+namespace {
+
+// The memory store's metrics: sluiced's own store, or the one Redis's `local` policy decides in
+// during an outage (the same bounds, --max-keys and --max-leases).
+std::string MemoryStoreMetrics(const MemoryStoreStats& stats) {
+  return fmt::format(
+      "# HELP sluice_store_keys Keys holding state in the memory store.\n"
+      "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
+      "# HELP sluice_store_reclaimed_total Keys dropped because their state had reset.\n"
+      "# TYPE sluice_store_reclaimed_total counter\nsluice_store_reclaimed_total {}\n"
+      "# HELP sluice_store_refused_total New keys refused: --max-keys held, none reset.\n"
+      "# TYPE sluice_store_refused_total counter\nsluice_store_refused_total {}\n"
+      "# HELP sluice_store_leases Leases held in the memory store.\n"
+      "# TYPE sluice_store_leases gauge\nsluice_store_leases {}\n"
+      "# HELP sluice_store_leases_refused_total Leases refused: --max-leases held.\n"
+      "# TYPE sluice_store_leases_refused_total counter\nsluice_store_leases_refused_total {}\n",
+      stats.keys, stats.reclaimed, stats.refused, stats.leases, stats.leases_refused);
+}
+
+}  // namespace
+
 std::string Daemon::StoreMetrics() const {
   if (redis_ != nullptr) {
     const RedisStoreStats stats = redis_->Stats();
@@ -543,17 +567,9 @@ std::string Daemon::StoreMetrics() const {
         stats.master_switches, stats.connections_ready, stats.split_requests, stats.give_backs,
         stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
         stats.shares_taken, stats.shares_refused, stats.share_units_returned,
-        stats.share_units_lapsed);
+        stats.share_units_lapsed) + MemoryStoreMetrics(stats.local);
   }
-  const MemoryStoreStats stats = memory_->Stats();
-  return fmt::format(
-      "# HELP sluice_store_keys Keys holding state in the memory store.\n"
-      "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
-      "# HELP sluice_store_reclaimed_total Keys dropped because their state had reset.\n"
-      "# TYPE sluice_store_reclaimed_total counter\nsluice_store_reclaimed_total {}\n"
-      "# HELP sluice_store_evicted_total Keys evicted, still holding state, to make room.\n"
-      "# TYPE sluice_store_evicted_total counter\nsluice_store_evicted_total {}\n",
-      stats.keys, stats.reclaimed, stats.evicted);
+  return MemoryStoreMetrics(memory_->Stats());
 }
 
 }  // namespace sluice::server

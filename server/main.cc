@@ -44,6 +44,7 @@ const Bounds* BoundsOf(std::string_view flag) {
       {"--threads", {K::kCount, 1, 1024, "one event loop per core"}},
       // Beyond any machine's memory at tens of bytes a key.
       {"--max-keys", {K::kCount, 1, 10'000'000'000, "unbounded"}},
+      {"--max-leases", {K::kCount, 1, 1'000'000'000, "unbounded"}},  // ~210 GB at the most.
       {"--redis-connections", {K::kCount, 1, kMaxRedisConnections}},
       {"--redis-deny-cache", {K::kCount, 1, 100'000'000, "off"}},
       {"--near-limit-ratio", {K::kRatio, 0, 1'000'000}},
@@ -213,6 +214,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                "quota taken from Redis (docs/redis.md)");
   app.add_option("--threads", flags.threads, "HTTP event loops (default: one per core)");
   app.add_option("--max-keys", flags.max_keys, "Memory store capacity in keys (0: unbounded)")
+      ->capture_default_str();
+  app.add_option("--max-leases", flags.max_leases,
+                 "Memory store capacity in leases of concurrency limits, about 210 bytes each "
+                 "(0: unbounded); also bounds Redis's local failure policy")
       ->capture_default_str();
   app.add_option("--snapshot", flags.snapshot,
                  "Memory store snapshot file: loaded at start, written at shutdown");

@@ -18,28 +18,37 @@ namespace sluice {
 
 struct MemoryStoreOptions {
   // The most keys the store holds, over all its limits; 0 for no bound. A new key that would
-  // go past it first makes room: see "Bounded memory" in MemoryStore's comment.
+  // go past it first makes room, or is refused: see "Bounded memory" in MemoryStore's comment.
   size_t max_keys = 0;
+  // The most leases (LeaseAll) the store holds, over all keys; 0 for no bound. A take that
+  // would go past it, once expired leases are swept, is refused with ResourceExhausted.
+  size_t max_leases = 0;
 };
 
 struct MemoryStoreStats {
   size_t keys = 0;         // Keys holding state now.
   uint64_t reclaimed = 0;  // Keys dropped because their state had fully reset.
-  uint64_t evicted = 0;    // Keys dropped, still holding state, to make room for new ones.
+  uint64_t refused = 0;    // New keys refused (ResourceExhausted): full, no reset key found.
+  size_t leases = 0;       // Leases held now (some perhaps expired, not yet swept).
+  uint64_t leases_refused = 0;  // Takes refused (ResourceExhausted): max_leases held.
 };
 
 // Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
-// drop it. When a shard's table is past 80% full (most of the way to growing), or the store is
-// full, each new key first looks at the next two keys of its shard (a cursor walks round each
-// shard) and drops those that have reset: memory is reclaimed a little at a time, never in a
-// sweep, and a table grows only when its keys still hold state. When the store holds max_keys,
-// a new key also evicts one, chosen among eight keys sampled from its shard and eight from the
-// same shard of each of up to three other limits (the budget is the store's, not a limit's):
-// keys that have never been denied go first, the one furthest from its limit (most remaining,
-// as a fraction of its capacity) first among them; a key that has been denied (its owner is
-// being limited, and evicting it would hand them a fresh quota) goes only when all have been,
-// and then the one closest to resetting. The bound is kept per shard index, max_keys / 64
-// each (rounded up), and can be exceeded by a key when nothing in reach can be evicted.
+// drop it; a key whose state has not is never dropped, whatever floods the store, since
+// dropping it would hand its owner a fresh quota (a key over its limit would be admitted again
+// at once). When a shard's table is past 80% full (most of the way to growing), each new key
+// first looks at the next two keys of its shard (a cursor walks round each shard) and drops
+// those that have reset: memory is reclaimed a little at a time, never in a sweep, and a table
+// grows only when its keys still hold state. When the store holds max_keys, a new key looks at
+// the next eight keys of its shard, dropping those that have reset, and then, if none had, at
+// eight keys of the same shard of each of up to three other limits (the budget is the store's,
+// not a limit's), dropping the first that has. If none has, the new key is not created and its
+// request is refused with ResourceExhausted, "store full" (as Redis's noeviction answers OOM),
+// counted in MemoryStoreStats::refused: under a flood of keys that outlast their periods the
+// store serves the keys it holds exactly, and new ones again as the flood's keys reset. The
+// request is refused whole (DecideAll: nothing is charged). The bound is kept per shard index,
+// max_keys / 64 each (rounded up); it may be passed by the keys of a DecideAll whose room was
+// made while other threads filled the same stripe (one request's keys at most per thread).
 class MemoryStore final : public Store {
  public:
   // The number of distinct Limits one store holds tables for; a further one is refused with
@@ -65,10 +74,10 @@ class MemoryStore final : public Store {
                                   Timestamp now) override;
   absl::StatusOr<Decision> DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                      Timestamp now, std::span<Decision> each) override;
-  // Leases are kept apart from the limits' state: they are not bounded by max_keys (a key
-  // holds at most kMaxConcurrency of them, and only until they expire) and not saved in
-  // snapshots (a restart forgets them: until they would have expired, their slots are free
-  // to others while their holders still run).
+  // Leases are kept apart from the limits' state: they are bounded by max_leases, not
+  // max_keys (a key holds at most kMaxConcurrency of them, and only until they expire), and
+  // not saved in snapshots (a restart forgets them: until they would have expired, their
+  // slots are free to others while their holders still run).
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;

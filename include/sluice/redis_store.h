@@ -77,6 +77,7 @@
 #include "absl/status/statusor.h"
 
 #include "sluice/give_back.h"
+#include "sluice/memory_store.h"
 #include "sluice/store.h"
 
 namespace sluice {
@@ -179,6 +180,11 @@ struct RedisStoreOptions {
   bool shares = false;
   size_t share_keys = 100'000;
 
+  // The bounds of the MemoryStore the `local` policy decides in (its keys and leases grow for
+  // as long as an outage lasts): sluiced gives it --max-keys and --max-leases, the bounds its
+  // memory store would have. Default: none.
+  MemoryStoreOptions local;
+
   // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
   // has as many clocks as servers.
@@ -226,6 +232,7 @@ struct RedisStoreStats {
   uint64_t shares_refused = 0;      // Shares Redis refused (the request was asked exactly).
   uint64_t share_units_returned = 0;  // Unused units given back when a share ended.
   uint64_t share_units_lapsed = 0;    // Unused units whose window ended with the share.
+  MemoryStoreStats local;  // The `local` policy's store (RedisStoreOptions::local).
 };
 
 class RedisStore final : public Store {

@@ -1,19 +1,17 @@
 #pragma once
 
-// What bounds the memory store's keys, and how a key is chosen to go when the bound is met:
-// the Budget (the key count, striped by shard index, and every table eviction may ask), a
-// Nominee (a key some table offers) and BetterVictim (the policy that compares two). The tables
-// (src/memory/table.cc) reclaim and evict by them; MemoryStore's comment states the policy.
+// What bounds the memory store's keys: the Budget (the key count, striped by shard index, and
+// every table a full shard may look in for a reset key) and the bounds of that search. The
+// tables (src/memory/table.cc) reclaim by them; MemoryStore's comment states the policy.
 //
 // Budget is thread-safe: its counters are relaxed atomics, and AddTable publishes each table
-// to the readers of table_count() and table(). Nominee and BetterVictim are plain values.
+// to the readers of table_count() and table().
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
-#include "sluice/algorithms.h"
 #include "sluice/memory_store.h"
 #include "src/memory/shards.h"
 
@@ -31,7 +29,7 @@ class Budget {
   struct alignas(64) Stripe {
     std::atomic<int64_t> keys{0};
     std::atomic<uint64_t> reclaimed{0};
-    std::atomic<uint64_t> evicted{0};
+    std::atomic<uint64_t> refused{0};
   };
 
   explicit Budget(size_t max_keys)
@@ -56,7 +54,7 @@ class Budget {
     for (const Stripe& s : stripes_) {
       stats.keys += static_cast<size_t>(s.keys.load(std::memory_order_relaxed));
       stats.reclaimed += s.reclaimed.load(std::memory_order_relaxed);
-      stats.evicted += s.evicted.load(std::memory_order_relaxed);
+      stats.refused += s.refused.load(std::memory_order_relaxed);
     }
     return stats;
   }
@@ -68,33 +66,12 @@ class Budget {
   std::atomic<size_t> table_count_{0};
 };
 
-// A key some table offers for eviction, and what eviction weighs. The slot is the table's own.
-struct Nominee {
-  Table* table = nullptr;
-  void* slot = nullptr;
-  bool denied = false;
-  int64_t remaining = 0;
-  int64_t capacity = 1;  // The limit's burst: remaining is compared as a fraction of it.
-  Micros reset_after{0};
-};
-
-// Whether `a` is the better key to evict: never denied before denied; then the furthest from
-// its limit (the most remaining, as a fraction of capacity); then the closest to resetting.
-inline bool BetterVictim(const Nominee& a, const Nominee& b) {
-  if (a.denied != b.denied) {
-    return !a.denied;
-  }
-  const Int128 left_a = Int128{a.remaining} * b.capacity;
-  const Int128 left_b = Int128{b.remaining} * a.capacity;
-  if (!a.denied && left_a != left_b) {
-    return left_a > left_b;
-  }
-  return a.reset_after < b.reset_after;
-}
-
-inline constexpr size_t kOtherTablesAsked = 3;  // Tables besides its own a new key may evict from.
-
-inline constexpr int kReclaimPerInsert = 2;  // Keys looked at, per new key, for a reset state.
-inline constexpr int kEvictionSample = 8;    // Keys compared to choose one to evict.
+// The bounded search a new key makes for reset keys to drop. Nearing growth, it looks at
+// kReclaimPerInsert keys of its shard; when the store is full, at kFullSearch keys of its shard
+// and then, until one is found, at kFullSearch keys of the same shard of each of up to
+// kOtherTablesAsked other tables: 32 keys at most, after which it is refused.
+inline constexpr size_t kOtherTablesAsked = 3;
+inline constexpr int kReclaimPerInsert = 2;
+inline constexpr int kFullSearch = 8;
 
 }  // namespace sluice::internal

@@ -4,10 +4,6 @@
 // (an IPv6 address's /64 prefix, "user:1234567890", an API key id) live inside it; longer ones
 // on the heap. std::string holds only 15 inline in 32 bytes, so a 16-character key would cost
 // 32 bytes in the table plus a heap block.
-//
-// It also carries one flag for the store, in a spare bit of its tag byte: whether a request on
-// the key has been denied. The flag is mutable (a map's keys are const) and is no part of the
-// key's value: equality and hashing see only view().
 
 #include <cstdint>
 #include <cstring>
@@ -59,15 +55,10 @@ class InlineKey {
     return {bytes_, static_cast<size_t>(tag_ & kLengthMask)};
   }
 
-  // The store's flag: a request on this key has been denied.
-  bool denied() const { return (tag_ & kDenied) != 0; }
-  void mark_denied() const { tag_ |= kDenied; }
-
  private:
-  // tag_: the length (0 to 23) or kOnHeap in the low bits, and the kDenied flag.
+  // tag_: the length (0 to 23) or kOnHeap.
   static constexpr uint8_t kLengthMask = 0x7F;
   static constexpr uint8_t kOnHeap = 0x7F;
-  static constexpr uint8_t kDenied = 0x80;
 
   bool on_heap() const { return (tag_ & kLengthMask) == kOnHeap; }
   char* heap() const {
@@ -77,7 +68,7 @@ class InlineKey {
   }
 
   alignas(8) char bytes_[kInlineCapacity] = {};
-  mutable uint8_t tag_ = 0;
+  uint8_t tag_ = 0;
 };
 
 static_assert(sizeof(InlineKey) == 24);

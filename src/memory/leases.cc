@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
+#include "fmt/format.h"
 
 namespace sluice::internal {
 
@@ -46,15 +47,50 @@ Decision DecideLease(std::vector<Lease>& held, LeaseOp op, int64_t capacity, std
 size_t LeaseTable::ShardOf(std::string_view key) { return absl::HashOf(key) % kShards; }
 
 void LeaseTable::Sweep(Shard& shard, Timestamp now) {
+  int64_t dropped = 0;
   absl::erase_if(shard.leases, [&](auto& entry) {
-    std::erase_if(entry.second, [&](const Lease& lease) { return lease.expiry <= now; });
+    dropped += static_cast<int64_t>(std::erase_if(
+        entry.second, [&](const Lease& lease) { return lease.expiry <= now; }));
     return entry.second.empty();
   });
+  leases_.fetch_sub(dropped, std::memory_order_relaxed);
   shard.sweep_at = std::max<size_t>(64, 2 * shard.leases.size());
 }
 
-Decision LeaseTable::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
-                              Micros ttl, Timestamp now, std::span<Decision> each)
+bool LeaseTable::Reserve(int64_t n, Timestamp now, std::span<const size_t> locked)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Holds `locked`; tries the others.
+  if (max_leases_ == 0 || n == 0) {
+    return true;
+  }
+  if (leases_.fetch_add(n, std::memory_order_relaxed) + n <= max_leases_) {
+    return true;
+  }
+  leases_.fetch_sub(n, std::memory_order_relaxed);
+  int64_t due = next_full_sweep_.load(std::memory_order_relaxed);
+  const int64_t at = now.time_since_epoch().count();
+  if (at >= due && next_full_sweep_.compare_exchange_strong(due, at + kFullSweepEvery.count(),
+                                                            std::memory_order_relaxed)) {
+    for (size_t s = 0; s < kShards; ++s) {
+      const bool held = std::find(locked.begin(), locked.end(), s) != locked.end();
+      if (held) {
+        Sweep(shards_[s], now);
+      } else if (shards_[s].mu.TryLock()) {  // Never waited for: the caller holds others.
+        Sweep(shards_[s], now);
+        shards_[s].mu.Unlock();
+      }
+    }
+    if (leases_.fetch_add(n, std::memory_order_relaxed) + n <= max_leases_) {
+      return true;
+    }
+    leases_.fetch_sub(n, std::memory_order_relaxed);
+  }
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+absl::StatusOr<Decision> LeaseTable::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
+                                              std::string_view id, Micros ttl, Timestamp now,
+                                              std::span<Decision> each)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Locks a runtime set of shard mutexes, in index order.
   assert(each.size() == keys.size());
   absl::InlinedVector<size_t, 4> shards;
@@ -67,24 +103,47 @@ Decision LeaseTable::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys, std::
   for (size_t s : locked) {
     shards_[s].mu.Lock();
   }
-  // Each key's leases; an entry made for a key that ends up holding none is removed below.
+  // Each key's leases (keys are distinct: ValidateLeases); an entry made for a key that ends
+  // up holding none is removed below. `held`: the leases they hold, kept in leases_.
   absl::InlinedVector<std::vector<Lease>*, 4> sets;
+  int64_t held = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     sets.push_back(&shards_[shards[i]].leases[std::string(keys[i].key)]);
+    held += static_cast<int64_t>(sets.back()->size());
   }
   bool all_allowed = true;
+  int64_t added = 0;  // New leases a take would hold (not renewals), and their holders left.
   for (size_t i = 0; i < keys.size(); ++i) {
     each[i] = DecideLease(*sets[i], op, keys[i].capacity, id, ttl, now, /*apply=*/false);
     all_allowed = all_allowed && each[i].allowed;
+    added += std::none_of(sets[i]->begin(), sets[i]->end(),
+                          [&](const Lease& lease) { return lease.id == id; })
+                 ? 1
+                 : 0;
   }
+  const auto count = [&] {
+    int64_t n = 0;
+    for (const std::vector<Lease>* set : sets) {
+      n += static_cast<int64_t>(set->size());
+    }
+    return n;
+  };
+  leases_.fetch_add(count() - held, std::memory_order_relaxed);  // Expired ones went.
+  held = count();
+  bool refused = false;
   // A take is all or nothing; a release gives back whatever `id` holds.
-  if (op == LeaseOp::kRelease || (op == LeaseOp::kTake && all_allowed)) {
+  if (op == LeaseOp::kTake && all_allowed) {
+    refused = !Reserve(added, now, locked);
+    held += refused ? 0 : added;  // Counted by Reserve.
+  }
+  if (!refused && (op == LeaseOp::kRelease || (op == LeaseOp::kTake && all_allowed))) {
     for (size_t i = 0; i < keys.size(); ++i) {
       if (op == LeaseOp::kTake || each[i].allowed) {
         each[i] = DecideLease(*sets[i], op, keys[i].capacity, id, ttl, now, /*apply=*/true);
       }
     }
   }
+  leases_.fetch_add(count() - held, std::memory_order_relaxed);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (sets[i]->empty()) {
       shards_[shards[i]].leases.erase(std::string(keys[i].key));
@@ -95,6 +154,12 @@ Decision LeaseTable::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys, std::
       Sweep(shards_[s], now);
     }
     shards_[s].mu.Unlock();
+  }
+  if (refused) {
+    return absl::ResourceExhaustedError(
+        fmt::format("the memory store holds {} leases (--max-leases), none expired; refusing a "
+                    "new one",
+                    max_leases_));
   }
   return Combine(each);
 }

@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cassert>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/escaping.h"
 #include "fmt/format.h"
 
 #include "sluice/algorithms.h"
@@ -64,15 +66,26 @@ absl::Status CheckMemoryLimit(const Limit& limit) {
   return absl::OkStatus();
 }
 
+// A new key refused: see "Bounded memory" in MemoryStore's comment.
+absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key) {
+  return absl::ResourceExhaustedError(fmt::format(
+      "the memory store is full ({} keys, --max-keys) and none has reset to make room for key "
+      "'{}' of {}",
+      max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))), limit.ToString()));
+}
+
 // Finds a Limit's table without a lock: an open-addressed array of pointers that only ever go
 // from null to a table, so a reader that meets null knows the limit was absent when it
 // looked, and the writer, under its lock, looks again before it inserts.
 class MemoryStore::Tables {
  public:
-  explicit Tables(size_t max_keys) : budget_(max_keys) {}
+  explicit Tables(MemoryStoreOptions options)
+      : max_keys_(options.max_keys), budget_(options.max_keys), leases_(options.max_leases) {}
 
+  size_t max_keys() const { return max_keys_; }
   const Budget& budget() const { return budget_; }
   internal::LeaseTable& leases() { return leases_; }
+  const internal::LeaseTable& leases() const { return leases_; }
 
   absl::StatusOr<Table*> Find(const Limit& limit) {
     const size_t start = SlotOf(limit);
@@ -142,6 +155,7 @@ class MemoryStore::Tables {
                     limit.ToString()));
   }
 
+  const size_t max_keys_;
   Budget budget_;
   internal::LeaseTable leases_;
   std::array<std::atomic<Table*>, kMaxLimits> slots_{};
@@ -150,7 +164,7 @@ class MemoryStore::Tables {
 };
 
 MemoryStore::MemoryStore(MemoryStoreOptions options)
-    : tables_(std::make_unique<Tables>(options.max_keys)) {}
+    : tables_(std::make_unique<Tables>(options)) {}
 MemoryStore::~MemoryStore() = default;
 
 absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
@@ -165,7 +179,11 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   if (!table.ok()) {
     return table.status();
   }
-  return (*table)->Decide({key, HashOf(key)}, cost, now);
+  std::optional<Decision> decision = (*table)->Decide({key, HashOf(key)}, cost, now);
+  if (!decision) [[unlikely]] {
+    return StoreFull(tables_->max_keys(), limit, key);
+  }
+  return *decision;
 }
 
 namespace {
@@ -202,26 +220,28 @@ class Held {
 };
 
 // DecideAll's decisions, made while Held holds every target's shard: a dry run of each, then
-// the change on all of them if all are allowed, or on none.
-Decision DecideHeldAll(std::span<const Target> targets, int64_t cost, Timestamp now,
-                       std::span<Decision> each) {
-  absl::InlinedVector<HashedKey, 4> keys;
-  for (const Target& target : targets) {
-    keys.push_back(target.key);
-  }
+// room made for the new keys, then the change on all of them if all are allowed and have room,
+// or on none. Empty when a new key found no room: the index of its target in `full`.
+std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t cost,
+                                      Timestamp now, std::span<Decision> each, size_t& full) {
   bool all_allowed = true;
   for (size_t i = 0; i < targets.size(); ++i) {
-    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun, {});
+    each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
     all_allowed = all_allowed && each[i].allowed;
+  }
+  for (size_t i = 0; all_allowed && cost > 0 && i < targets.size(); ++i) {
+    // Dropping a reset key changes no decision, even one of this request's own keys.
+    if (!targets[i].table->MakeRoomHeld(targets[i].key, now)) {
+      full = i;
+      return std::nullopt;
+    }
   }
   for (size_t i = 0; i < targets.size(); ++i) {
     if (all_allowed) {
-      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply, keys);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kApply);
     } else if (each[i].allowed) {
       // Nothing is recorded, so this limit's honest figures are those of a cost-0 query.
-      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun, {});
-    } else {
-      targets[i].table->MarkDeniedHeld(targets[i].key);
+      each[i] = targets[i].table->DecideHeld(targets[i].key, 0, now, Mode::kDryRun);
     }
   }
   return Combine(each);
@@ -266,7 +286,11 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
     locks.push_back(&(*table)->ShardLock(ShardOf(key.hash)));
   }
   const Held held(locks);
-  return DecideHeldAll(targets, cost, now, each);
+  size_t full = 0;
+  if (std::optional<Decision> d = DecideHeldAll(targets, cost, now, each, full)) [[likely]] {
+    return *d;
+  }
+  return StoreFull(tables_->max_keys(), *requests[full].limit, requests[full].key);
 }
 
 absl::StatusOr<Decision> MemoryStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
@@ -288,7 +312,12 @@ absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMem
 
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
 
-MemoryStoreStats MemoryStore::Stats() const { return tables_->budget().Stats(); }
+MemoryStoreStats MemoryStore::Stats() const {
+  MemoryStoreStats stats = tables_->budget().Stats();
+  stats.leases = tables_->leases().Count();
+  stats.leases_refused = tables_->leases().refused();
+  return stats;
+}
 
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
   SnapshotWriter w;

@@ -1,6 +1,6 @@
 // The shard table: TableOf, the Table of one algorithm's states in one encoding, and the
 // choice between encodings that MakeTable makes. TableOf stays in this file's unnamed
-// namespace, so the whole of a decision (probe, decide, reclaim, evict) is compiled together.
+// namespace, so the whole of a decision (probe, decide, reclaim) is compiled together.
 
 #include "src/memory/table.h"
 
@@ -26,23 +26,21 @@ class TableOf final : public Table {
   using Table::Table;
   using Stored = typename Storage::Stored;
 
-  Decision Decide(HashedKey key, int64_t cost, Timestamp now) override {
+  std::optional<Decision> Decide(HashedKey key, int64_t cost, Timestamp now) override {
     Shard& shard = shards_[ShardOf(key.hash)];
     SpinLockHolder lock(shard.mu);
-    return DecideInShard(shard, key, cost, now, Mode::kApply, {});
+    return DecideInShard(shard, key, cost, now, Mode::kApply, /*room_made=*/false);
   }
 
-  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
-                      std::span<const HashedKey> keep) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now,
+                      Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
-    return DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, keep);
+    return *DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, /*room_made=*/true);
   }
 
-  void MarkDeniedHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool MakeRoomHeld(HashedKey key, Timestamp now) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Shard& shard = shards_[ShardOf(key.hash)];
-    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
-      slot->key.mark_denied();
-    }
+    return shard.states.Find(key.key, key.hash) != nullptr || MakeRoom(shard, now);
   }
 
   size_t KeyCount() override {
@@ -92,8 +90,10 @@ class TableOf final : public Table {
     size_t cursor ABSL_GUARDED_BY(mu) = 0;  // The slot where the walk of MakeRoom resumes.
   };
 
-  Decision DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now, Mode mode,
-                         std::span<const HashedKey> keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  // `room_made`: MakeRoomHeld has made room for a new key (or the mode is a dry run).
+  std::optional<Decision> DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now,
+                                        Mode mode, bool room_made)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
       Decision d;
       if constexpr (std::is_same_v<Stored, State>) {
@@ -108,23 +108,22 @@ class TableOf final : public Table {
           slot->value = Storage::Pack(state);
         }
       }
-      if (mode == Mode::kApply && !d.allowed) {
-        slot->key.mark_denied();  // Its owner is being limited: evict it last.
-      }
       return d;
     }
     // A key is created only by an admission that changes its state.
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
-      MakeRoom(shard, now, keep);
+      if (!room_made && !MakeRoom(shard, now)) [[unlikely]] {
+        return std::nullopt;
+      }
       shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
   }
 
-  // The figures a cost-0 query would get for a stored state: what eviction weighs. A cost-0
+  // The figures a cost-0 query would get for a stored state: whether it has reset. A cost-0
   // decision changes nothing, so a state stored as is is decided on in place, not copied (a
   // sliding log can be large).
   Decision Probe(Stored& stored, Timestamp now) {
@@ -138,19 +137,22 @@ class TableOf final : public Table {
 
   Budget::Stripe& StripeOf(const Shard& shard) { return budget().stripe(&shard - shards_.data()); }
 
-  void Drop(Shard& shard, Slot* slot, std::atomic<uint64_t>& counter)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  // Drops a key whose state has reset: it decides as a new key does, so nothing is lost.
+  void Drop(Shard& shard, Slot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     shard.states.Erase(slot);
-    StripeOf(shard).keys.fetch_sub(1, std::memory_order_relaxed);
-    counter.fetch_add(1, std::memory_order_relaxed);
+    Budget::Stripe& stripe = StripeOf(shard);
+    stripe.keys.fetch_sub(1, std::memory_order_relaxed);
+    stripe.reclaimed.fetch_add(1, std::memory_order_relaxed);
   }
+
+  bool HasReset(Stored& stored, Timestamp now) { return Probe(stored, now).reset_after == Micros{0}; }
 
   // The next `n` keys of the shard's walk round its slots (fewer if it holds fewer). Erasing
   // one of them leaves the others where they are.
-  absl::InlinedVector<Slot*, kEvictionSample> Walk(Shard& shard, int n)
+  absl::InlinedVector<Slot*, kFullSearch> Walk(Shard& shard, int n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     Map& map = shard.states;
-    absl::InlinedVector<Slot*, kEvictionSample> walked;
+    absl::InlinedVector<Slot*, kFullSearch> walked;
     const size_t capacity = map.capacity();
     const size_t wanted = std::min(static_cast<size_t>(n), map.size());
     size_t i = shard.cursor < capacity ? shard.cursor : 0;
@@ -165,38 +167,33 @@ class TableOf final : public Table {
   }
 
   // Before a new key goes in: when the shard's map nears the point where it would grow, or
-  // the store is full, drop reset keys met on the walk; when the store is full, also evict one
-  // (see MemoryStore's comment for the policy). Reclaiming only under pressure matters: a key
-  // requested less often than it resets would otherwise be dropped and made again each time.
-  void MakeRoom(Shard& shard, Timestamp now, std::span<const HashedKey> keep)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  // the store is full, drop reset keys met on the walk; when the store is still full, look for
+  // one in other tables (see MemoryStore's comment for the policy). Whether there is room now.
+  // Reclaiming only under pressure matters: a key requested less often than it resets would
+  // otherwise be dropped and made again each time.
+  bool MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     const auto index = static_cast<size_t>(&shard - shards_.data());
     const bool full = budget().Full(index);
-    const bool nearing_growth = shard.states.NearingGrowth();
-    if (!full && !nearing_growth) {
-      return;
+    if (!full && !shard.states.NearingGrowth()) {
+      return true;
     }
-    for (Slot* slot : Walk(shard, kReclaimPerInsert)) {
-      if (Probe(slot->value, now).reset_after == Micros{0}) {
-        Drop(shard, slot, StripeOf(shard).reclaimed);
+    for (Slot* slot : Walk(shard, full ? kFullSearch : kReclaimPerInsert)) {
+      if (HasReset(slot->value, now)) {
+        Drop(shard, slot);
       }
     }
-    if (!budget().Full(index)) {
-      return;
+    if (!budget().Full(index) || ReclaimElsewhere(index, now)) {
+      return true;
     }
-    EvictOne(index, now, keep);
+    StripeOf(shard).refused.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
 
-  // Evicts the best victim among this table's keys in shard `index` and those of a few other
-  // tables' shards of the same index (they count against the same stripe). Their locks are
-  // only tried, never waited for: two new keys evicting across each other's tables cannot
-  // deadlock, and a busy shard is simply not asked this time. REQUIRES: the caller holds this
-  // table's lock of shard `index`. The analysis cannot follow locks taken in a loop and held
-  // across its iterations, hence the exemption.
-  void EvictOne(size_t index, Timestamp now,
-                std::span<const HashedKey> keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    std::optional<Nominee> best = Nominate(index, now, keep);
-    SpinLock* other_lock = nullptr;  // Held while `best` is another table's.
+  // Drops one reset key of shard `index` in up to kOtherTablesAsked other tables (they count
+  // against the same stripe); whether it found one. Their locks are only tried, never waited
+  // for: two new keys searching each other's tables cannot deadlock, a busy shard is simply
+  // not asked this time, and a shard this request holds cannot be try-locked.
+  bool ReclaimElsewhere(size_t index, Timestamp now) {
     const size_t tables = budget().table_count();
     size_t t = round_robin_.fetch_add(1, std::memory_order_relaxed);
     for (size_t k = 0; k < std::min(kOtherTablesAsked, tables); ++k) {
@@ -208,59 +205,32 @@ class TableOf final : public Table {
       if (!lock.TryLock()) {
         continue;
       }
-      // Another table's shard that this request holds cannot be try-locked: its keys are safe.
-      std::optional<Nominee> nominee = other->Nominate(index, now, {});
-      if (nominee && (!best || BetterVictim(*nominee, *best))) {
-        if (other_lock != nullptr) {
-          other_lock->Unlock();
-        }
-        other_lock = &lock;
-        best = nominee;
-      } else {
-        lock.Unlock();
+      const bool found = other->ReclaimOne(index, now);
+      lock.Unlock();
+      if (found) {
+        return true;
       }
     }
-    if (best) {
-      best->table->Evict(index, best->slot);
-    }
-    if (other_lock != nullptr) {
-      other_lock->Unlock();
-    }
+    return false;
   }
 
  public:
   SpinLock& ShardLock(size_t index) override { return shards_[index].mu; }
 
-  std::optional<Nominee> Nominate(size_t index, Timestamp now, std::span<const HashedKey> keep)
-      override ABSL_NO_THREAD_SAFETY_ANALYSIS {  // The caller holds the shard's lock (by index).
-    std::optional<Nominee> best;
-    for (Slot* slot : Walk(shards_[index], kEvictionSample)) {
-      if (std::any_of(keep.begin(), keep.end(),
-                      [&](const HashedKey& k) { return k.key == slot->key.view(); })) {
-        continue;
-      }
-      const Decision figures = Probe(slot->value, now);
-      const Nominee n{.table = this,
-                      .slot = slot,
-                      .denied = slot->key.denied(),
-                      .remaining = figures.remaining,
-                      .capacity = limit().burst(),
-                      .reset_after = figures.reset_after};
-      if (!best || BetterVictim(n, *best)) {
-        best = n;
+  bool ReclaimOne(size_t index, Timestamp now) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[index];  // The caller holds its lock (by index).
+    for (Slot* slot : Walk(shard, kFullSearch)) {
+      if (HasReset(slot->value, now)) {
+        Drop(shard, slot);
+        return true;
       }
     }
-    return best;
-  }
-
-  void Evict(size_t index, void* slot) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    Shard& shard = shards_[index];
-    Drop(shard, static_cast<Slot*>(slot), StripeOf(shard).evicted);
+    return false;
   }
 
  private:
   std::array<Shard, kShards> shards_;
-  std::atomic<size_t> round_robin_{0};  // Where eviction starts asking other tables.
+  std::atomic<size_t> round_robin_{0};  // Where the search of other tables starts.
 };
 
 }  // namespace

@@ -2,18 +2,18 @@
 
 // Table: the states of one Limit's keys in the memory store, in kShards shards
 // (src/memory/shards.h), each a CompactMap under its own SpinLock. A new key reclaims reset keys
-// and, when the store's Budget is full, evicts one (src/memory/eviction.h). MakeTable makes the
+// as the store's Budget asks, and is refused when it is full and none is found
+// (src/memory/eviction.h). MakeTable makes the
 // table for a limit, holding its states in the most compact encoding the limit allows
 // (src/memory/compact_state.h); the implementation, TableOf, is in table.cc.
 //
 // Thread-safe: Decide, KeyCount, Save and Put take the shard locks themselves; the *Held
-// calls, Nominate and Evict are for callers that already hold the shard's lock (ShardLock).
+// calls and ReclaimOne are for callers that already hold the shard's lock (ShardLock).
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string_view>
 
 #include "sluice/algorithms.h"
@@ -37,25 +37,24 @@ class Table {
   const Limit& limit() const { return limit_; }
   Budget& budget() const { return budget_; }
 
-  // Decides under the shard's lock.
-  virtual Decision Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
+  // Decides under the shard's lock. Empty when the key is new, the request would create it,
+  // and the store is full with no reset key found to drop (MakeRoomHeld): nothing changed.
+  virtual std::optional<Decision> Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
   // DecideAll's steps: the caller holds ShardLock(ShardOf(key.hash)) for the whole of them.
-  // `keep`: the request's other keys, which making room for this one must not evict.
-  virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode,
-                              std::span<const HashedKey> keep) = 0;
-  // Marks a key as denied (if it is stored) after DecideAll denied it. Lock held as above.
-  virtual void MarkDeniedHeld(HashedKey key) = 0;
+  // kApply after MakeRoomHeld said yes for every new key of the request: a new key is
+  // inserted even if others have filled the store since (all or nothing comes first).
+  virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
+  // Whether `key` is stored, or there is room for it (after dropping reset keys if the store
+  // is full). False counts a refusal. Lock held as above.
+  virtual bool MakeRoomHeld(HashedKey key, Timestamp now) = 0;
   virtual size_t KeyCount() = 0;
 
   // The lock of shard `index`, for those that take it from outside: DecideAll (for
-  // ShardOf(key.hash)) and eviction across tables.
+  // ShardOf(key.hash)) and the search for reset keys across tables.
   virtual SpinLock& ShardLock(size_t index) = 0;
-  // Eviction across tables. REQUIRES for both: the caller holds ShardLock(index).
-  // The best victim among keys sampled from shard `index`, or none if it holds no key.
-  virtual std::optional<Nominee> Nominate(size_t index, Timestamp now,
-                                          std::span<const HashedKey> keep) = 0;
-  // Drops a key Nominate offered, counting it as evicted.
-  virtual void Evict(size_t index, void* slot) = 0;
+  // Drops one reset key among the next kFullSearch of shard `index`'s walk; whether it found
+  // one. REQUIRES: the caller holds ShardLock(index).
+  virtual bool ReclaimOne(size_t index, Timestamp now) = 0;
 
   // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/memory/snapshot.h.
   virtual void Save(SnapshotWriter& w) = 0;

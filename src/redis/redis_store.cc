@@ -55,6 +55,7 @@ RedisStore::Impl::Impl(RedisStoreOptions options, std::unique_ptr<asio::ssl::con
       margin_ms_(fmt::format_int(options_.expiry_margin.count()).str()),
       tls_(std::move(tls)),
       work_(asio::make_work_guard(io_)),
+      local_(options_.local),
       timer_(io_) {
   if (options_.cluster) {
     slot_owner_.assign(kSlotCount, nullptr);
@@ -208,6 +209,7 @@ RedisStoreStats RedisStore::Impl::Stats() const {
                         .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
                         .connections_ready = ready_.load(std::memory_order_relaxed)};
   AddShareStats(stats);  // share_calls.cc
+  stats.local = local_.Stats();
   return stats;
 }
 

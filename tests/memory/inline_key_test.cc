@@ -41,18 +41,5 @@ TEST(InlineKeyTest, SurvivesAVectorsReallocations) {
   }
 }
 
-TEST(InlineKeyTest, TheDeniedFlagIsNoPartOfTheValueAndSurvivesMoves) {
-  for (const std::string& text : {std::string("short"), std::string(40, 'z')}) {
-    InlineKey key(text);
-    EXPECT_FALSE(key.denied());
-    key.mark_denied();
-    EXPECT_TRUE(key.denied());
-    EXPECT_EQ(key.view(), text);
-    InlineKey moved = std::move(key);  // As a map moves its slots when it grows.
-    EXPECT_TRUE(moved.denied());
-    EXPECT_EQ(moved.view(), text);
-  }
-}
-
 }  // namespace
 }  // namespace sluice::internal

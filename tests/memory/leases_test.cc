@@ -150,5 +150,50 @@ TEST_F(LeaseTest, RefusesWhatIsMalformedNamingTheProblem) {
   EXPECT_EQ(store_.LeasedKeyCount(), 0u);
 }
 
+// Issue 19, finding 4: anyone who can name keys could take a lease on each, without bound.
+// With max_leases, a flood of new keys holds at most that many leases; the rest are refused,
+// counted; renewing and releasing still work, and expired leases make room again.
+TEST(LeaseBoundTest, AFloodOfKeysHoldsAtMostMaxLeases) {
+  MemoryStore store({.max_leases = 100});
+  auto take = [&](const std::string& key, std::string_view id, Micros at) {
+    const LeasedKey leased{key, 5};
+    Decision each;
+    return store.LeaseAll(LeaseOp::kTake, {&leased, 1}, id, 10s, At(kEpoch) + at, {&each, 1});
+  };
+  int refused = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const absl::StatusOr<Decision> d = take(fmt::format("k{}", i), "x", 0s);
+    if (d.ok()) {
+      ASSERT_TRUE(d->allowed);
+    } else {
+      ASSERT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted) << d.status();
+      EXPECT_EQ(d.status().message(),
+                "the memory store holds 100 leases (--max-leases), none expired; refusing a new "
+                "one");
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 900);
+  EXPECT_EQ(store.Stats().leases, 100u);
+  EXPECT_EQ(store.Stats().leases_refused, 900u);
+  EXPECT_LE(store.LeasedKeyCount(), 100u);
+  // Full: a held lease is renewed; a second lease on a held key is refused.
+  EXPECT_TRUE(take("k0", "x", 1s).ok());
+  EXPECT_FALSE(take("k0", "y", 1s).ok());
+  // A release makes room for one.
+  const LeasedKey k0{"k0", 5};
+  Decision each;
+  ASSERT_TRUE(store.LeaseAll(LeaseOp::kRelease, {&k0, 1}, "x", 0s, At(kEpoch) + 1s, {&each, 1})
+                  ->allowed);
+  EXPECT_EQ(store.Stats().leases, 99u);
+  EXPECT_TRUE(take("new", "x", 1s).ok());
+  EXPECT_FALSE(take("newer", "x", 1s).ok());
+  // Once the leases have expired (k0's renewal at 11 s), a full sweep makes room for others.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(take(fmt::format("late{}", i), "x", 12s).ok()) << i;
+  }
+  EXPECT_EQ(store.Stats().leases, 100u);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""sluiced's memory budget against a flood (issue 19, findings 2 and 4), through HTTP:
+
+- with --max-keys 1000, a flood of new keys each driven over its own limit never frees a
+  limited victim: the victim stays denied, the keys past the bound are refused (503, store
+  full) and counted in sluice_store_refused_total;
+- with --max-leases 50, a flood of leases on new keys holds at most 50, the rest refused (503)
+  and counted, the gauge sluice_store_leases showing what is held.
+
+    python3 tests/integration/memory_budget_test.py --sluiced build/bin/sluiced
+
+Python 3 standard library only.
+"""
+
+import argparse
+import http.client
+import json
+import sys
+import unittest
+
+import sluiced
+
+RULES = """
+domain: flood
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 1
+  - key: job
+    concurrency: 1000
+    lease_ttl: 1h
+"""
+
+
+class Client:
+    """One kept-alive connection: thousands of requests in a few seconds."""
+
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+    def check(self, key, value):
+        body = json.dumps({"domain": "flood", "descriptors": [{"entries": [
+            {"key": key, "value": value}]}]})
+        self.conn.request("POST", "/v1/check", body, {"Content-Type": "application/json"})
+        response = self.conn.getresponse()
+        return response.status, response.read().decode()
+
+    def close(self):
+        self.conn.close()
+
+
+class MemoryBudgetTest(unittest.TestCase):
+    def start(self, *flags):
+        self.server = sluiced.Sluiced.with_rules(RULES, *flags)
+        self.server.start()
+        self.addCleanup(self.server.cleanup)
+        self.client = Client(self.server.port)
+        self.addCleanup(self.client.close)
+
+    def test_a_flood_of_denied_keys_never_frees_a_limited_victim(self):
+        self.start("--max-keys", "1000")
+        self.assertEqual(self.client.check("user", "victim")[0], 200)
+        self.assertEqual(self.client.check("user", "victim")[0], 429)
+        statuses = {}
+        victim = []
+        for k in range(2500):
+            for _ in range(2):  # Admitted, then denied: each flood key "has been denied" too.
+                status, body = self.client.check("user", f"flood-{k}")
+                statuses[status] = statuses.get(status, 0) + 1
+                if status == 503:
+                    self.assertIn("memory store is full", body)
+            if k % 25 == 0:
+                victim.append(self.client.check("user", "victim")[0])
+        self.assertEqual(set(victim), {429}, f"the victim's answers during the flood: {victim}")
+        self.assertEqual(set(statuses), {200, 429, 503}, statuses)
+        metrics = self.server.metrics()
+        self.assertGreater(self.server.metric("sluice_store_refused_total", metrics), 0)
+        self.assertLessEqual(self.server.metric("sluice_store_keys", metrics), 1000 + 64)
+        for _ in range(20):
+            self.assertEqual(self.client.check("user", "victim")[0], 429)
+
+    def test_a_flood_of_leases_holds_at_most_max_leases(self):
+        self.start("--max-leases", "50")
+        statuses = {}
+        for k in range(200):
+            status, body = self.client.check("job", f"job-{k}")
+            statuses[status] = statuses.get(status, 0) + 1
+            if status == 503:
+                self.assertIn("--max-leases", body)
+        self.assertEqual(statuses, {200: 50, 503: 150})
+        metrics = self.server.metrics()
+        self.assertEqual(self.server.metric("sluice_store_leases", metrics), 50)
+        self.assertEqual(self.server.metric("sluice_store_leases_refused_total", metrics), 150)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluiced", required=True)
+    args, rest = parser.parse_known_args()
+    sluiced.BINARY = args.sluiced
+    unittest.main(argv=[sys.argv[0]] + rest)
