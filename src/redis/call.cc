@@ -2,6 +2,7 @@
 
 #include "fmt/format.h"
 
+#include "src/redis/errors.h"
 #include "src/redis/resp.h"
 
 namespace sluice::internal {
@@ -95,8 +96,11 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
   if (reply.element[at]->integer == 0) {
     const redisReply* message = at + 1 < reply.elements ? reply.element[at + 1] : nullptr;
     at += 2;
-    return absl::InternalError(
-        fmt::format("redis: {}", message && message->str ? message->str : "script error"));
+    // An error a command of the script raised (OOM, READONLY...) says as much about Redis as
+    // one that refused the whole call: read alike.
+    return RedisErrorStatus(message && message->str
+                                ? std::string_view(message->str, message->len)
+                                : std::string_view("script error"));
   }
   ++at;
   const bool receipts = call.mode == Call::Mode::kCharge;

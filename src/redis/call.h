@@ -116,7 +116,9 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
 
 // Reads `call`'s part of the script's reply to its batch, which starts at element `at`, and
 // moves `at` past it (as far as it can be read). Writes the call's decisions to `call.each`
-// and returns their Combine; Internal for a script error or a reply that is malformed.
+// and returns their Combine; for an error the script answered for the call, RedisErrorStatus's
+// (errors.h: Unavailable when Redis cannot decide now, Internal when the call is wrong);
+// Internal for a reply that is malformed.
 absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call);
 
 }  // namespace sluice::internal

@@ -5,6 +5,8 @@
 
 #include "fmt/format.h"
 
+#include "src/core/status.h"
+#include "src/redis/errors.h"
 #include "src/redis/sentinel.h"
 
 namespace sluice {
@@ -74,8 +76,12 @@ void RedisStore::Impl::Connection::AskSlots() {
           SteadyClock::now() + store_.options_.timeout);
 }
 
-void RedisStore::Impl::Connection::Fail(const absl::Status& status) {
+void RedisStore::Impl::Connection::Fail(const absl::Status& status, bool refusing) {
   store_.last_error_ = std::string(status.message());
+  if (!store_.stopping_) {
+    store_.health_.Lost(Name(), internal::Message(status), refusing, SteadyClock::now());
+    store_.ArmHealth();
+  }
   Close(status);
   if (store_.stopping_) {
     return;
@@ -253,8 +259,12 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
       store_.sha_ = std::string(text);
       if (state_ == State::kOpening) {
         state_ = State::kReady;
-        backoff_ = store_.options_.backoff_min;
+        if (!not_master_) {
+          backoff_ = store_.options_.backoff_min;
+        }
         store_.ready_.fetch_add(1, std::memory_order_relaxed);
+        store_.health_.Connected(Name(), SteadyClock::now());
+        store_.ArmHealth();
         if (store_.options_.cluster && !store_.slots_known_) {
           store_.RefreshSlots();  // Learn the map before the first call needs it.
         }
@@ -293,20 +303,53 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                 fmt::format("redis: {}: this server is a Redis Cluster node; use "
                                             "redis+cluster:// to follow its redirections",
                                             text)));
-  } else if (error && store_.sentinel_ != nullptr && text.find("READONLY") != text.npos) {
-    // Sentinel: this master was demoted to a replica. Drop the connection, which asks the
-    // sentinels again and reconnects.
-    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
-    Fail(absl::UnavailableError(
-        fmt::format("Redis at {} is a replica now: {}", RedisEndpointName(node_.endpoint), text)));
   } else if (error) {
-    // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
-    // deciding.
-    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
+    // The whole call failed: Redis cannot decide now (OOM, BUSY, LOADING, READONLY...), which
+    // the policy answers, or the call is wrong (errors.h).
+    const internal::RedisErrorKind kind = internal::ClassifyRedisError(text);
+    store_.FailAll(p.calls, internal::RedisErrorStatus(text));
+    if (kind != internal::RedisErrorKind::kCall) {
+      Refused(text, kind == internal::RedisErrorKind::kNotMaster);
+    }
   } else {
-    store_.CompleteBatch(p.calls, reply);
+    // A command of the script may have been refused for the same reasons, per call.
+    const BatchOutcome outcome = store_.CompleteBatch(p.calls, reply);
+    if (outcome.refusal) {
+      Refused(*outcome.refusal, outcome.not_master);
+    } else if (outcome.answered) {
+      if (not_master_) {
+        not_master_ = false;
+        backoff_ = store_.options_.backoff_min;
+      }
+      store_.health_.Answered(Name(), SteadyClock::now());
+      store_.ArmHealth();
+    }
   }
   store_.Dispatch();
+}
+
+void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_master) {
+  if (!not_master) {
+    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    store_.ArmHealth();
+    return;
+  }
+  if (store_.options_.cluster) {
+    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    store_.ArmHealth();
+    store_.RefreshSlots();  // A failover: the fresh map names the slot's new master.
+    return;
+  }
+  // Demoted: drop the connection. Its reconnection asks the sentinels again (Fail), or
+  // resolves the host's name again (a DNS name that follows the master); until it finds a
+  // master, its backoff grows as a connection that fails to open does.
+  not_master_ = true;
+  Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master: {}", Name(), text)),
+       /*refusing=*/true);
+}
+
+std::string RedisStore::Impl::Connection::Name() const {
+  return RedisEndpointName(node_.endpoint);
 }
 
 }  // namespace sluice

@@ -52,8 +52,9 @@ class RedisStore::Impl::Connection {
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the
-  // backoff unless the store is stopping.
-  void Fail(const absl::Status& status);
+  // backoff unless the store is stopping. The server is lost (health.h) for that reason;
+  // `refusing`: it answers, but cannot decide.
+  void Fail(const absl::Status& status, bool refusing = false);
   // The first half of Fail, and all of it when the store shuts down: closes the socket and
   // fails everything in flight with `status`.
   void Close(const absl::Status& status);
@@ -76,12 +77,19 @@ class RedisStore::Impl::Connection {
   // A reply to a batch: its decisions, a NOSCRIPT, a redirection or a failure of the batch.
   // `error` and `text` are the reply's: whether it is an error, and its text.
   void OnBatchReply(Pending p, const redisReply& reply, bool error, std::string_view text);
+  // Redis answered `text`, an error that says it cannot decide now (errors.h): the server
+  // cannot decide, and when `not_master` the master must be found again.
+  void Refused(std::string_view text, bool not_master);
+  std::string Name() const;  // The server's, for messages.
 
   Impl& store_;
   Node& node_;
   std::shared_ptr<internal::RedisStream> stream_;  // A new one for each Connect.
   boost::asio::steady_timer retry_;
   std::chrono::milliseconds backoff_;
+  // The last failure was a server that is not a master (READONLY): a handshake, which such a
+  // server completes, does not end the backoff; a call it decides does.
+  bool not_master_ = false;
   State state_ = State::kClosed;
   uint64_t generation_ = 0;
   SteadyTime open_deadline_;

@@ -21,6 +21,7 @@
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/connection.h"
+#include "src/redis/errors.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
 #include "src/redis/sentinel.h"
@@ -35,13 +36,9 @@ using internal::AppendLease;
 using internal::AppendLimit;
 using internal::BatchCommand;
 using internal::HashSlot;
+using internal::IsStoreUnavailable;
 using internal::kSlotCount;
 using internal::ReadReply;
-
-// A transport failure: the policy decides. Anything else is the call's own error.
-bool IsTransportFailure(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-}
 
 }  // namespace
 
@@ -238,7 +235,8 @@ void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   RecordDenial(call, result);  // deny_calls.cc
   // A give-back that fails leaves its units charged: no policy can make Redis take them back.
   // A dry run that fails is its caller's to report (multislot.cc): it must charge nothing.
-  if (!result.ok() && IsTransportFailure(result.status()) && call.mode != Call::Mode::kGiveBack &&
+  // Redis could not decide (errors.h): the policy does. A call's own error stays its own.
+  if (!result.ok() && IsStoreUnavailable(result.status()) && call.mode != Call::Mode::kGiveBack &&
       call.mode != Call::Mode::kDryRun) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
@@ -404,11 +402,22 @@ absl::Status RedisStore::Impl::NoConnection() const {
 }
 
 // The replies to one batch, given to its calls in order.
-void RedisStore::Impl::CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply) {
+RedisStore::Impl::BatchOutcome RedisStore::Impl::CompleteBatch(std::vector<CallPtr>& calls,
+                                                              const redisReply& reply) {
+  BatchOutcome outcome;
   size_t at = 0;
   for (CallPtr& c : calls) {
-    Complete(*c, ReadReply(reply, at, *c));
+    absl::StatusOr<Decision> result = ReadReply(reply, at, *c);
+    if (result.ok()) {
+      outcome.answered = true;
+    } else if (!outcome.refusal && IsStoreUnavailable(result.status())) {
+      outcome.refusal = std::string(internal::RedisErrorText(result.status()));
+      outcome.not_master =
+          internal::ClassifyRedisStatus(result.status()) == internal::RedisErrorKind::kNotMaster;
+    }
+    Complete(*c, std::move(result));
   }
+  return outcome;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,9 +491,27 @@ void RedisStore::Impl::OnTimer() {
   ArmTimer();
 }
 
+void RedisStore::Impl::ArmHealth() {
+  const std::optional<SteadyTime> due = health_.due();
+  if (!due || stopping_ || (health_armed_ && health_timer_.expiry() <= *due)) {
+    return;
+  }
+  health_armed_ = true;
+  health_timer_.expires_at(*due);
+  health_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted) {
+      return;  // Re-armed earlier, or shutting down.
+    }
+    health_armed_ = false;
+    health_.Flush(SteadyClock::now());
+    ArmHealth();
+  });
+}
+
 void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
+  health_timer_.cancel();
   slots_timer_.cancel();
   share_timer_.cancel();
   if (sentinel_ != nullptr) {
