@@ -85,7 +85,8 @@ bool HealthLog::Said(const Server& server) const {
 }
 
 std::string HealthLog::Kind(const Server& server) {
-  return server.lost ? "lost: " + server.reason : "back";
+  // Back from one cause is not back from another: only a repeat of the same is held back.
+  return (server.lost ? "lost: " : "back: ") + server.reason;
 }
 
 void HealthLog::Settle(const std::string& name, Server& server, Time now) {
