@@ -71,6 +71,16 @@ void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
   Flush();
 }
 
+std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime deadline) const {
+  if (!clock_offset_us_) {
+    return std::nullopt;
+  }
+  const auto system = std::chrono::system_clock::now() + (deadline - SteadyClock::now());
+  return std::chrono::duration_cast<std::chrono::microseconds>(system.time_since_epoch())
+             .count() +
+         *clock_offset_us_;
+}
+
 void RedisStore::Impl::Connection::AskSlots() {
   Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
           SteadyClock::now() + store_.options_.timeout);
@@ -152,6 +162,7 @@ void RedisStore::Impl::Connection::OnConnected() {
   if (store_.sentinel_ != nullptr) {
     Control(Pending::Kind::kRole, Command({"ROLE"}), open_deadline_);  // Still the master?
   }
+  Control(Pending::Kind::kTime, Command({"TIME"}), open_deadline_);
   Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), open_deadline_);
   Read();
 }
@@ -236,6 +247,9 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
       return;
     case Pending::Kind::kAsking:
       return;  // +OK; the batch behind it carries the answer.
+    case Pending::Kind::kTime:
+      clock_offset_us_ = internal::ClockOffset(*reply, std::chrono::system_clock::now());
+      return;
     case Pending::Kind::kRole:
       if (!internal::IsMasterRole(*reply)) {  // A sentinel named a server since demoted.
         Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master (ROLE): {}",
@@ -303,6 +317,11 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                 fmt::format("redis: {}: this server is a Redis Cluster node; use "
                                             "redis+cluster:// to follow its redirections",
                                             text)));
+  } else if (error && text.starts_with(internal::kExpired) && SteadyClock::now() < p.deadline) {
+    // Redis read the call past its `expires` before its deadline here: Redis's clock has moved
+    // since the handshake read it. The policy answers; a new connection reads it again.
+    store_.FailAll(p.calls, internal::RedisErrorStatus(text));
+    Fail(absl::UnavailableError(fmt::format("Redis at {}'s clock moved: {}", Name(), text)));
   } else if (error) {
     // The whole call failed: Redis cannot decide now (OOM, BUSY, LOADING, READONLY...), which
     // the policy answers, or the call is wrong (errors.h).

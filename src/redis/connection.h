@@ -49,6 +49,10 @@ class RedisStore::Impl::Connection {
   void Connect();
   // Sends a batch; after ASKING when an ASK redirected it here.
   void Send(Pending batch, bool asking);
+  // `deadline` on Redis's clock (microseconds of its TIME), for BatchCommand's `expires`: a
+  // little early, never late (what the handshake's TIME showed, less its round trip); nullopt
+  // before the handshake has read it.
+  std::optional<int64_t> OnRedisClock(SteadyTime deadline) const;
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the
@@ -90,6 +94,9 @@ class RedisStore::Impl::Connection {
   // The last failure was a server that is not a master (READONLY): a handshake, which such a
   // server completes, does not end the backoff; a call it decides does.
   bool not_master_ = false;
+  // Redis's clock less this process's system clock, in microseconds, at most what it is (TIME's
+  // answer less the system clock when it arrived); read at each handshake.
+  std::optional<int64_t> clock_offset_us_;
   State state_ = State::kClosed;
   uint64_t generation_ = 0;
   SteadyTime open_deadline_;

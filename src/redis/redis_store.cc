@@ -366,7 +366,9 @@ void RedisStore::Impl::DispatchTo(Node& node) {
         ++it;
       }
     }
-    batch.command = BatchCommand(batch.calls, sha_, margin_ms_);
+    // Past the earliest deadline its caller has its answer: Redis must then decide nothing.
+    batch.command = BatchCommand(batch.calls, sha_, margin_ms_,
+                                 c->OnRedisClock(batch.calls.front()->deadline));
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }

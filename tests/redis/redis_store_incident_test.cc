@@ -4,6 +4,7 @@
 // sink): lost with the reason, and back, once per change.
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -162,6 +163,51 @@ INSTANTIATE_TEST_SUITE_P(Policies, RedisIncidentTest,
                          [](const auto& info) {
                            return std::string(FailurePolicyName(info.param));
                          });
+
+// A Redis frozen (SIGSTOP) with calls in flight, under the deny policy: each call is answered
+// Unavailable or DeadlineExceeded at its deadline, and none of them is charged when Redis
+// wakes up and reads them at last (the script refuses a call past its deadline).
+TEST(RedisFrozenTest, CallsAnsweredAtTheirDeadlineAreNotChargedWhenRedisWakes) {
+  RedisServer server;
+  RedisStoreOptions options = OptionsFor(server);
+  options.use_caller_time = false;  // Redis's clock, which runs on while it is frozen.
+  options.timeout = 300ms;
+  options.batch = 1;  // A script call each: every one of them in flight at once.
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  const Limit limit = MustLimit({.limit = 1000, .period = 1h});
+  ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
+
+  server.Pause();
+  constexpr int kCalls = 20;
+  std::vector<std::promise<absl::StatusOr<Decision>>> done(kCalls);
+  std::vector<Decision> each(kCalls);
+  const LimitedKey request{&limit, "k"};
+  for (int i = 0; i < kCalls; ++i) {
+    redis->DecideAllAsync({&request, 1}, 1, At(kEpoch), {&each[static_cast<size_t>(i)], 1},
+                          [&done, i](absl::StatusOr<Decision> d) {
+                            done[static_cast<size_t>(i)].set_value(std::move(d));
+                          });
+  }
+  for (auto& d : done) {
+    absl::StatusOr<Decision> answer = d.get_future().get();
+    EXPECT_TRUE(absl::IsDeadlineExceeded(answer.status()) || absl::IsUnavailable(answer.status()))
+        << answer.status();
+  }
+  server.Resume();
+
+  // Served again: a query (cost 0) shows what is charged.
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> query;
+  do {
+    query = redis->Decide(limit, "k", 0, At(kEpoch));
+    std::this_thread::sleep_for(20ms);
+  } while (!query.ok() && std::chrono::steady_clock::now() - start < 10s);
+  ASSERT_TRUE(query.ok()) << query.status();
+  std::this_thread::sleep_for(200ms);  // Redis has read what it had been sent by now.
+  query = redis->Decide(limit, "k", 0, At(kEpoch));
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->remaining, 999);  // The one decided before the freeze alone.
+}
 
 // A Redis that dies and comes back: one line when it is lost (naming why), one when it is
 // back, however many calls failed between.
