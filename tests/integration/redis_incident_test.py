@@ -8,15 +8,11 @@ and back, once each; an AUTH refused names Redis's error. Python 3 standard libr
     python3 tests/integration/redis_incident_test.py --sluiced build/bin/sluiced
 """
 
-import argparse
-import os
 import socket
-import sys
 import time
-import unittest
 
 import sluiced
-from redis_test import Redis, RedisCase
+from redis_test import Redis, RedisCase, main
 
 
 def redis_command(port, *args):
@@ -96,15 +92,6 @@ class RedisIncidentTest(RedisCase):
         self.assertIn("lost: Redis refused AUTH: WRONGPASS", log)
         self.assertEqual(log.count("refused AUTH"), 1, log)  # Once, not per reconnection.
         self.assertNotIn("wrong@", log)
-        redis_command(self.redis.port, "AUTH", "s3cret")  # Leave it as tearDown expects.
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
 if __name__ == "__main__":

@@ -206,11 +206,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RedisFailureTest,
-                         ::testing::Values(FailurePolicy::kDeny, FailurePolicy::kAllow,
-                                           FailurePolicy::kLocal),
-                         [](const auto& info) {
-                           return std::string(FailurePolicyName(info.param));
-                         });
+                         testing::EveryPolicy(), testing::PolicyName);
 
 TEST(RedisStoreTest, NoServerAtAllFailsFastUnderThePolicy) {
   RedisStoreOptions options;

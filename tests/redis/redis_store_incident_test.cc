@@ -22,14 +22,10 @@
 namespace sluice {
 namespace {
 
-using testing::At;
-using testing::kEpoch;
-using testing::MustLimit;
-using testing::MustStore;
-using testing::OptionsFor;
-using testing::RedisServer;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
+using testing::At, testing::kEpoch, testing::MustLimit, testing::MustStore, testing::OptionsFor;
+using testing::RedisServer;
 
 // The lines a store said, kept for the test to read.
 class Lines {
@@ -158,11 +154,7 @@ TEST_P(RedisIncidentTest, ADemotedMasterIsDecidedByThePolicyAndFoundAgain) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RedisIncidentTest,
-                         ::testing::Values(FailurePolicy::kDeny, FailurePolicy::kAllow,
-                                           FailurePolicy::kLocal),
-                         [](const auto& info) {
-                           return std::string(FailurePolicyName(info.param));
-                         });
+                         testing::EveryPolicy(), testing::PolicyName);
 
 // A Redis frozen (SIGSTOP) with calls in flight, under the deny policy: each call is answered
 // Unavailable or DeadlineExceeded at its deadline, and none of them is charged when Redis
