@@ -126,9 +126,8 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
     at += 2;
     // An error a command of the script raised (OOM, READONLY...) says as much about Redis as
     // one that refused the whole call: read alike.
-    return RedisErrorStatus(message && message->str
-                                ? std::string_view(message->str, message->len)
-                                : std::string_view("script error"));
+    return RedisErrorStatus(message && message->str ? std::string_view(message->str, message->len)
+                                                    : std::string_view("script error"));
   }
   ++at;
   const bool receipts = call.mode == Call::Mode::kCharge;

@@ -76,8 +76,7 @@ std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime dea
     return std::nullopt;
   }
   const auto system = std::chrono::system_clock::now() + (deadline - SteadyClock::now());
-  return std::chrono::duration_cast<std::chrono::microseconds>(system.time_since_epoch())
-             .count() +
+  return std::chrono::duration_cast<std::chrono::microseconds>(system.time_since_epoch()).count() +
          *clock_offset_us_;
 }
 
@@ -367,8 +366,6 @@ void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_maste
        /*refusing=*/true);
 }
 
-std::string RedisStore::Impl::Connection::Name() const {
-  return RedisEndpointName(node_.endpoint);
-}
+std::string RedisStore::Impl::Connection::Name() const { return RedisEndpointName(node_.endpoint); }
 
 }  // namespace sluice

@@ -13,8 +13,8 @@ namespace {
 // cluster.c, acl.c, script.c), and for one that is not a master.
 // TIMEOUT: the script's own (call.h's kExpired), for a call that reached Redis too late.
 constexpr std::array<std::string_view, 11> kUnavailable = {
-    "OOM",        "BUSY",    "LOADING", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
-    "MISCONF",    "NOAUTH",  "NOPERM",  "WRONGPASS",   "TIMEOUT"};
+    "OOM",     "BUSY",   "LOADING", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
+    "MISCONF", "NOAUTH", "NOPERM",  "WRONGPASS",   "TIMEOUT"};
 constexpr std::array<std::string_view, 2> kNotMaster = {"READONLY", "MASTERDOWN"};
 constexpr std::string_view kPrefix = "redis: ";  // RedisErrorStatus's.
 

@@ -99,16 +99,15 @@ void HealthLog::Settle(const std::string& name, Server& server, Time now) {
     ++server.held_back;
     return;
   }
-  std::string line =
-      !server.lost ? fmt::format("Redis at {} is back after {} ({})", name,
-                                 Lasted(now - server.since), server.reason)
-      : server.said_lost
-          ? fmt::format("Redis at {} is still lost: {}", name, server.reason)
-          : fmt::format("Redis at {} {}: {}", name,
-                        server.refusing ? "cannot decide" : "lost", server.reason);
+  std::string line = !server.lost ? fmt::format("Redis at {} is back after {} ({})", name,
+                                                Lasted(now - server.since), server.reason)
+                     : server.said_lost
+                         ? fmt::format("Redis at {} is still lost: {}", name, server.reason)
+                         : fmt::format("Redis at {} {}: {}", name,
+                                       server.refusing ? "cannot decide" : "lost", server.reason);
   if (server.held_back > 0) {
-    line += fmt::format(" ({} change(s) held back in the last {} s)", server.held_back,
-                        kQuiet.count());
+    line +=
+        fmt::format(" ({} change(s) held back in the last {} s)", server.held_back, kQuiet.count());
   }
   if (server.kinds.size() > 16) {  // Reasons vary: keep those that still hold lines back.
     std::erase_if(server.kinds, [&](const auto& k) { return now - k.second >= kQuiet; });

@@ -57,7 +57,7 @@ class HealthLog {
     // What was said last: whether lost, and why.
     bool said_lost = false;
     std::string said_reason;
-    uint64_t held_back = 0;  // Changes not said since.
+    uint64_t held_back = 0;                       // Changes not said since.
     std::unordered_map<std::string, Time> kinds;  // When each kind of line was said last.
   };
 

@@ -367,8 +367,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
       }
     }
     // Past the earliest deadline its caller has its answer: Redis must then decide nothing.
-    batch.command = BatchCommand(batch.calls, sha_, margin_ms_,
-                                 c->OnRedisClock(batch.calls.front()->deadline));
+    batch.command =
+        BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.calls.front()->deadline));
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }
@@ -405,7 +405,7 @@ absl::Status RedisStore::Impl::NoConnection() const {
 
 // The replies to one batch, given to its calls in order.
 RedisStore::Impl::BatchOutcome RedisStore::Impl::CompleteBatch(std::vector<CallPtr>& calls,
-                                                              const redisReply& reply) {
+                                                               const redisReply& reply) {
   BatchOutcome outcome;
   size_t at = 0;
   for (CallPtr& c : calls) {

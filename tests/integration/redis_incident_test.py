@@ -57,6 +57,16 @@ class RedisIncidentTest(RedisCase):
             time.sleep(0.02)
         self.assertEqual((status, answer.get("remaining")), (200, 4))
 
+    def await_log(self, server, text):
+        """`server`'s log once it holds `text` (the store says it on a thread of its own,
+        after the answer that showed the change), or after 5 s."""
+        deadline = time.monotonic() + 5
+        while text not in server.output() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        log = server.output()
+        self.assertIn(text, log)
+        return log
+
     def test_out_of_memory_each_policy_answers(self):
         servers = self.policies()
         redis_command(self.redis.port, "CONFIG", "SET", "maxmemory-policy", "noeviction")
@@ -64,7 +74,7 @@ class RedisIncidentTest(RedisCase):
         self.expect_the_policies(servers, "oom", "OOM")
         redis_command(self.redis.port, "CONFIG", "SET", "maxmemory", "0")
         self.expect_served_again(servers[0], "after")
-        log = servers[0].output()
+        log = self.await_log(servers[0], "is back after")
         self.assertEqual(log.count("cannot decide: OOM command not allowed"), 1, log)
         self.assertEqual(log.count("is back after"), 1, log)
 
@@ -76,7 +86,7 @@ class RedisIncidentTest(RedisCase):
             self.expect_the_policies(servers, "demoted", "READONLY")
             redis_command(self.redis.port, "REPLICAOF", "NO", "ONE")
             self.expect_served_again(servers[0], "promoted")
-            self.assertIn("READONLY", servers[0].output())
+            self.assertIn("READONLY", self.await_log(servers[0], "is back after"))
         finally:
             other.stop()
 
@@ -88,8 +98,7 @@ class RedisIncidentTest(RedisCase):
         for _ in range(5):
             status, answer = server.check("ann", domain="fleet")
             self.assertEqual(status, 503, answer)
-        log = server.output()
-        self.assertIn("lost: Redis refused AUTH: WRONGPASS", log)
+        log = self.await_log(server, "lost: Redis refused AUTH: WRONGPASS")
         self.assertEqual(log.count("refused AUTH"), 1, log)  # Once, not per reconnection.
         self.assertNotIn("wrong@", log)
 

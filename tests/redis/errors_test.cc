@@ -9,14 +9,13 @@ namespace sluice::internal {
 namespace {
 
 TEST(RedisErrorsTest, RedisThatCannotDecideIsUnavailable) {
-  for (const char* text : {"OOM command not allowed when used memory > 'maxmemory'.",
-                           "BUSY Redis is busy running a script.",
-                           "LOADING Redis is loading the dataset in memory",
-                           "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request",
-                           "NOREPLICAS Not enough good replicas to write.",
-                           "MISCONF Redis is configured to save RDB snapshots",
-                           "NOAUTH Authentication required.",
-                           "NOPERM this user has no permissions to run the 'evalsha' command"}) {
+  for (const char* text :
+       {"OOM command not allowed when used memory > 'maxmemory'.",
+        "BUSY Redis is busy running a script.", "LOADING Redis is loading the dataset in memory",
+        "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request",
+        "NOREPLICAS Not enough good replicas to write.",
+        "MISCONF Redis is configured to save RDB snapshots", "NOAUTH Authentication required.",
+        "NOPERM this user has no permissions to run the 'evalsha' command"}) {
     EXPECT_EQ(ClassifyRedisError(text), RedisErrorKind::kUnavailable) << text;
     EXPECT_TRUE(absl::IsUnavailable(RedisErrorStatus(text))) << text;
   }
@@ -34,11 +33,10 @@ TEST(RedisErrorsTest, AServerThatIsNotAMasterIsUnavailableAndToBeFoundAgain) {
 }
 
 TEST(RedisErrorsTest, TheCallsOwnErrorsAreInternal) {
-  for (const char* text :
-       {"WRONGTYPE Operation against a key holding the wrong kind of value",
-        "ERR wrong number of arguments for 'evalsha' command",
-        "user_script:382: time 5 us is outside what the Redis store decides at", "script error",
-        "OOMPH not a prefix", "", "READONLYISH"}) {
+  for (const char* text : {"WRONGTYPE Operation against a key holding the wrong kind of value",
+                           "ERR wrong number of arguments for 'evalsha' command",
+                           "user_script:382: time 5 us is outside what the Redis store decides at",
+                           "script error", "OOMPH not a prefix", "", "READONLYISH"}) {
     EXPECT_EQ(ClassifyRedisError(text), RedisErrorKind::kCall) << text;
     EXPECT_TRUE(absl::IsInternal(RedisErrorStatus(text))) << text;
   }

@@ -205,8 +205,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
   EXPECT_EQ(d->remaining, 0);  // Redis kept the first admission: this is the second.
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, RedisFailureTest,
-                         testing::EveryPolicy(), testing::PolicyName);
+INSTANTIATE_TEST_SUITE_P(Policies, RedisFailureTest, testing::EveryPolicy(), testing::PolicyName);
 
 TEST(RedisStoreTest, NoServerAtAllFailsFastUnderThePolicy) {
   RedisStoreOptions options;
