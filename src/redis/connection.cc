@@ -89,7 +89,6 @@ void RedisStore::Impl::Connection::Fail(const absl::Status& status, bool refusin
   store_.last_error_ = std::string(status.message());
   if (!store_.stopping_) {
     store_.health_.Lost(Name(), internal::Message(status), refusing, SteadyClock::now());
-    store_.ArmHealth();
   }
   Close(status);
   if (store_.stopping_) {
@@ -277,8 +276,7 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
         }
         store_.ready_.fetch_add(1, std::memory_order_relaxed);
         store_.health_.Connected(Name(), SteadyClock::now());
-        store_.ArmHealth();
-        if (store_.options_.cluster && !store_.slots_known_) {
+            if (store_.options_.cluster && !store_.slots_known_) {
           store_.RefreshSlots();  // Learn the map before the first call needs it.
         }
         store_.Dispatch();
@@ -340,8 +338,7 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
         backoff_ = store_.options_.backoff_min;
       }
       store_.health_.Answered(Name(), SteadyClock::now());
-      store_.ArmHealth();
-    }
+      }
   }
   store_.Dispatch();
 }
@@ -349,12 +346,10 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
 void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_master) {
   if (!not_master) {
     store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
-    store_.ArmHealth();
     return;
   }
   if (store_.options_.cluster) {
     store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
-    store_.ArmHealth();
     store_.RefreshSlots();  // A failover: the fresh map names the slot's new master.
     return;
   }

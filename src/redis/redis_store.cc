@@ -426,7 +426,7 @@ RedisStore::Impl::BatchOutcome RedisStore::Impl::CompleteBatch(std::vector<CallP
 // Deadlines and shutdown.
 
 // One timer for every deadline: the earliest among the queues' fronts and each connection's
-// oldest script call or connection attempt (each list is in deadline order).
+// oldest script call or connection attempt (each list is in deadline order), and health_'s.
 void RedisStore::Impl::ArmTimer() {
   std::optional<SteadyTime> earliest;
   auto consider = [&](std::optional<SteadyTime> t) {
@@ -437,6 +437,7 @@ void RedisStore::Impl::ArmTimer() {
   if (!unrouted_.empty()) {
     consider(unrouted_.front()->deadline);
   }
+  consider(health_.due());  // A line held back, to say once its quiet time has passed.
   for (auto& node : nodes_) {
     if (!node->queue.empty()) {
       consider(node->queue.front()->deadline);
@@ -464,6 +465,7 @@ void RedisStore::Impl::ArmTimer() {
 
 void RedisStore::Impl::OnTimer() {
   const SteadyTime now = SteadyClock::now();
+  health_.Flush(now);
   const std::string timeout =
       fmt::format("Redis did not answer within {} ms", options_.timeout.count());
   auto expire = [&](std::deque<CallPtr>& queue) {
@@ -493,27 +495,9 @@ void RedisStore::Impl::OnTimer() {
   ArmTimer();
 }
 
-void RedisStore::Impl::ArmHealth() {
-  const std::optional<SteadyTime> due = health_.due();
-  if (!due || stopping_ || (health_armed_ && health_timer_.expiry() <= *due)) {
-    return;
-  }
-  health_armed_ = true;
-  health_timer_.expires_at(*due);
-  health_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec == asio::error::operation_aborted) {
-      return;  // Re-armed earlier, or shutting down.
-    }
-    health_armed_ = false;
-    health_.Flush(SteadyClock::now());
-    ArmHealth();
-  });
-}
-
 void RedisStore::Impl::Shutdown() {
   stopping_ = true;
   timer_.cancel();
-  health_timer_.cancel();
   slots_timer_.cancel();
   share_timer_.cancel();
   if (sentinel_ != nullptr) {

@@ -155,8 +155,6 @@ class RedisStore::Impl {
   // redis_store.cc: deadlines and shutdown; I/O thread.
   void ArmTimer();
   void OnTimer();
-  // Wakes health_ up when it holds a line back (health.h).
-  void ArmHealth();
   void Shutdown();
 
   // share_calls.cc: quota leasing. SubmitLeased, from Submit on the caller's thread, answers
@@ -230,9 +228,7 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
-  internal::HealthLog health_{options_.log};      // Lost and back, for the operator.
-  boost::asio::steady_timer health_timer_{io_};
-  bool health_armed_ = false;
+  internal::HealthLog health_{options_.log};      // Lost and back; its Flush is OnTimer's.
   // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
   // otherwise.
   std::unique_ptr<Sentinel> sentinel_;
