@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate workers test test-release test-asan test-tsan bench bench-http bench-grpc bench-redis format tidy clean
+.PHONY: all deps build run simulate workers test test-release test-asan test-tsan soak bench bench-http bench-grpc bench-redis format tidy clean
 
 all: build
 
@@ -58,6 +58,15 @@ test-tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS)
 	@ctest --preset tsan -j $(JOBS)
+
+# The soak, not in `make test`: sluiced on Redis (one per failure policy) under mixed load for
+# SOAK_MINUTES while Redis is killed, frozen and demoted, the rules reload and a key flood goes
+# on; prints RSS over time, answers by phase and admissions against each key's allowance, and
+# fails on over-admission, memory growth or a broken failure policy (bench/soak/soak.py).
+SOAK_MINUTES ?= 10
+soak: build
+	@python3 bench/soak/checks_test.py
+	@python3 bench/soak/soak.py --sluiced build/bin/sluiced --minutes $(SOAK_MINUTES)
 
 bench: build
 	build/bin/sluice_bench --benchmark_counters_tabular=true

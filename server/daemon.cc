@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "spdlog/spdlog.h"
 
 #include "server/environment_values.h"
+#include "server/snapshot_file.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
 
@@ -31,6 +33,15 @@ std::string FileVersion(const std::string& path) {
   }
   return fmt::format("{}.{}:{}@{}.{};", info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_size,
                      info.st_dev, info.st_ino);
+}
+
+// Whether a wait of the control loop ended without its event: cancelled at shutdown (said
+// nothing), or failed, which ends what it drives (said, as the operator needs to know).
+bool Ended(const boost::system::error_code& ec, std::string_view what) {
+  if (ec && ec != asio::error::operation_aborted) {
+    spdlog::error("{} stopped: {}", what, ec.message());
+  }
+  return static_cast<bool>(ec);
 }
 
 int Refuse(std::string_view message) {
@@ -73,7 +84,13 @@ int Daemon::Run() {
   if (!settings.ok()) {
     return Refuse(internal::Message(settings.status()));
   }
-  LoadSnapshot();
+  if (!flags_.snapshot.empty()) {
+    if (absl::Status s = OpenSnapshot(*memory_, flags_.snapshot, flags_.snapshot_discard_corrupt,
+                                      SystemClock().Now());
+        !s.ok()) {
+      return Refuse(internal::Message(s));
+    }
+  }
   if (absl::Status s = StartStatsd(); !s.ok()) {
     return Refuse(internal::Message(s));
   }
@@ -81,8 +98,18 @@ int Daemon::Run() {
     return Refuse(internal::Message(s));
   }
   Serve(signals, *settings);
-  Drain(settings->drain);
-  return 0;
+  // A reload still loading is discarded, and not waited for: the drain starts now.
+  const bool reload_ended = reloader_ == nullptr || reloader_->Stop();
+  const int code = Drain(settings->drain);
+  if (!reload_ended) {
+    // Its thread is still inside the parser, using the store and the metrics: end the process
+    // here rather than destroy them under it (or wait for a parse that may never end).
+    spdlog::warn("exiting without waiting for the reload still reading {}", flags_.config);
+    statsd_.reset();  // Its last flush.
+    spdlog::shutdown();
+    std::_Exit(code);
+  }
+  return code;
 }
 
 // The store, the service over it, and the rules of --config.
@@ -254,6 +281,13 @@ void Daemon::StopListeners(Micros drain) {
 
 // Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots.
 void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
+  if (!flags_.config.empty()) {
+    reloader_ = std::make_unique<Reloader>(
+        [this] { return LoadRules(); },
+        [this](Reloader::Rules rules, const std::string& why) {
+          ApplyRules(std::move(rules), why);
+        });
+  }
   WaitForSignal(signals);
   if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
     Watch(settings.watch_interval);
@@ -265,11 +299,15 @@ void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
 }
 
 // Stops taking requests, lets those in flight finish (up to `drain`), writes the snapshot.
-void Daemon::Drain(Micros drain) {
+int Daemon::Drain(Micros drain) {
   spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(drain));
   StopListeners(drain);
-  SaveSnapshot();
+  if (!SaveSnapshot()) {
+    spdlog::critical("stopped WITHOUT a snapshot: the counts of this run are lost; exiting 1");
+    return 1;
+  }
   spdlog::info("stopped");
+  return 0;
 }
 
 // The store --store names: the memory store, or Redis (connecting in the background: until
@@ -388,10 +426,14 @@ std::string Daemon::Version() const {
   return version;
 }
 
-void Daemon::Reload(std::string_view why) {
-  // The version before the load: an edit made while loading is then seen by the next look.
+// The version is taken before the load: an edit made while loading is then seen by the next
+// look. A reload asked for while one loads runs after it (Reloader).
+void Daemon::RequestReload(std::string why) {
   config_version_ = Version();
-  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+  reloader_->Request(std::move(why));
+}
+
+void Daemon::ApplyRules(Reloader::Rules rules, const std::string& why) {
   if (!rules.ok()) {
     metrics_.CountReload(false);
     spdlog::error("reload ({}) refused, keeping the rules in force: {}", why,
@@ -406,18 +448,20 @@ void Daemon::Reload(std::string_view why) {
 
 void Daemon::WaitForSignal(asio::signal_set& signals) {
   signals.async_wait([this, &signals](const boost::system::error_code& ec, int signal) {
-    if (ec) {
+    if (Ended(ec, "handling signals")) {
       return;
     }
     if (signal == SIGHUP) {
-      if (!flags_.config.empty()) {
-        Reload("SIGHUP");
+      if (reloader_ != nullptr) {
+        RequestReload("SIGHUP");
+      } else {
+        spdlog::warn("SIGHUP: no --config to reload");
       }
       WaitForSignal(signals);
       return;
     }
     spdlog::info("received {}", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-    stopping_.store(true);
+    stopping_.store(true);  // Run stops the reloader as soon as the loop returns.
     control_.stop();
   });
 }
@@ -425,11 +469,11 @@ void Daemon::WaitForSignal(asio::signal_set& signals) {
 void Daemon::Watch(Micros interval) {
   watch_timer_.expires_after(interval);
   watch_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
-    if (ec) {
+    if (Ended(ec, "watching the rules")) {
       return;
     }
     if (Version() != config_version_) {
-      Reload("file changed");
+      RequestReload("file changed");
     }
     Watch(interval);
   });
@@ -438,37 +482,24 @@ void Daemon::Watch(Micros interval) {
 void Daemon::SnapshotEvery(Micros interval) {
   snapshot_timer_.expires_after(interval);
   snapshot_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
-    if (ec) {
+    if (Ended(ec, "writing snapshots")) {
       return;
     }
-    SaveSnapshot();
+    (void)SaveSnapshot();  // Logged; the next try may succeed, and the shutdown's must.
     SnapshotEvery(interval);
   });
 }
 
-void Daemon::LoadSnapshot() {
+bool Daemon::SaveSnapshot() {
   if (flags_.snapshot.empty()) {
-    return;
-  }
-  absl::StatusOr<size_t> loaded = memory_->LoadSnapshot(flags_.snapshot, SystemClock().Now());
-  if (loaded.ok()) {
-    spdlog::info("loaded {} key(s) from snapshot {}", *loaded, flags_.snapshot);
-  } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
-    spdlog::info("no snapshot at {} yet: starting empty", flags_.snapshot);
-  } else {
-    spdlog::warn("ignoring snapshot: {}", internal::Message(loaded.status()));
-  }
-}
-
-void Daemon::SaveSnapshot() {
-  if (flags_.snapshot.empty()) {
-    return;
+    return true;
   }
   if (absl::Status s = memory_->SaveSnapshot(flags_.snapshot); !s.ok()) {
     spdlog::error("snapshot failed: {}", internal::Message(s));
-    return;
+    return false;
   }
   spdlog::debug("snapshot written to {}", flags_.snapshot);
+  return true;
 }
 
 std::string Daemon::StoreMetrics() const {

@@ -5,8 +5,10 @@
 // and debug listeners started, then the control loop until SIGTERM, then the drain.
 //
 // The main thread runs the control loop: signals (SIGTERM/SIGINT drain and stop, SIGHUP
-// reloads the rules), the rules' watch, the snapshot timer. The HTTP event loops run on
-// threads of their own (HttpServer); Health is called on them.
+// asks for a reload of the rules), the rules' watch, the snapshot timer. Reloads run on a
+// thread of their own (Reloader), so that SIGTERM is handled at once even while a rules file
+// takes long to parse. The HTTP event loops run on threads of their own (HttpServer); Health
+// is called on them.
 
 #include <atomic>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "server/http/debug.h"
 #include "server/http/server.h"
 #include "server/metrics.h"
+#include "server/reloader.h"
 #include "server/rules/rules.h"
 #include "server/service.h"
 #include "server/stats/statsd.h"
@@ -42,6 +45,7 @@ struct Flags {
   int threads = 0;
   size_t max_keys = 10'000'000;
   std::string snapshot;
+  bool snapshot_discard_corrupt = false;  // Move a corrupt snapshot aside, start empty.
   std::string snapshot_interval = "0";
   std::string watch_interval = "1s";
   std::string drain = "5s";
@@ -84,7 +88,8 @@ class Daemon {
  public:
   explicit Daemon(Flags flags) : flags_(std::move(flags)) {}
 
-  // Serves until SIGTERM or SIGINT; 0 after a clean stop, 2 when it cannot start (the reason
+  // Serves until SIGTERM or SIGINT; 0 after a clean stop, 1 when it stopped but could not
+  // write the snapshot (the counts are lost; logged), 2 when it cannot start (the reason
   // logged).
   int Run();
 
@@ -105,7 +110,7 @@ class Daemon {
   absl::Status StartDebug(const HostPort& debug);
   absl::Status StartStatsd();  // --statsd: the sink, until the daemon is destroyed.
   void Serve(boost::asio::signal_set& signals, const Settings& settings);  // The control loop.
-  void Drain(Micros drain);
+  int Drain(Micros drain);  // Run's exit code.
   void StopListeners(Micros drain);
 
   absl::Status OpenStore();
@@ -116,12 +121,12 @@ class Daemon {
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
   std::string Version() const;  // What identifies the rules' files as they are now.
-  void Reload(std::string_view why);
+  void RequestReload(std::string why);  // On the control loop: the reload runs elsewhere.
+  void ApplyRules(Reloader::Rules rules, const std::string& why);  // On the reloader's thread.
   void WaitForSignal(boost::asio::signal_set& signals);
   void Watch(Micros interval);
   void SnapshotEvery(Micros interval);
-  void LoadSnapshot();
-  void SaveSnapshot();
+  bool SaveSnapshot();  // False when the snapshot could not be written (logged).
 
   Flags flags_;
   Metrics metrics_;
@@ -139,8 +144,10 @@ class Daemon {
   boost::asio::io_context control_{1};
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};
-  std::string config_version_;
+  std::string config_version_;  // The control loop's: what the last reload was asked for.
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
+  // With --config, from Serve on; destroyed before what its loads use.
+  std::unique_ptr<Reloader> reloader_;
   // Last: destroyed first, after the drain; its final flush sends what the last requests
   // counted, reading the members above.
   std::unique_ptr<StatsdSink> statsd_;

@@ -255,11 +255,21 @@ absl::StatusOr<bool> RateLimitService::Deciding::AdmittedBy(
 
 namespace {
 
+// Whether `counter` is the `allow` failure policy's answer (allowed, every figure 0) rather than
+// a counter's: a counter that allowed a request keeps a trace of it (reset_after > 0), and one
+// asked a query (cost 0) has room left. Its count is unknown; the policy admits the request.
+bool FellBackToAllow(const Decision& counter) {
+  return counter.allowed && counter.remaining == 0 && counter.reset_after == Micros{0};
+}
+
 // A counted limit of `nominal` as the Envoy API answers it, from its counter's decision on a
 // request of `cost`: over when the count, this request's hits included, passes the limit, and
 // then until its window ends (the count only grows). A counter too full to count (beyond
 // Limit::kMaxCount) is over whatever the limit.
 Decision Counted(const Decision& counter, int64_t nominal, int64_t cost) {
+  if (FellBackToAllow(counter)) {
+    return counter;
+  }
   Decision decision{.reset_after = counter.reset_after};
   const int64_t count = Limit::kMaxCount - counter.remaining;
   decision.allowed = counter.allowed && count <= nominal;
@@ -295,7 +305,7 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideCounting(int64_t 
   for (size_t j = 0; j < counting.size(); ++j) {
     LimitOutcome& outcome = result.limits[counting[j]];
     outcome.decision = Counted(each[slot[j]], outcome.nominal, cost);
-    if (each[slot[j]].allowed) {
+    if (each[slot[j]].allowed && !FellBackToAllow(each[slot[j]])) {
       outcome.count = Limit::kMaxCount - each[slot[j]].remaining;
     }
     if (!outcome.decision.allowed && outcome.mode != Mode::kShadow) {

@@ -3,6 +3,7 @@
 // (server/environment.h) for those the command line does not give; the Daemon
 // (server/daemon.h) does the rest.
 
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -16,11 +17,128 @@
 
 #include "server/daemon.h"
 #include "server/environment.h"
+#include "sluice/duration.h"
 #include "sluice/redis_store.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
 namespace {
+
+// The bounds of sluiced's numeric and duration flags. Every such flag is checked here, from
+// its text (CLI11 would read "-1" into a size_t as 2^64-1): a negative, out-of-range or absurd
+// value is refused with the flag, the value and what is accepted.
+struct Bounds {
+  enum class Kind : uint8_t { kCount, kRatio, kDuration } kind;
+  int64_t min;  // Counts as they are; durations in microseconds; ratios in millionths.
+  int64_t max;
+  std::string_view zero = {};  // Not empty: 0 is accepted too, and means this.
+};
+
+constexpr int64_t kMs = 1'000;
+constexpr int64_t kSecond = 1'000'000;
+constexpr int64_t kDay = 86'400 * kSecond;
+
+const Bounds* BoundsOf(std::string_view flag) {
+  using K = Bounds::Kind;
+  static const auto* const table = new std::vector<std::pair<std::string_view, Bounds>>{
+      {"--threads", {K::kCount, 1, 1024, "one event loop per core"}},
+      // Beyond any machine's memory at tens of bytes a key.
+      {"--max-keys", {K::kCount, 1, 10'000'000'000, "unbounded"}},
+      {"--redis-connections", {K::kCount, 1, kMaxRedisConnections}},
+      {"--redis-deny-cache", {K::kCount, 1, 100'000'000, "off"}},
+      {"--near-limit-ratio", {K::kRatio, 0, 1'000'000}},
+      {"--redis-timeout", {K::kDuration, kMs, 300 * kSecond}},
+      {"--redis-deny-cache-ttl", {K::kDuration, kMs, kDay}},
+      // Shorter intervals would keep a core busy stat'ing files or writing snapshots.
+      {"--watch-interval", {K::kDuration, 100 * kMs, kDay, "only on SIGHUP"}},
+      {"--snapshot-interval", {K::kDuration, 100 * kMs, kDay, "only at shutdown"}},
+      {"--statsd-interval", {K::kDuration, 10 * kMs, kDay}},
+      {"--drain", {K::kDuration, 0, 3'600 * kSecond}},
+  };
+  for (const auto& [name, bounds] : *table) {
+    if (name == flag) {
+      return &bounds;
+    }
+  }
+  return nullptr;
+}
+
+std::string Show(const Bounds& b, int64_t v) {
+  switch (b.kind) {
+    case Bounds::Kind::kDuration:
+      return FormatDuration(Micros(v));
+    case Bounds::Kind::kRatio:
+      return fmt::format("{}", static_cast<double>(v) / 1e6);
+    case Bounds::Kind::kCount:
+      break;
+  }
+  return std::to_string(v);
+}
+
+// `text` in the unit of Bounds::min, or why it is not a value of its kind.
+absl::StatusOr<int64_t> Read(const Bounds& b, std::string_view text) {
+  const char* const end = text.data() + text.size();
+  if (b.kind == Bounds::Kind::kDuration) {
+    absl::StatusOr<Micros> d = ParseDuration(text);
+    if (!d.ok()) {
+      return absl::InvalidArgumentError("not a duration (such as 250ms, 10s, 1m)");
+    }
+    return d->count();
+  }
+  if (b.kind == Bounds::Kind::kRatio) {
+    double v = 0;
+    const auto [rest, ec] = std::from_chars(text.data(), end, v);
+    if (ec != std::errc() || rest != end || !(v >= 0 && v <= 1)) {
+      return absl::InvalidArgumentError("not a number from 0 to 1");
+    }
+    return static_cast<int64_t>(v * 1e6);
+  }
+  int64_t v = 0;
+  const auto [rest, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || text.front() == '-' || ec != std::errc() || rest != end) {
+    return absl::InvalidArgumentError(ec == std::errc::result_out_of_range
+                                          ? "far too large"
+                                          : "not a whole number");
+  }
+  return v;
+}
+
+// OK when `text` is within the bounds of `flag` (or `flag` has none).
+absl::Status CheckFlagValue(std::string_view flag, std::string_view text) {
+  const Bounds* b = BoundsOf(flag);
+  if (b == nullptr) {
+    return absl::OkStatus();
+  }
+  const std::string accepted =
+      fmt::format("accepted: {} to {}{}", Show(*b, b->min), Show(*b, b->max),
+                  b->zero.empty() ? "" : fmt::format(", or 0: {}", b->zero));
+  absl::StatusOr<int64_t> v = Read(*b, text);
+  if (!v.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} '{}': {} ({})", flag, text, internal::Message(v.status()), accepted));
+  }
+  if (*v == 0 && !b->zero.empty()) {
+    return absl::OkStatus();
+  }
+  if (*v < b->min || *v > b->max) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} '{}': must be at {} {} ({})", flag, text, *v < b->min ? "least" : "most",
+                    Show(*b, *v < b->min ? b->min : b->max), accepted));
+  }
+  return absl::OkStatus();
+}
+
+// Every bounded flag the command line gave.
+absl::Status CheckFlagValues(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& text : option->results()) {
+      if (absl::Status s = CheckFlagValue(option->get_name(), text); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 // TLS on the gRPC listener and to Redis.
 void AddTlsFlags(CLI::App& app, Flags& flags) {
@@ -47,8 +165,7 @@ void AddTlsFlags(CLI::App& app, Flags& flags) {
 void AddEnvoyFlags(CLI::App& app, Flags& flags) {
   app.add_option("--near-limit-ratio", flags.near_limit_ratio,
                  "Near the limit: past this share of it (near_limit counts)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str();
   app.add_flag("--shadow-mode", flags.shadow_mode,
                "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
   app.add_flag("--response-headers", flags.response_headers,
@@ -84,12 +201,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "When Redis does not answer in time: allow, deny (an error) or local")
       ->capture_default_str();
   app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
-      ->capture_default_str()
-      ->check(CLI::Range(1, kMaxRedisConnections));
+      ->capture_default_str();
   app.add_option("--redis-deny-cache", flags.redis_deny_cache,
                  "Denials Redis gave kept to deny repeats without asking it (0: off)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{100'000'000}));
+      ->capture_default_str();
   app.add_option("--redis-deny-cache-ttl", flags.redis_deny_cache_ttl,
                  "The longest a denial is repeated from memory")
       ->capture_default_str();
@@ -101,6 +216,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_option("--snapshot", flags.snapshot,
                  "Memory store snapshot file: loaded at start, written at shutdown");
+  app.add_flag("--snapshot-discard-corrupt", flags.snapshot_discard_corrupt,
+               "A snapshot that cannot be loaded is moved aside (FILE.corrupt-TIME) and sluiced "
+               "starts empty (default: it refuses to start)");
   app.add_option("--snapshot-interval", flags.snapshot_interval,
                  "Also write the snapshot this often (0: only at shutdown)")
       ->capture_default_str();
@@ -134,6 +252,10 @@ absl::Status ApplyFlag(CLI::Option& option, const EnvFlag& env) {
       return absl::InvalidArgumentError(
           fmt::format("{}: {}", env.variables, internal::Message(url.status())));
     }
+  }
+  if (absl::Status s = CheckFlagValue(env.flag, env.value); !s.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: {}", env.variables, internal::Message(s)));
   }
   try {
     option.add_result(env.value);
@@ -194,6 +316,10 @@ int Main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (absl::Status s = CheckFlagValues(app); !s.ok()) {
+    spdlog::error("{}", internal::Message(s));
+    return 2;
   }
   if (absl::Status s = ApplyEnvironment(app, flags); !s.ok()) {
     spdlog::error("{}", internal::Message(s));

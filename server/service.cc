@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 
 #include "server/service_internal.h"
 #include "server/store_answer.h"
+#include "src/core/status.h"
 
 namespace sluice::server {
 namespace {
@@ -305,9 +307,23 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
 }
 
 void RateLimitService::CountStoreFailure(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kInvalidArgument) {  // Not the request's own fault.
-    metrics_.CountStoreError();
+  if (status.code() == absl::StatusCode::kInvalidArgument) {  // Not the request's own fault.
+    return;
   }
+  metrics_.CountStoreError();
+  // Counted in sluice_store_errors_total, and said in the log, at most every 10 s: how many
+  // failed since the last line, and why the last did.
+  constexpr int64_t kEveryUs = 10'000'000;
+  store_errors_unlogged_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now = clock_.Now().time_since_epoch().count();
+  int64_t last = store_error_logged_us_.load(std::memory_order_relaxed);
+  if ((last != INT64_MIN && now - last < kEveryUs) ||
+      !store_error_logged_us_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    return;
+  }
+  const uint64_t unlogged = store_errors_unlogged_.exchange(0, std::memory_order_relaxed);
+  spdlog::error("the store failed {} decision(s){}; the last: {}", unlogged,
+                last == INT64_MIN ? "" : " since the last such line", internal::Message(status));
 }
 
 void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done) {

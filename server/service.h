@@ -340,6 +340,10 @@ class RateLimitService {
   CallerLimits caller_limits_;
   std::atomic<int64_t> in_flight_{0};       // *Async decisions whose `done` has not returned.
   std::atomic<bool> detailed_full_{false};  // CounterRegistry::kMaxDetailed reached (logged).
+  // Store failures are logged at most every 10 s (a store that is down fails every request):
+  // when the last line was (INT64_MIN: never), and the failures since.
+  std::atomic<int64_t> store_error_logged_us_{INT64_MIN};
+  std::atomic<uint64_t> store_errors_unlogged_{0};
   std::unique_ptr<WaitLines> lines_;        // Acquire's waiters; null without timers.
 };
 

@@ -51,7 +51,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_for(predicate, what, timeout=15):
+def wait_for(predicate, what, timeout=120):  # A busy machine may take seconds.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = predicate()
@@ -86,8 +86,11 @@ def start_sluiced(sluiced, workdir, rules, redis_port):
     log_path = os.path.join(workdir, "sluiced.log")
     log = open(log_path, "w")
     proc = subprocess.Popen(
+        # A worker waits 30 s for its turn anyway: let a decision wait as long for a Redis that
+        # a busy machine schedules late, rather than fail it after the default 100 ms.
         [sluiced, "--config", config, "--store", f"redis://127.0.0.1:{redis_port}",
-         "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--threads", "1"],
+         "--redis-timeout", "30s", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+         "--threads", "1"],
         stdout=log, stderr=log)
 
     def port():
@@ -102,7 +105,7 @@ def start_sluiced(sluiced, workdir, rules, redis_port):
 
 def daily_count(port, per_day):
     """The day's count as sluiced sees it: its limit minus what remains (a cost-0 check)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = {"domain": "partner", "cost": 0,
             "descriptors": [{"entries": [{"key": "api", "value": "mail"}]}]}
     conn.request("POST", "/v1/check", json.dumps(body), {"Content-Type": "application/json"})

@@ -22,6 +22,7 @@
 #include "spdlog/spdlog.h"
 
 #include "server/http/answers.h"
+#include "sluice/duration.h"
 
 namespace sluice::server {
 namespace {
@@ -464,6 +465,10 @@ void HttpServer::Stop(Micros drain) {
   const auto deadline = std::chrono::steady_clock::now() + drain;
   while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (const int64_t left = in_flight_.load(); left > 0) {
+    spdlog::warn("the drain ({}) ended with {} HTTP request(s) in flight: closed unanswered",
+                 FormatDuration(drain), left);
   }
   for (auto& loop : loops_) {
     loop->context.stop();

@@ -244,9 +244,19 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
 }
 
 absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(fmt::format("no snapshot at {}", path));
+    }
+    return Errno("cannot read the snapshot", path);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::UnavailableError(fmt::format("snapshot {} is not a regular file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(fmt::format("no snapshot at {}", path));
+    return Errno("cannot read the snapshot", path);
   }
   std::ostringstream contents;
   contents << in.rdbuf();

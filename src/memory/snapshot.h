@@ -103,8 +103,10 @@ bool Plausible(const Limit& l, const LeakyBucketState& s);
 // of one. Errors name the path and the failing step.
 absl::Status WriteSnapshotFile(const std::string& path, std::string_view body);
 
-// Reads the body of the snapshot at `path`. NotFound when there is none; DataLoss naming the
-// path when it is empty, truncated, not a snapshot, of another version, or fails its checksum.
+// Reads the body of the snapshot at `path`. NotFound when there is none; Unavailable naming
+// the path and the reason when it cannot be read (a directory, no permission); DataLoss naming
+// the path when it is empty, truncated, not a snapshot, of another version, or fails its
+// checksum.
 absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path);
 
 }  // namespace sluice::internal

@@ -143,7 +143,7 @@ class BadInputTest(SluicedTest):
                              % len(body) + body)
             except OSError:
                 pass  # The server may refuse before the body is all sent.
-            data, how = read_until_close(sock, 5)
+            data, how = read_until_close(sock, 60)
         self.assertTransport400(data, how, "body", "65536")
         self.assertFullQuota("t-big")
 
@@ -157,7 +157,7 @@ class BadInputTest(SluicedTest):
                              + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
             except OSError:
                 pass
-            data, how = read_until_close(sock, 5)
+            data, how = read_until_close(sock, 60)
         self.assertTransport400(data, how, "body", "65536")
         self.assertFullQuota("t-big-chunked")
 
@@ -168,7 +168,7 @@ class BadInputTest(SluicedTest):
                              + b"a" * 20_000 + b"\r\n\r\n")
             except OSError:
                 pass
-            data, how = read_until_close(sock, 5)
+            data, how = read_until_close(sock, 60)
         self.assertTransport400(data, how, "headers")
         self.assertServing()
 
@@ -178,7 +178,7 @@ class BadInputTest(SluicedTest):
             with self.subTest(garbage=garbage):
                 with SERVER.connect() as sock:
                     sock.sendall(garbage)
-                    data, how = read_until_close(sock, 5)
+                    data, how = read_until_close(sock, 60)
                 self.assertTransport400(data, how, "malformed")
         self.assertServing()
 
@@ -190,9 +190,9 @@ class BadInputTest(SluicedTest):
             sock.sendall(b"POST /v1/check HTTP/1.1\r\nHost: sluiced\r\n"
                          b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
                          b'{"domain":')
-            data, how = read_until_close(sock, 14)
+            data, how = read_until_close(sock, 60)  # A watchdog, for a loaded machine.
         elapsed = time.monotonic() - start
-        self.assertNotEqual(how, "timeout", "no answer within 14 s")
+        self.assertNotEqual(how, "timeout", "no answer within 60 s")
         self.assertGreater(elapsed, 8, "answered before the read timeout: %r" % data)
         self.assertTransport400(data, how, "not received")
         self.assertServing()

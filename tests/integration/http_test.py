@@ -298,21 +298,23 @@ class CheckRulesModeTest(SluicedTest):
 class CheckAdHocTest(SluicedTest):
 
     def test_gcra_counts_down_then_denies_after_burst(self):
-        request = {"key": "itest-adhoc-gcra", "algorithm": "gcra", "limit": 5, "period": "1s",
+        # Per hour: the burst does not refill (one every 12 minutes) while a loaded machine
+        # sends the six requests.
+        request = {"key": "itest-adhoc-gcra", "algorithm": "gcra", "limit": 5, "period": "1h",
                    "burst": 5}
         for expected in (4, 3, 2, 1, 0):
             resp = SERVER.request("POST", "/v1/check", request)
             body = self.assertAllowed(resp, remaining=expected)
             limit = body["limits"][0]
             self.assertEqual((limit["name"], limit["algorithm"], limit["limit"], limit["period"]),
-                             ("adhoc", "gcra", 5, "1s"))
+                             ("adhoc", "gcra", 5, "1h"))
             self.assertEqual(resp.header("RateLimit-Remaining"), str(expected))
             self.assertEqual(resp.header("RateLimit-Limit"), "5")
         resp = SERVER.request("POST", "/v1/check", request)
         body = self.assertDenied(resp)
         self.assertGreater(body["retry_after_us"], 0)
-        self.assertLessEqual(body["retry_after_us"], 200_000)  # One emission interval.
-        self.assertEqual(self.assertRetryAfter(resp), 1)
+        self.assertLessEqual(body["retry_after_us"], 720_000_000)  # One emission interval.
+        self.assertRetryAfter(resp)
         # Another key has a burst of its own.
         other = dict(request, key="itest-adhoc-gcra-2")
         self.assertAllowed(SERVER.request("POST", "/v1/check", other), remaining=4)
@@ -364,7 +366,7 @@ class EndpointsTest(SluicedTest):
         before = SERVER.metric("sluice_bad_requests_total")
         with SERVER.connect() as sock:
             sock.sendall(b"GARBAGE\r\n\r\n")
-            data, _ = read_until_close(sock, 5)
+            data, _ = read_until_close(sock, 60)
         self.assertEqual(parse_raw_response(data)[0], 400, data)
         self.assertEqual(SERVER.metric("sluice_bad_requests_total"), before + 1,
                          "a malformed request line was answered 400 but not counted")

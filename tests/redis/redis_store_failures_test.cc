@@ -102,33 +102,53 @@ TEST(RedisStoreTest, DecidesOnRedisTimeByDefault) {
 
 class RedisFailureTest : public ::testing::TestWithParam<FailurePolicy> {
  protected:
-  // A store under the test's policy that has already decided once (so it is connected).
+  // A store under the test's policy that has already decided once on "k", in Redis (so it is
+  // connected and its script loaded). A loaded machine may miss the first deadlines while it
+  // connects: the store is warmed up on another key until Redis answers (a watchdog of 60 s).
   std::unique_ptr<RedisStore> ConnectedStore(const RedisServer& server,
                                              std::chrono::milliseconds timeout) {
     RedisStoreOptions options = OptionsFor(server);
     options.on_failure = GetParam();
     options.timeout = timeout;
     std::unique_ptr<RedisStore> redis = MustStore(options);
+    const auto watchdog = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+      const uint64_t failures = redis->Stats().failures;
+      if (redis->Decide(limit_, "warm", 1, At(kEpoch)).ok() && redis->Stats().failures == failures) {
+        break;
+      }
+      EXPECT_LT(std::chrono::steady_clock::now(), watchdog) << "Redis never answered";
+      if (std::chrono::steady_clock::now() > watchdog) {
+        break;
+      }
+    }
+    const uint64_t failures = redis->Stats().failures;
     EXPECT_TRUE(redis->Decide(limit_, "k", 1, At(kEpoch)).ok());
+    EXPECT_EQ(redis->Stats().failures, failures) << "the first decision on k was not Redis's";
     return redis;
   }
+
+  // A deadline that a loaded machine meets, so that only a Redis gone or frozen misses it.
+  static constexpr auto kTimeout = 1s;
+  // How long past its deadline a call may take on a loaded machine: the point is that it ends.
+  static constexpr auto kSlack = 10s;
 
   const Limit limit_ = MustLimit({.limit = 2, .period = 1h});
 };
 
 TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
   RedisServer server;
-  constexpr auto kTimeout = 200ms;
   std::unique_ptr<RedisStore> redis = ConnectedStore(server, kTimeout);
   const Limit& limit = limit_;
+  const RedisStoreStats at_start = redis->Stats();
 
   server.Stop();
   std::vector<absl::StatusOr<Decision>> during;
   for (int i = 0; i < 4; ++i) {
     const auto start = std::chrono::steady_clock::now();
     during.push_back(redis->Decide(limit, "k", 1, At(kEpoch + 1)));
-    // Bounded by the timeout (with room for a slow machine), never hanging.
-    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + 500ms);
+    // Bounded by the timeout (with room for a loaded machine), never hanging.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + kSlack);
   }
   switch (GetParam()) {
     case FailurePolicy::kDeny:
@@ -136,14 +156,14 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
         EXPECT_TRUE(absl::IsUnavailable(d.status()) || absl::IsDeadlineExceeded(d.status()))
             << d.status();
       }
-      EXPECT_EQ(redis->Stats().fallbacks, 0u);
+      EXPECT_EQ(redis->Stats().fallbacks - at_start.fallbacks, 0u);
       break;
     case FailurePolicy::kAllow:
       for (const auto& d : during) {
         ASSERT_TRUE(d.ok()) << d.status();
         EXPECT_TRUE(d->allowed);
       }
-      EXPECT_EQ(redis->Stats().fallbacks, 4u);
+      EXPECT_EQ(redis->Stats().fallbacks - at_start.fallbacks, 4u);
       break;
     case FailurePolicy::kLocal:
       // A limiter in this process with the same limit: 2 allowed, then denied.
@@ -151,18 +171,19 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
         ASSERT_TRUE(during[static_cast<size_t>(i)].ok()) << during[static_cast<size_t>(i)].status();
         EXPECT_EQ(during[static_cast<size_t>(i)]->allowed, i < 2) << i;
       }
-      EXPECT_EQ(redis->Stats().fallbacks, 4u);
+      EXPECT_EQ(redis->Stats().fallbacks - at_start.fallbacks, 4u);
       break;
   }
-  EXPECT_EQ(redis->Stats().failures, 4u);
+  EXPECT_EQ(redis->Stats().failures - at_start.failures, 4u);
 
-  // A new server on the same port: the store reconnects within its backoff (at most 250 ms).
+  // A new server on the same port: the store reconnects by itself (its backoff is at most
+  // 250 ms; the watchdog allows a loaded machine far more).
   server.Start();
   const auto back = std::chrono::steady_clock::now();
-  while (redis->Stats().connections_ready == 0 && std::chrono::steady_clock::now() - back < 3s) {
+  while (redis->Stats().connections_ready == 0 && std::chrono::steady_clock::now() - back < 60s) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - back, 1s);
+  ASSERT_GT(redis->Stats().connections_ready, 0) << "never reconnected";
   const RedisStoreStats before = redis->Stats();
   absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch + 2));
   ASSERT_TRUE(d.ok()) << d.status();
@@ -173,7 +194,6 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
 
 TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) {
   RedisServer server;
-  constexpr auto kTimeout = 100ms;
   std::unique_ptr<RedisStore> redis = ConnectedStore(server, kTimeout);
   const Limit& limit = limit_;
 
@@ -181,7 +201,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
   for (int i = 0; i < 3; ++i) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch + 1));
-    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + 400ms);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + kSlack);
     if (GetParam() == FailurePolicy::kDeny) {
       EXPECT_TRUE(absl::IsDeadlineExceeded(d.status()) || absl::IsUnavailable(d.status()))
           << d.status();
@@ -199,8 +219,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
       break;
     }
     std::this_thread::sleep_for(5ms);
-  } while (std::chrono::steady_clock::now() - back < 3s);
-  EXPECT_LT(std::chrono::steady_clock::now() - back, 1s);
+  } while (std::chrono::steady_clock::now() - back < 60s);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->remaining, 0);  // Redis kept the first admission: this is the second.
 }

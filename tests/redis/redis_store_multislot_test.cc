@@ -238,13 +238,19 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
   for (FailurePolicy policy :
        {FailurePolicy::kDeny, FailurePolicy::kAllow, FailurePolicy::kLocal}) {
     RedisStoreOptions options = ClusterOptions();
-    options.timeout = 300ms;
+    options.timeout = 2s;  // Met by a loaded machine; missed only by the frozen node.
     options.on_failure = policy;
     std::unique_ptr<RedisStore> redis = MustStore(options);
     const Timestamp now = At(kEpoch + ++hour * 3'600'000'000);
     const LimitedKey requests[] = {{&limit, low}, {&limit, high}};
     Decision each[2];
-    ASSERT_TRUE(redis->DecideAll(requests, 1, now, each).ok());  // Connected, slots known.
+    // Connected, slots known: queries (cost 0, nothing charged) until Redis answers them.
+    for (int tries = 0; tries < 30; ++tries) {
+      const uint64_t failures = redis->Stats().failures;
+      if (redis->DecideAll(requests, 0, now, each).ok() && redis->Stats().failures == failures) {
+        break;
+      }
+    }
     nodes_[high_node]->Pause();
     absl::StatusOr<Decision> d = redis->DecideAll(requests, 1, now, each);
     nodes_[high_node]->Resume();
@@ -261,7 +267,9 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
       query = redis->Decide(limit, low, 0, now);  // Reconnecting after the freeze.
     }
     ASSERT_TRUE(query.ok()) << query.status();
-    EXPECT_EQ(query->remaining, policy == FailurePolicy::kDeny ? 9 : 8)
+    // Under deny a give-back that missed its deadline (a loaded machine) keeps its unit.
+    const int64_t kept = static_cast<int64_t>(redis->Stats().give_backs_failed);
+    EXPECT_EQ(query->remaining, policy == FailurePolicy::kDeny ? 10 - kept : 9)
         << FailurePolicyName(policy);
   }
 }
@@ -273,7 +281,7 @@ TEST_F(MultiSlotTest, ASlotThatCannotBeReachedMeetsTheFailurePolicy) {
 TEST_F(MultiSlotTest, AGiveBackThatTimesOutIsCountedAndNeverAdmitsMore) {
   const Limit limit = MustLimit({.limit = 10, .period = 1h});
   RedisStoreOptions options = ClusterOptions();
-  options.timeout = 1500ms;
+  options.timeout = 10s;  // The earlier slot is charged well within it, even on a loaded machine.
   std::unique_ptr<RedisStore> redis = MustStore(options);
   const auto [low, high, low_node, high_node] = KeysOnTwoNodes(*redis, limit);
   ASSERT_GE(high_node, 0);
@@ -290,7 +298,7 @@ TEST_F(MultiSlotTest, AGiveBackThatTimesOutIsCountedAndNeverAdmitsMore) {
   testing::Client client(nodes_[low_node]->port());
   const std::string low_key = redis->RedisKey(limit, low);
   bool charged = false;
-  for (int tries = 0; tries < 500 && !charged; ++tries) {
+  for (int tries = 0; tries < 4000 && !charged; ++tries) {  // Up to 8 s.
     testing::Reply value = client.Run({"GET", low_key});
     charged = value && value->type == REDIS_REPLY_STRING && std::string(value->str).ends_with(" 1");
     std::this_thread::sleep_for(2ms);

@@ -59,7 +59,7 @@ void ExpectReconnectsAfterRestart(RedisStore& redis, RedisServer& server) {
       << gone.status();
   server.Start();
   // A watchdog, not a measure: the backoff is at most 250 ms.
-  for (int i = 0; i < 2000 && redis.Stats().connections_ready == 0; ++i) {
+  for (int i = 0; i < 12000 && redis.Stats().connections_ready == 0; ++i) {
     std::this_thread::sleep_for(5ms);
   }
   ExpectDecidesThrough(redis, server, "after");

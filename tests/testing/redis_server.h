@@ -163,7 +163,7 @@ class RedisServer {
       execvp("redis-server", argv.data());
       _exit(127);
     }
-    for (int i = 0; i < 500; ++i) {
+    for (int i = 0; i < 6000; ++i) {  // A watchdog of 60 s: a loaded machine starts slowly.
       if (Client client(port_); client.ok()) {
         Reply r = client.Run({"PING"});
         if (r && (r->type == REDIS_REPLY_STATUS ||
