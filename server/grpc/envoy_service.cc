@@ -17,13 +17,14 @@ namespace rls = envoy::service::ratelimit::v3;
 
 constexpr int64_t kMicrosPerSecond = 1'000'000;
 
+// A store that did not answer in time (DeadlineExceeded: Redis's --redis-timeout) is the
+// service unavailable, as a store that cannot be reached: UNAVAILABLE, which Envoy's
+// failure_mode_deny reads. gRPC's DEADLINE_EXCEEDED would say the caller's own deadline passed.
 grpc::Status ToGrpc(const absl::Status& status) {
   const std::string message(internal::Message(status));
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
       return {grpc::StatusCode::INVALID_ARGUMENT, message};
-    case absl::StatusCode::kDeadlineExceeded:
-      return {grpc::StatusCode::DEADLINE_EXCEEDED, message};
     case absl::StatusCode::kResourceExhausted:
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, message};
     default:

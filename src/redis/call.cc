@@ -1,7 +1,10 @@
 #include "src/redis/call.h"
 
+#include <charconv>
+
 #include "fmt/format.h"
 
+#include "src/redis/errors.h"
 #include "src/redis/resp.h"
 
 namespace sluice::internal {
@@ -59,9 +62,9 @@ void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key) {
 }
 
 std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha,
-                         std::string_view margin_ms) {
+                         std::string_view margin_ms, std::optional<int64_t> expires) {
   size_t keys = 0;
-  size_t args = 2;
+  size_t args = 3;
   size_t bytes = 128;
   for (const CallPtr& c : calls) {
     keys += c->keys.size();
@@ -81,10 +84,36 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
   }
   AppendBulk(out, margin_ms);
   AppendBulk(out, static_cast<int64_t>(calls.size()));
+  if (expires) {
+    AppendBulk(out, *expires);
+  } else {
+    AppendBulk(out, "");
+  }
   for (const CallPtr& c : calls) {
     out += c->args_resp;
   }
   return out;
+}
+
+std::optional<int64_t> ClockOffset(const redisReply& reply,
+                                   std::chrono::system_clock::time_point now) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2) {
+    return std::nullopt;
+  }
+  int64_t parts[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const redisReply& part = *reply.element[i];
+    const std::string_view text(part.str != nullptr ? part.str : "", part.len);
+    if (part.type != REDIS_REPLY_STRING ||
+        std::from_chars(text.data(), text.data() + text.size(), parts[i]).ptr !=
+            text.data() + text.size() ||
+        text.empty() || parts[i] < 0 || parts[i] > (int64_t{1} << 40)) {
+      return std::nullopt;
+    }
+  }
+  const int64_t here =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  return parts[0] * 1'000'000 + parts[1] - here;
 }
 
 absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call) {
@@ -95,8 +124,10 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
   if (reply.element[at]->integer == 0) {
     const redisReply* message = at + 1 < reply.elements ? reply.element[at + 1] : nullptr;
     at += 2;
-    return absl::InternalError(
-        fmt::format("redis: {}", message && message->str ? message->str : "script error"));
+    // An error a command of the script raised (OOM, READONLY...) says as much about Redis as
+    // one that refused the whole call: read alike.
+    return RedisErrorStatus(message && message->str ? std::string_view(message->str, message->len)
+                                                    : std::string_view("script error"));
   }
   ++at;
   const bool receipts = call.mode == Call::Mode::kCharge;

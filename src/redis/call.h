@@ -83,9 +83,9 @@ inline void ShareFellBack(Call& call) {
 }
 
 // Script calls in flight on a connection, and the handshake before them (kRole: a sentinel's
-// master is checked to be one, sentinel.h).
+// master is checked to be one, sentinel.h; kTime: Redis's clock, for the calls' `expires`).
 struct Pending {
-  enum class Kind { kAuth, kSelect, kRole, kScriptLoad, kSlots, kAsking, kBatch };
+  enum class Kind { kAuth, kSelect, kRole, kTime, kScriptLoad, kSlots, kAsking, kBatch };
   Kind kind;
   std::vector<CallPtr> calls;  // kBatch
   std::string command;         // kBatch: sent again after a NOSCRIPT or a redirection.
@@ -110,13 +110,22 @@ void AppendCharge(Call& call, const Charge& charge);
 void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key);
 
 // The EVALSHA of the script `sha` that decides `calls` in one script call, their keys expiring
-// `margin_ms` (in decimal) after their reset_after.
+// `margin_ms` (in decimal) after their reset_after; past `expires` (Redis's time, in
+// microseconds), the script decides nothing and answers an error starting kExpired.
 std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha,
-                         std::string_view margin_ms);
+                         std::string_view margin_ms, std::optional<int64_t> expires);
+inline constexpr std::string_view kExpired = "TIMEOUT sluice:";  // As requests.lua says it.
+
+// Redis's clock less this process's, in microseconds, from TIME's `reply` read at `now`: at most
+// what it is, for Redis answered before `now`. nullopt for a reply that is not TIME's.
+std::optional<int64_t> ClockOffset(const redisReply& reply,
+                                   std::chrono::system_clock::time_point now);
 
 // Reads `call`'s part of the script's reply to its batch, which starts at element `at`, and
 // moves `at` past it (as far as it can be read). Writes the call's decisions to `call.each`
-// and returns their Combine; Internal for a script error or a reply that is malformed.
+// and returns their Combine; for an error the script answered for the call, RedisErrorStatus's
+// (errors.h: Unavailable when Redis cannot decide now, Internal when the call is wrong);
+// Internal for a reply that is malformed.
 absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call);
 
 }  // namespace sluice::internal

@@ -5,6 +5,8 @@
 
 #include "fmt/format.h"
 
+#include "src/core/status.h"
+#include "src/redis/errors.h"
 #include "src/redis/sentinel.h"
 
 namespace sluice {
@@ -69,13 +71,25 @@ void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
   Flush();
 }
 
+std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime deadline) const {
+  if (!clock_offset_us_) {
+    return std::nullopt;
+  }
+  const auto system = std::chrono::system_clock::now() + (deadline - SteadyClock::now());
+  return std::chrono::duration_cast<std::chrono::microseconds>(system.time_since_epoch()).count() +
+         *clock_offset_us_;
+}
+
 void RedisStore::Impl::Connection::AskSlots() {
   Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
           SteadyClock::now() + store_.options_.timeout);
 }
 
-void RedisStore::Impl::Connection::Fail(const absl::Status& status) {
+void RedisStore::Impl::Connection::Fail(const absl::Status& status, bool refusing) {
   store_.last_error_ = std::string(status.message());
+  if (!store_.stopping_) {
+    store_.health_.Lost(Name(), internal::Message(status), refusing, SteadyClock::now());
+  }
   Close(status);
   if (store_.stopping_) {
     return;
@@ -146,6 +160,7 @@ void RedisStore::Impl::Connection::OnConnected() {
   if (store_.sentinel_ != nullptr) {
     Control(Pending::Kind::kRole, Command({"ROLE"}), open_deadline_);  // Still the master?
   }
+  Control(Pending::Kind::kTime, Command({"TIME"}), open_deadline_);
   Control(Pending::Kind::kScriptLoad, Command({"SCRIPT", "LOAD", Script()}), open_deadline_);
   Read();
 }
@@ -230,6 +245,9 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
       return;
     case Pending::Kind::kAsking:
       return;  // +OK; the batch behind it carries the answer.
+    case Pending::Kind::kTime:
+      clock_offset_us_ = internal::ClockOffset(*reply, std::chrono::system_clock::now());
+      return;
     case Pending::Kind::kRole:
       if (!internal::IsMasterRole(*reply)) {  // A sentinel named a server since demoted.
         Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master (ROLE): {}",
@@ -253,9 +271,12 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
       store_.sha_ = std::string(text);
       if (state_ == State::kOpening) {
         state_ = State::kReady;
-        backoff_ = store_.options_.backoff_min;
+        if (!not_master_) {
+          backoff_ = store_.options_.backoff_min;
+        }
         store_.ready_.fetch_add(1, std::memory_order_relaxed);
-        if (store_.options_.cluster && !store_.slots_known_) {
+        store_.health_.Connected(Name(), SteadyClock::now());
+            if (store_.options_.cluster && !store_.slots_known_) {
           store_.RefreshSlots();  // Learn the map before the first call needs it.
         }
         store_.Dispatch();
@@ -293,20 +314,53 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                 fmt::format("redis: {}: this server is a Redis Cluster node; use "
                                             "redis+cluster:// to follow its redirections",
                                             text)));
-  } else if (error && store_.sentinel_ != nullptr && text.find("READONLY") != text.npos) {
-    // Sentinel: this master was demoted to a replica. Drop the connection, which asks the
-    // sentinels again and reconnects.
-    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
-    Fail(absl::UnavailableError(
-        fmt::format("Redis at {} is a replica now: {}", RedisEndpointName(node_.endpoint), text)));
+  } else if (error && text.starts_with(internal::kExpired) && SteadyClock::now() < p.deadline) {
+    // Redis read the call past its `expires` before its deadline here: Redis's clock has moved
+    // since the handshake read it. The policy answers; a new connection reads it again.
+    store_.FailAll(p.calls, internal::RedisErrorStatus(text));
+    Fail(absl::UnavailableError(fmt::format("Redis at {}'s clock moved: {}", Name(), text)));
   } else if (error) {
-    // The whole call failed (OOM, BUSY, LOADING, READONLY, CLUSTERDOWN...): Redis is not
-    // deciding.
-    store_.FailAll(p.calls, absl::UnavailableError(fmt::format("redis: {}", text)));
+    // The whole call failed: Redis cannot decide now (OOM, BUSY, LOADING, READONLY...), which
+    // the policy answers, or the call is wrong (errors.h).
+    const internal::RedisErrorKind kind = internal::ClassifyRedisError(text);
+    store_.FailAll(p.calls, internal::RedisErrorStatus(text));
+    if (kind != internal::RedisErrorKind::kCall) {
+      Refused(text, kind == internal::RedisErrorKind::kNotMaster);
+    }
   } else {
-    store_.CompleteBatch(p.calls, reply);
+    // A command of the script may have been refused for the same reasons, per call.
+    const BatchOutcome outcome = store_.CompleteBatch(p.calls, reply);
+    if (outcome.refusal) {
+      Refused(*outcome.refusal, outcome.not_master);
+    } else if (outcome.answered) {
+      if (not_master_) {
+        not_master_ = false;
+        backoff_ = store_.options_.backoff_min;
+      }
+      store_.health_.Answered(Name(), SteadyClock::now());
+      }
   }
   store_.Dispatch();
 }
+
+void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_master) {
+  if (!not_master) {
+    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    return;
+  }
+  if (store_.options_.cluster) {
+    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    store_.RefreshSlots();  // A failover: the fresh map names the slot's new master.
+    return;
+  }
+  // Demoted: drop the connection. Its reconnection asks the sentinels again (Fail), or
+  // resolves the host's name again (a DNS name that follows the master); until it finds a
+  // master, its backoff grows as a connection that fails to open does.
+  not_master_ = true;
+  Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master: {}", Name(), text)),
+       /*refusing=*/true);
+}
+
+std::string RedisStore::Impl::Connection::Name() const { return RedisEndpointName(node_.endpoint); }
 
 }  // namespace sluice

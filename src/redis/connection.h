@@ -49,11 +49,16 @@ class RedisStore::Impl::Connection {
   void Connect();
   // Sends a batch; after ASKING when an ASK redirected it here.
   void Send(Pending batch, bool asking);
+  // `deadline` on Redis's clock (microseconds of its TIME), for BatchCommand's `expires`: a
+  // little early, never late (what the handshake's TIME showed, less its round trip); nullopt
+  // before the handshake has read it.
+  std::optional<int64_t> OnRedisClock(SteadyTime deadline) const;
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the
-  // backoff unless the store is stopping.
-  void Fail(const absl::Status& status);
+  // backoff unless the store is stopping. The server is lost (health.h) for that reason;
+  // `refusing`: it answers, but cannot decide.
+  void Fail(const absl::Status& status, bool refusing = false);
   // The first half of Fail, and all of it when the store shuts down: closes the socket and
   // fails everything in flight with `status`.
   void Close(const absl::Status& status);
@@ -76,12 +81,22 @@ class RedisStore::Impl::Connection {
   // A reply to a batch: its decisions, a NOSCRIPT, a redirection or a failure of the batch.
   // `error` and `text` are the reply's: whether it is an error, and its text.
   void OnBatchReply(Pending p, const redisReply& reply, bool error, std::string_view text);
+  // Redis answered `text`, an error that says it cannot decide now (errors.h): the server
+  // cannot decide, and when `not_master` the master must be found again.
+  void Refused(std::string_view text, bool not_master);
+  std::string Name() const;  // The server's, for messages.
 
   Impl& store_;
   Node& node_;
   std::shared_ptr<internal::RedisStream> stream_;  // A new one for each Connect.
   boost::asio::steady_timer retry_;
   std::chrono::milliseconds backoff_;
+  // The last failure was a server that is not a master (READONLY): a handshake, which such a
+  // server completes, does not end the backoff; a call it decides does.
+  bool not_master_ = false;
+  // Redis's clock less this process's system clock, in microseconds, at most what it is (TIME's
+  // answer less the system clock when it arrived); read at each handshake.
+  std::optional<int64_t> clock_offset_us_;
   State state_ = State::kClosed;
   uint64_t generation_ = 0;
   SteadyTime open_deadline_;

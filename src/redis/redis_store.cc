@@ -21,6 +21,7 @@
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/connection.h"
+#include "src/redis/errors.h"
 #include "src/redis/keys.h"
 #include "src/redis/redis_store_impl.h"
 #include "src/redis/sentinel.h"
@@ -35,13 +36,9 @@ using internal::AppendLease;
 using internal::AppendLimit;
 using internal::BatchCommand;
 using internal::HashSlot;
+using internal::IsStoreUnavailable;
 using internal::kSlotCount;
 using internal::ReadReply;
-
-// A transport failure: the policy decides. Anything else is the call's own error.
-bool IsTransportFailure(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-}
 
 }  // namespace
 
@@ -240,7 +237,8 @@ void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   RecordDenial(call, result);  // deny_calls.cc
   // A give-back that fails leaves its units charged: no policy can make Redis take them back.
   // A dry run that fails is its caller's to report (multislot.cc): it must charge nothing.
-  if (!result.ok() && IsTransportFailure(result.status()) && call.mode != Call::Mode::kGiveBack &&
+  // Redis could not decide (errors.h): the policy does. A call's own error stays its own.
+  if (!result.ok() && IsStoreUnavailable(result.status()) && call.mode != Call::Mode::kGiveBack &&
       call.mode != Call::Mode::kDryRun) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
@@ -370,7 +368,9 @@ void RedisStore::Impl::DispatchTo(Node& node) {
         ++it;
       }
     }
-    batch.command = BatchCommand(batch.calls, sha_, margin_ms_);
+    // Past the earliest deadline its caller has its answer: Redis must then decide nothing.
+    batch.command =
+        BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.calls.front()->deadline));
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }
@@ -406,18 +406,29 @@ absl::Status RedisStore::Impl::NoConnection() const {
 }
 
 // The replies to one batch, given to its calls in order.
-void RedisStore::Impl::CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply) {
+RedisStore::Impl::BatchOutcome RedisStore::Impl::CompleteBatch(std::vector<CallPtr>& calls,
+                                                               const redisReply& reply) {
+  BatchOutcome outcome;
   size_t at = 0;
   for (CallPtr& c : calls) {
-    Complete(*c, ReadReply(reply, at, *c));
+    absl::StatusOr<Decision> result = ReadReply(reply, at, *c);
+    if (result.ok()) {
+      outcome.answered = true;
+    } else if (!outcome.refusal && IsStoreUnavailable(result.status())) {
+      outcome.refusal = std::string(internal::RedisErrorText(result.status()));
+      outcome.not_master =
+          internal::ClassifyRedisStatus(result.status()) == internal::RedisErrorKind::kNotMaster;
+    }
+    Complete(*c, std::move(result));
   }
+  return outcome;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Deadlines and shutdown.
 
 // One timer for every deadline: the earliest among the queues' fronts and each connection's
-// oldest script call or connection attempt (each list is in deadline order).
+// oldest script call or connection attempt (each list is in deadline order), and health_'s.
 void RedisStore::Impl::ArmTimer() {
   std::optional<SteadyTime> earliest;
   auto consider = [&](std::optional<SteadyTime> t) {
@@ -428,6 +439,7 @@ void RedisStore::Impl::ArmTimer() {
   if (!unrouted_.empty()) {
     consider(unrouted_.front()->deadline);
   }
+  consider(health_.due());  // A line held back, to say once its quiet time has passed.
   for (auto& node : nodes_) {
     if (!node->queue.empty()) {
       consider(node->queue.front()->deadline);
@@ -455,6 +467,7 @@ void RedisStore::Impl::ArmTimer() {
 
 void RedisStore::Impl::OnTimer() {
   const SteadyTime now = SteadyClock::now();
+  health_.Flush(now);
   const std::string timeout =
       fmt::format("Redis did not answer within {} ms", options_.timeout.count());
   auto expire = [&](std::deque<CallPtr>& queue) {

@@ -6,7 +6,8 @@
 //   redis_store.cc  the store: calls in, routing to nodes, batching, deadlines, the failure
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
-//   connection.cc   one connection: handshake, pipelined script calls, replies;
+//   connection.cc   one connection: handshake, pipelined script calls, replies, and what
+//                   they say of the server (errors.h, health.h);
 //   multislot.cc    a request over several cluster slots, decided slot by slot;
 //   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
@@ -47,6 +48,7 @@
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/deny_cache.h"
+#include "src/redis/health.h"
 #include "src/redis/shares.h"
 
 namespace sluice {
@@ -120,7 +122,14 @@ class RedisStore::Impl {
   void Enqueue(CallPtr call);
   void TakeIncoming();
   void Complete(Call& call, absl::StatusOr<Decision> result);
-  void CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply);
+  // What the script's reply to a batch said of Redis: whether it decided a call, and the
+  // first error of a call that says Redis cannot decide now (errors.h), if any.
+  struct BatchOutcome {
+    bool answered = false;
+    std::optional<std::string> refusal;
+    bool not_master = false;  // That error says the server is not a master (READONLY...).
+  };
+  BatchOutcome CompleteBatch(std::vector<CallPtr>& calls, const redisReply& reply);
   template <typename Calls>
   void FailAll(Calls& calls, const absl::Status& status);
 
@@ -219,6 +228,7 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
+  internal::HealthLog health_{options_.log};      // Lost and back; its Flush is OnTimer's.
   // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
   // otherwise.
   std::unique_ptr<Sentinel> sentinel_;

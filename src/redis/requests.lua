@@ -2,7 +2,7 @@
 -- of one call, each decided or given back in order.
 --
 -- KEYS: the Redis keys of every limit of every request, in order.
--- ARGV: margin_ms, request count, then per request:
+-- ARGV: margin_ms, request count, expires, then per request:
 --   time ('' for Redis's TIME), cost, limit count, mode, then per limit:
 --   algorithm code (the order of sluice::Algorithm), N, P, B, K, N', P' (the rate in lowest
 --   terms, Limit::rate_units() and rate_period_us()).
@@ -15,6 +15,10 @@
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
+-- `expires`: Redis's time (in microseconds, on its TIME) past which the caller has been answered
+-- without Redis (the store's deadline): a call that reaches Redis later, as one sent before Redis
+-- froze does when it wakes, decides nothing and answers the error "TIMEOUT sluice: ...".
+-- '' for none.
 -- Returns, per request: 1 followed by five numbers per limit (allowed 0/1, remaining,
 -- reset_after, retry_after, delay, in microseconds; mode 2: what a cost-0 query answers after
 -- the give-back), in mode 1 seven (the five, then the charge's time and ahead), or 0 followed
@@ -64,8 +68,17 @@ local function give_back_request(keys, limits, now, out)
 end
 
 local clock
+local expires = tonumber(ARGV[3])
+if expires then
+  local time = redis.call('TIME')
+  clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if clock > expires then
+    return redis.error_reply('TIMEOUT sluice: the call reached Redis ' ..
+      string.format('%d', clock - expires) .. ' us after its deadline; nothing was decided')
+  end
+end
 local out = {}
-local arg, key = 3, 1
+local arg, key = 4, 1
 for _ = 1, tonumber(ARGV[2]) do
   local now = tonumber(ARGV[arg])
   if not now then

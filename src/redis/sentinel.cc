@@ -6,6 +6,7 @@
 
 #include "fmt/format.h"
 
+#include "src/core/status.h"
 #include "src/redis/connection.h"
 #include "src/redis/url.h"
 
@@ -320,6 +321,8 @@ void RedisStore::Impl::Sentinel::SwitchTo(const RedisEndpoint& master) {
           : fmt::format("connecting to the Redis master at {}", RedisEndpointName(master)));
   if (master_known_) {
     store_.master_switches_.fetch_add(1, std::memory_order_relaxed);
+    store_.health_.Moved(RedisEndpointName(node.endpoint),
+                         fmt::format("{} (sentinel)", internal::Message(moved)));
   }
   master_known_ = true;
   node.endpoint = master;

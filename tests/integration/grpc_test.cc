@@ -268,6 +268,32 @@ TEST(GrpcIntegrationTest, TwoServersOnOneRedisShareTheQuota) {
   EXPECT_EQ(b.Stop(), 0);
 }
 
+// A Redis that stops answering (frozen) under the deny policy: UNAVAILABLE, as a Redis gone
+// is and as docs/redis.md says, never DEADLINE_EXCEEDED (which says the caller's own deadline
+// passed).
+TEST(GrpcIntegrationTest, ARedisThatDoesNotAnswerInTimeIsUnavailable) {
+  testing::RedisServer redis;
+  SluicedProcess sluiced({"--store", redis.url(), "--redis-timeout", "200ms"});
+  const int port = sluiced.AwaitGrpcPort();
+  ASSERT_NE(port, 0) << "sluiced did not report its gRPC port";
+  auto stub = rls::RateLimitService::NewStub(
+      grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
+  auto ask = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    rls::RateLimitResponse response;
+    return stub->ShouldRateLimit(&context, Request("203.0.113.9"), &response);
+  };
+  const grpc::Status first = ask();
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  redis.Pause();
+  const grpc::Status frozen = ask();  // Sent, then not answered within --redis-timeout.
+  redis.Resume();
+  EXPECT_EQ(frozen.error_code(), grpc::StatusCode::UNAVAILABLE) << frozen.error_message();
+  stub.reset();
+  EXPECT_EQ(sluiced.Stop(), 0);
+}
+
 // Asks `stub` for `address` once; the gRPC status, and the overall code in `code`.
 grpc::Status AskOnce(rls::RateLimitService::Stub& stub, const std::string& address,
                      rls::RateLimitResponse::Code& code) {

@@ -65,14 +65,14 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
   std::vector<CallPtr> calls;
   calls.push_back(std::make_unique<Call>(std::move(limited)));
   calls.push_back(std::make_unique<Call>(std::move(leases)));
-  const ReplyPtr command = ReadResp(BatchCommand(calls, "0123abcd", "1000"));
+  const ReplyPtr command = ReadResp(BatchCommand(calls, "0123abcd", "1000", 1234));
   ASSERT_NE(command, nullptr);
   ASSERT_EQ(command->type, REDIS_REPLY_ARRAY);
   EXPECT_THAT(Strings(*command),
               ElementsAreArray<std::string>({
                   "EVALSHA", "0123abcd", "3",  // The script, and the number of keys.
                   "sluice:g10/1000000b20:{alice}", "sluice:lease:{jobs}", "sluice:lease:{mail}",
-                  "1000", "2",  // margin_ms, and the number of requests.
+                  "1000", "2", "1234",  // margin_ms, the number of requests, expires.
                   // time, cost, limit count, mode (decide); then algorithm (kGcra), N, P, B,
                   // K, N', P'.
                   "", "1", "1", "0", "5", "10", "1000000", "20", "1", "1", "100000",
@@ -86,6 +86,21 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
 
 // Beside their framing, a call keeps its caller's keys (the reply's size, the local fallback's
 // keys) and its limits or capacities (the local fallback's).
+TEST(ClockOffsetTest, RedisClockLessOursFromTime) {
+  // TIME answered 1,700,000,000 s and 250,000 us; read at 1,700,000,000.100000 s here.
+  const auto now =
+      std::chrono::system_clock::time_point(std::chrono::microseconds(kEpoch + 100'000));
+  const ReplyPtr time = ReadResp("*2\r\n$10\r\n1700000000\r\n$6\r\n250000\r\n");
+  ASSERT_NE(time, nullptr);
+  EXPECT_EQ(ClockOffset(*time, now), 150'000);
+  for (std::string_view bytes : {"+OK\r\n", "*1\r\n$1\r\n1\r\n", "*2\r\n$1\r\nx\r\n$1\r\n1\r\n",
+                                 "*2\r\n$2\r\n-1\r\n$1\r\n1\r\n", "*2\r\n:1\r\n:1\r\n"}) {
+    const ReplyPtr reply = ReadResp(bytes);
+    ASSERT_NE(reply, nullptr) << bytes;
+    EXPECT_EQ(ClockOffset(*reply, now), std::nullopt) << bytes;
+  }
+}
+
 TEST(CallTest, KeepsWhatTheLocalFallbackAndTheReplyNeed) {
   Call limited;
   const Limit window = MustLimit({.limit = 5, .period = 1min});

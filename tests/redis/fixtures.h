@@ -35,4 +35,13 @@ inline RedisStoreOptions OptionsFor(const std::string& url) {
 
 inline RedisStoreOptions OptionsFor(const RedisServer& server) { return OptionsFor(server.url()); }
 
+// Every failure policy, for a test run under each (INSTANTIATE_TEST_SUITE_P), named as the
+// flag says ("deny") by PolicyName.
+inline auto EveryPolicy() {
+  return ::testing::Values(FailurePolicy::kDeny, FailurePolicy::kAllow, FailurePolicy::kLocal);
+}
+inline std::string PolicyName(const ::testing::TestParamInfo<FailurePolicy>& info) {
+  return std::string(FailurePolicyName(info.param));
+}
+
 }  // namespace sluice::testing

@@ -224,12 +224,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
   EXPECT_EQ(d->remaining, 0);  // Redis kept the first admission: this is the second.
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, RedisFailureTest,
-                         ::testing::Values(FailurePolicy::kDeny, FailurePolicy::kAllow,
-                                           FailurePolicy::kLocal),
-                         [](const auto& info) {
-                           return std::string(FailurePolicyName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Policies, RedisFailureTest, testing::EveryPolicy(), testing::PolicyName);
 
 TEST(RedisStoreTest, NoServerAtAllFailsFastUnderThePolicy) {
   RedisStoreOptions options;

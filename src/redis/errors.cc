@@ -1,0 +1,60 @@
+#include "src/redis/errors.h"
+
+#include <array>
+
+#include "fmt/format.h"
+
+#include "src/core/status.h"
+
+namespace sluice::internal {
+namespace {
+
+// Redis's error prefixes for a server that cannot decide now (src/server.c's shared replies,
+// cluster.c, acl.c, script.c), and for one that is not a master.
+// TIMEOUT: the script's own (call.h's kExpired), for a call that reached Redis too late.
+constexpr std::array<std::string_view, 11> kUnavailable = {
+    "OOM",     "BUSY",   "LOADING", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
+    "MISCONF", "NOAUTH", "NOPERM",  "WRONGPASS",   "TIMEOUT"};
+constexpr std::array<std::string_view, 2> kNotMaster = {"READONLY", "MASTERDOWN"};
+constexpr std::string_view kPrefix = "redis: ";  // RedisErrorStatus's.
+
+}  // namespace
+
+RedisErrorKind ClassifyRedisError(std::string_view text) {
+  const std::string_view word = text.substr(0, text.find(' '));
+  for (std::string_view prefix : kNotMaster) {
+    if (word == prefix) {
+      return RedisErrorKind::kNotMaster;
+    }
+  }
+  for (std::string_view prefix : kUnavailable) {
+    if (word == prefix) {
+      return RedisErrorKind::kUnavailable;
+    }
+  }
+  return RedisErrorKind::kCall;
+}
+
+absl::Status RedisErrorStatus(std::string_view text) {
+  std::string message = fmt::format("{}{}", kPrefix, text);
+  return ClassifyRedisError(text) == RedisErrorKind::kCall
+             ? absl::InternalError(std::move(message))
+             : absl::UnavailableError(std::move(message));
+}
+
+RedisErrorKind ClassifyRedisStatus(const absl::Status& status) {
+  if (status.ok() || !Message(status).starts_with(kPrefix)) {
+    return RedisErrorKind::kCall;
+  }
+  return ClassifyRedisError(RedisErrorText(status));
+}
+
+std::string_view RedisErrorText(const absl::Status& status) {
+  std::string_view message = Message(status);
+  if (message.starts_with(kPrefix)) {
+    message.remove_prefix(kPrefix.size());
+  }
+  return message;
+}
+
+}  // namespace sluice::internal

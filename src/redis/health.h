@@ -1,0 +1,73 @@
+#pragma once
+
+// What RedisStore tells an operator about the Redis servers it uses: a server lost (with the
+// reason: connection refused, AUTH refused naming Redis's error, a timeout, OOM or READONLY
+// answered) and back, said once per change of state, never per call. A line of a kind said
+// within kQuiet before (a server that comes and goes, a reconnection that fails for one reason
+// then another) is held back and counted; once kQuiet has passed, the state the server is then
+// in is said, with the count, unless it is the state said last. So the last line said of a
+// server is its state, at most kQuiet late, and a server flapping says a few lines a minute.
+//
+// Not thread-safe: the store's I/O thread alone uses it. Time is passed in; the store calls
+// Flush by a timer at due().
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "sluice/redis_store.h"
+
+namespace sluice::internal {
+
+class HealthLog {
+ public:
+  using Time = std::chrono::steady_clock::time_point;
+  static constexpr std::chrono::seconds kQuiet{30};
+
+  // `sink` hears the lines; empty: nothing is said (the state is still kept).
+  explicit HealthLog(RedisLogSink sink) : sink_(std::move(sink)) {}
+
+  // `server` cannot be used: lost (a connection failed: `refusing` false), or it answers that
+  // it cannot decide (an error reply: `refusing` true).
+  void Lost(std::string_view server, std::string_view reason, bool refusing, Time now);
+  // A connection to `server` is ready: back, unless it was refusing to decide (a connection
+  // does not show that it decides again).
+  void Connected(std::string_view server, Time now);
+  // `server` decided a call: back, whatever it was.
+  void Answered(std::string_view server, Time now);
+  // Sentinel: the master moved from `from` (forgotten: it is no longer used) to another
+  // server; says `line`.
+  void Moved(std::string_view from, std::string_view line);
+  // Says what was held back and is still true, if its time has come.
+  void Flush(Time now);
+  // When Flush may have something to say; nullopt: nothing is held back.
+  std::optional<Time> due() const;
+
+  bool lost(std::string_view server) const;  // Whether `server` is lost now.
+
+ private:
+  struct Server {
+    bool lost = false;
+    bool refusing = false;
+    std::string reason;
+    Time since;  // When it was lost.
+    // What was said last: whether lost, and why.
+    bool said_lost = false;
+    std::string said_reason;
+    uint64_t held_back = 0;                       // Changes not said since.
+    std::unordered_map<std::string, Time> kinds;  // When each kind of line was said last.
+  };
+
+  // Says the server's state, unless said already or a line of its kind was said within kQuiet.
+  void Settle(const std::string& name, Server& server, Time now);
+  bool Said(const Server& server) const;  // Whether its state is the one said last.
+  static std::string Kind(const Server& server);
+
+  RedisLogSink sink_;
+  std::unordered_map<std::string, Server> servers_;
+};
+
+}  // namespace sluice::internal
