@@ -77,7 +77,7 @@ class RulesFileTest(unittest.TestCase):
         stderr = proc.stderr.decode(errors="replace")
         self.assertEqual(proc.returncode, 2, stderr)
         self.assertRegex(stderr, re.escape(path) + r":\d+:\d+: the rules expand to more than "
-                         r"20000000 YAML nodes")
+                         r"5000000 YAML nodes")
 
     def test_alias_bomb_on_reload_is_refused_and_the_rules_kept(self):
         server = sluiced.Sluiced.with_rules(GOOD_RULES, "--watch-interval", "0")
