@@ -77,8 +77,8 @@ TEST(RuleFileLimitsTest, AliasBombInMetadataIsRefusedAtTheNodeLimit) {
     }
     text += fmt::format("      m{0}: &m{0} [{1}]\n", level, aliases);
   }
-  // Reached on the line of m7: 10^7 + ... nodes.
-  EXPECT_THAT(Error(text), AllOf(HasSubstr("rules.yaml:13:"), HasSubstr("more than 5000000")));
+  // Reached on the line of m6: 10^6 nodes and more.
+  EXPECT_THAT(Error(text), AllOf(HasSubstr("rules.yaml:12:"), HasSubstr("more than 5000000")));
 }
 
 TEST(RuleFileLimitsTest, AliasesOfALongValueAreRefusedAtTheByteLimit) {
