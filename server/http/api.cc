@@ -224,11 +224,11 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
       domain = candidate.get();
     }
   }
+  // No domain (or not the one named) defines 'auth': nothing limits the request, which is
+  // admitted, as envoyproxy/ratelimit admits a domain it has no rules for. An error here would
+  // reach nginx's clients as 500 (auth_request passes only 2xx, 401 and 403).
   if (domain == nullptr) {
-    fail(absl::FailedPreconditionError(
-        domain_name.empty()
-            ? std::string("no domain defines 'auth' descriptors")
-            : fmt::format("domain '{}' defines no 'auth' descriptors", domain_name)));
+    Send(std::move(reply), JsonResponse(http::status::ok, ResultText(CheckResult{}), request));
     return;
   }
   CheckRequest check{.domain = domain->name, .leases = false};

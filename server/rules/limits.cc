@@ -25,6 +25,9 @@ Limit EnvoyCounter(Micros period) {
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
                    "period", "burst", "buckets", "share"});
+  if (++budget_.limits > limits_.max_limits) {
+    Fail(node, fmt::format("more than {} rule limits (the limit on limits)", limits_.max_limits));
+  }
   RuleLimit rule_limit;
   // An empty name is no name, as envoyproxy/ratelimit reads it.
   if (const YAML::Node name = node["name"]) {

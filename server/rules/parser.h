@@ -21,6 +21,7 @@
 #include "yaml-cpp/yaml.h"
 
 #include "server/rules/rules.h"
+#include "server/rules/scan.h"
 
 namespace sluice::server {
 
@@ -32,9 +33,15 @@ struct ConfigError {
 
 class FileParser {
  public:
-  // `counters` and `check_limit` must outlive the parser.
-  FileParser(std::string file, CounterRegistry& counters, const LimitChecker& check_limit)
-      : file_(std::move(file)), counters_(counters), check_limit_(check_limit) {}
+  // `counters`, `check_limit`, `limits` and `budget` must outlive the parser. Each descriptor
+  // and rule limit read is counted in `budget` against `limits`.
+  FileParser(std::string file, CounterRegistry& counters, const LimitChecker& check_limit,
+             const RuleFileLimits& limits, YamlBudget& budget)
+      : file_(std::move(file)),
+        counters_(counters),
+        check_limit_(check_limit),
+        limits_(limits),
+        budget_(budget) {}
 
   // The name of the domain of the file whose YAML is `root`: a mapping of known keys with a
   // non-empty `domain`. Throws ConfigError.
@@ -120,6 +127,8 @@ class FileParser {
   std::string file_;  // Named in every error.
   CounterRegistry& counters_;
   const LimitChecker& check_limit_;  // The store's verdict, asked for every limit.
+  const RuleFileLimits& limits_;
+  YamlBudget& budget_;  // Shared by the files of one load.
 };
 
 }  // namespace sluice::server

@@ -167,6 +167,14 @@ int64_t FileParser::Integer(const YAML::Node& node, std::string_view what, int64
                             int64_t max) const {
   int64_t value = 0;
   if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, value)) {
+    const std::string text = node.IsScalar() ? node.Scalar() : "";
+    const std::string_view digits =
+        std::string_view(text).substr(text.starts_with('-') || text.starts_with('+'));
+    if (!digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                       [](char c) { return c >= '0' && c <= '9'; })) {
+      Fail(node, fmt::format("{} {} is out of range: it must be between {} and {}", what, text,
+                             min, max));
+    }
     Fail(node, fmt::format("{} must be an integer", what));
   }
   if (value < min || value > max) {
@@ -204,6 +212,10 @@ std::unique_ptr<DescriptorNode> FileParser::ParseDescriptor(const YAML::Node& no
   CheckKeys(node, {"key", "value", "rate_limit", "limits", "descriptors", "shadow_mode",
                    "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
                    "metadata", "mode", "soft_percent", "pool", "concurrency", "lease_ttl"});
+  if (++budget_.descriptors > limits_.max_descriptors) {
+    Fail(node, fmt::format("more than {} descriptors (the descriptor limit)",
+                           limits_.max_descriptors));
+  }
   auto descriptor = std::make_unique<DescriptorNode>();
   descriptor->key = RequiredString(node, "key");
   if (descriptor->key.empty()) {

@@ -249,6 +249,23 @@ class CounterRegistry {
 // The store's verdict on a limit (Store::CheckLimit), asked for every limit of a rule file.
 using LimitChecker = std::function<absl::Status(const Limit&)>;
 
+// Bounds on what the rules files of one load may expand to (server/rules/scan.h), so that a
+// hostile file (an alias bomb: a few kilobytes that expand to billions of nodes) is refused
+// before it costs the memory or time, with an error naming the limit and where it was hit.
+// The defaults are about five times what the largest real configurations need
+// (envoyproxy/ratelimit files of 100,000 per-value rules: 12.5 MB, 1.1 million nodes). The
+// node limit also bounds yaml-cpp's tree while a file loads (about 600 bytes a node: 3 GB).
+struct RuleFileLimits {
+  uint64_t max_file_bytes = uint64_t{64} << 20;  // The files' bytes, as read.
+  int max_depth = 64;                            // Nesting of YAML mappings and lists.
+  // Of the YAML: every node (key, value, mapping, list) and the bytes of every scalar, each
+  // alias counted as the whole of what it names.
+  uint64_t max_nodes = 5'000'000;
+  uint64_t max_scalar_bytes = uint64_t{256} << 20;
+  uint64_t max_descriptors = 1'000'000;
+  uint64_t max_limits = 1'000'000;  // Rule limits: a rate_limit, an entry of `limits`, a pool.
+};
+
 // How a set of rules files is loaded.
 struct RuleLoadOptions {
   // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a file naming a domain that an earlier file
@@ -256,6 +273,7 @@ struct RuleLoadOptions {
   // being an error. A descriptor whose key and value are already at the top level is still
   // an error, as theirs.
   bool merge_domains = false;
+  RuleFileLimits limits;
 };
 
 class RuleSet {
