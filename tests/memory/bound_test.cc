@@ -3,6 +3,7 @@
 // a key whose state has reset (it decides as a new key does) is ever dropped; a new key that
 // finds the store full and no reset key within its search is refused, ResourceExhausted.
 
+#include <string>
 #include <vector>
 
 #include "fmt/format.h"
@@ -76,7 +77,8 @@ TEST(MemoryStoreBoundTest, ARequestWhoseNewKeyFindsNoRoomIsRefusedWhole) {
   }
   int refused = 0;
   for (int k = 0; k < 200; ++k) {
-    const LimitedKey both[] = {{&hourly, fmt::format("new-{}", k)}, {&daily, "old"}};
+    const std::string key = fmt::format("new-{}", k);  // LimitedKey holds a view of it.
+    const LimitedKey both[] = {{&hourly, key}, {&daily, "old"}};
     std::vector<Decision> each(2);
     const absl::StatusOr<Decision> d = store.DecideAll(both, 1, At(kEpoch + 1), each);
     if (!d.ok()) {
