@@ -106,7 +106,9 @@ int Daemon::Run() {
     // here rather than destroy them under it (or wait for a parse that may never end).
     spdlog::warn("exiting without waiting for the reload still reading {}", flags_.config);
     statsd_.reset();  // Its last flush.
-    spdlog::shutdown();
+    // Flushed, not shut down: the reload's thread and the store's may still log, and a logger
+    // dropped under them would crash the exit.
+    spdlog::default_logger()->flush();
     std::_Exit(code);
   }
   return code;

@@ -67,7 +67,9 @@ absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool disc
     return absl::OkStatus();
   }
   const std::string why(internal::Message(loaded.status()));
-  if (!discard_corrupt) {
+  // Only a file that was read and found unusable is corrupt: one that could not be read (no
+  // permission, an I/O error) may be whole, and is never moved aside.
+  if (!discard_corrupt || loaded.status().code() != absl::StatusCode::kDataLoss) {
     return absl::InvalidArgumentError(fmt::format(
         "--snapshot: {}. Not starting over it (it would be overwritten at shutdown): move it "
         "away, or pass --snapshot-discard-corrupt to have it moved aside and start empty",

@@ -100,8 +100,8 @@ class MemoryStore final : public Store {
 
   // Loads a snapshot written by SaveSnapshot into this store (a loaded key replaces the one
   // here), dropping every key whose state has fully reset by `now`: it would decide as a new
-  // key does. Loading is not bounded by max_keys: if the file holds more, the next new keys
-  // evict. Returns the number of keys loaded. Errors, after which no key is loaded:
+  // key does. Loading is not bounded by max_keys: if the file holds more, new keys take the
+  // places of loaded ones only as those reset (or are refused until then). Returns the number of keys loaded. Errors, after which no key is loaded:
   // NotFound when there is no file; Unavailable naming it when it cannot be read (not a
   // regular file, no permission); DataLoss naming the file when it is empty, truncated, not
   // a snapshot, or its checksum or contents are wrong; ResourceExhausted as Decide.

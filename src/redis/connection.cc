@@ -276,7 +276,7 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
         }
         store_.ready_.fetch_add(1, std::memory_order_relaxed);
         store_.health_.Connected(Name(), SteadyClock::now());
-            if (store_.options_.cluster && !store_.slots_known_) {
+        if (store_.options_.cluster && !store_.slots_known_) {
           store_.RefreshSlots();  // Learn the map before the first call needs it.
         }
         store_.Dispatch();
@@ -338,7 +338,7 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
         backoff_ = store_.options_.backoff_min;
       }
       store_.health_.Answered(Name(), SteadyClock::now());
-      }
+    }
   }
   store_.Dispatch();
 }

@@ -21,6 +21,16 @@ constexpr std::string_view kPrefix = "redis: ";  // RedisErrorStatus's.
 }  // namespace
 
 RedisErrorKind ClassifyRedisError(std::string_view text) {
+  // Redis before 7 raises a command's error inside a script as the script's own, its place
+  // first: "@user_script: 73: -OOM command not allowed...". The error is what follows.
+  if (text.starts_with('@')) {
+    if (const size_t at = text.rfind(": -"); at != std::string_view::npos) {
+      text.remove_prefix(at + 2);
+    }
+  }
+  if (text.starts_with('-')) {
+    text.remove_prefix(1);
+  }
   const std::string_view word = text.substr(0, text.find(' '));
   for (std::string_view prefix : kNotMaster) {
     if (word == prefix) {

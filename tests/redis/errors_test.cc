@@ -32,6 +32,16 @@ TEST(RedisErrorsTest, AServerThatIsNotAMasterIsUnavailableAndToBeFoundAgain) {
   }
 }
 
+// Redis 6 raises a command's error inside the script with the script's place in front.
+TEST(RedisErrorsTest, ACommandsErrorInsideTheScriptIsReadPastThePlaceRedis6PutsFirst) {
+  EXPECT_EQ(ClassifyRedisError("@user_script: 73: -OOM command not allowed when used memory"),
+            RedisErrorKind::kUnavailable);
+  EXPECT_EQ(ClassifyRedisError("@user_script: 9: -READONLY You can't write against a replica"),
+            RedisErrorKind::kNotMaster);
+  EXPECT_EQ(ClassifyRedisError("@user_script: 9: -ERR wrong number of arguments"),
+            RedisErrorKind::kCall);
+}
+
 TEST(RedisErrorsTest, TheCallsOwnErrorsAreInternal) {
   for (const char* text : {"WRONGTYPE Operation against a key holding the wrong kind of value",
                            "ERR wrong number of arguments for 'evalsha' command",
