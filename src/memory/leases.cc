@@ -135,9 +135,8 @@ absl::StatusOr<Decision> LeaseTable::LeaseAll(LeaseOp op, std::span<const Leased
   if (op == LeaseOp::kTake && all_allowed) {
     refused = !Reserve(added, now, locked);
     held += refused ? 0 : added;  // Counted by Reserve.
-    // Reserve's sweep erases the entries of keys that hold no lease, the caller's own among
-    // them (a new key's, or one whose leases all expired): take them again. It removes no live
-    // lease from them (the dry run above already dropped the expired ones), so counts hold.
+    // Its sweep may erase our keys' empty entries (no live lease is in them: the dry run
+    // dropped the expired ones, so counts hold): take them again.
     for (size_t i = 0; i < keys.size(); ++i) {
       sets[i] = &shards_[shards[i]].leases[std::string(keys[i].key)];
     }
