@@ -119,6 +119,12 @@ struct RateLimitService::Deciding {
   // The Envoy API's counted limits: every hit counted on their counters, each compared with
   // its limit (EnvoySettings::count_over_limit).
   internal::Task<absl::Status> DecideCounting(int64_t cost);
+  // After the store refused DecideCounting's keys for want of room (ResourceExhausted: a new
+  // key in a full store), from what a query found (`known`, per key; `slot`, each counted
+  // limit's key): whether a counter already known is over with this request's hits. Then the
+  // outcomes say so, and the request is over as it would have been had it been charged.
+  bool OverWhenFull(const std::vector<Decision>& known, const std::vector<size_t>& slot,
+                    int64_t cost);
   // The enforced limits (hard, soft, elastic), charged together.
   internal::Task<absl::Status> DecideEnforced(int64_t cost);
   // Elastic mode, after the enforced limits denied.
@@ -299,6 +305,17 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideCounting(int64_t 
   each.assign(keys.size(), Decision{});
   const absl::StatusOr<Decision> combined =
       co_await StoreDecision(service.store_, keys, cost, now, each);
+  if (absl::IsResourceExhausted(combined.status())) {
+    // A failure here is one Envoy's default (failure_mode_deny: false) admits: a key over its
+    // limit must not go free because another key of the request found no room. A query
+    // (cost 0) creates no key.
+    std::vector<Decision> known(keys.size());
+    const absl::StatusOr<Decision> query =
+        co_await StoreDecision(service.store_, keys, 0, now, known);
+    if (query.ok() && OverWhenFull(known, slot, cost)) {
+      co_return absl::OkStatus();
+    }
+  }
   if (const absl::StatusOr<bool> counted = AdmittedBy(combined); !counted.ok()) {
     co_return counted.status();
   }
@@ -314,6 +331,23 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideCounting(int64_t 
     }
   }
   co_return absl::OkStatus();
+}
+
+bool RateLimitService::Deciding::OverWhenFull(const std::vector<Decision>& known,
+                                              const std::vector<size_t>& slot, int64_t cost) {
+  bool over = false;
+  for (size_t j = 0; j < counting.size(); ++j) {
+    Decision charged = known[slot[j]];  // As if this request's hits had been counted.
+    charged.remaining = std::max<int64_t>(0, charged.remaining - cost);
+    LimitOutcome& outcome = result.limits[counting[j]];
+    outcome.decision = Counted(charged, outcome.nominal, cost);
+    over = over || (!outcome.decision.allowed && outcome.mode != Mode::kShadow);
+  }
+  if (over) {
+    counted_over = true;
+    admitted = false;
+  }
+  return over;
 }
 
 internal::Task<absl::Status> RateLimitService::Deciding::DecideEnforced(int64_t cost) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 
 #include "server/service.h"
@@ -295,6 +296,43 @@ TEST_F(EnvoyCountingTest, OddDescriptorsMatchNothingAndFailNothing) {
   // An override of a unit Envoy's proto does not have falls back to the rule.
   EXPECT_EQ(results[2].closest->nominal, 3);
   EXPECT_EQ(results[3].limit_remaining, 2U);
+}
+
+// A full memory store and a request that carries a key over its limit beside a new one: the
+// request is over, as it would be in a store with room, not failed (a failure that Envoy's
+// default, failure_mode_deny: false, would admit, letting the limited key through).
+TEST(EnvoyFullStoreTest, AKeyOverItsLimitStaysOverBesideANewKeyWithNoRoom) {
+  MemoryStore store({.max_keys = 64});  // One key per shard index.
+  ManualClock clock(At(kStart));
+  Metrics metrics;
+  RateLimitService service(store, clock, metrics, nullptr, {});
+  service.SetRules(testing::MustParseRules(kRules, metrics.rules(), store));
+  const auto ask = [&](std::vector<std::string> values) {
+    CheckRequest request{.domain = "api"};
+    request.descriptors.push_back({.entries = {{"three", "victim"}}, .cost = 1});
+    for (std::string& value : values) {
+      request.descriptors.push_back({.entries = {{"ten", std::move(value)}}, .cost = 1});
+    }
+    return service.ShouldRateLimit(request);
+  };
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ask({}).ok());
+  }
+  ASSERT_TRUE(ask({})->front().over_limit);  // 5 hits on a limit of 3.
+  // The store fills with keys that stay inside their minute; then a new key finds no room.
+  int refused = 0;
+  for (int i = 0; i < 2'000 && refused < 50; ++i) {
+    CheckRequest fill{.domain = "api"};
+    fill.descriptors.push_back({.entries = {{"ten", fmt::format("fill-{}", i)}}, .cost = 1});
+    refused += service.ShouldRateLimit(fill).ok() ? 0 : 1;
+  }
+  ASSERT_EQ(refused, 50) << "the store never filled";
+  for (int i = 0; i < 20; ++i) {
+    const absl::StatusOr<std::vector<DescriptorResult>> results =
+        ask({fmt::format("fresh-{}", i)});
+    ASSERT_TRUE(results.ok()) << results.status();
+    EXPECT_TRUE(results->front().over_limit) << i;
+  }
 }
 
 }  // namespace
