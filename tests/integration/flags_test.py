@@ -93,8 +93,4 @@ class FlagsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main()

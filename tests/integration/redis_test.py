@@ -297,11 +297,7 @@ class RedisStoreTest(RedisCase):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+    sluiced.main(verbosity=2)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Two ways to start one:
   directory. The HTTP tests use this one.
 """
 
+import argparse
 import http.client
 import json
 import os
@@ -20,8 +21,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import unittest
 
 BINARY = None
 
@@ -264,3 +267,14 @@ class Sluiced:
             except OSError:
                 pass
         return text
+
+
+def main(verbosity=1):
+    """Runs the calling test file's tests against the sluiced of --sluiced PATH: the one
+    entry point of the integration tests that take nothing else."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sluiced", required=True)
+    args, rest = parser.parse_known_args()
+    global BINARY
+    BINARY = os.path.abspath(args.sluiced)
+    unittest.main(module="__main__", argv=[sys.argv[0], *rest], verbosity=verbosity)
