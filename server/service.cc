@@ -221,6 +221,9 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
+  // A descriptor whose new key found no room in a full store fails alone: failing the request
+  // would let Envoy's default (failure_mode_deny: false) admit a descriptor over its limit.
+  absl::Status no_room;
   // Each descriptor on its own, with its own cost.
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     std::vector<Planned> group;
@@ -234,6 +237,10 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     }
     const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
     absl::StatusOr<CheckResult> result = co_await Decide(group, cost, now);
+    if (absl::IsResourceExhausted(result.status())) {
+      no_room = result.status();
+      continue;
+    }
     if (!result.ok()) {
       co_return result.status();
     }
@@ -258,6 +265,10 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
       }
     }
     Describe(now, out);
+  }
+  if (!no_room.ok() && std::none_of(results.begin(), results.end(),
+                                    [](const DescriptorResult& r) { return r.over_limit; })) {
+    co_return no_room;
   }
   co_return std::move(results);
 }

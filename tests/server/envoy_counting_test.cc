@@ -298,39 +298,82 @@ TEST_F(EnvoyCountingTest, OddDescriptorsMatchNothingAndFailNothing) {
   EXPECT_EQ(results[3].limit_remaining, 2U);
 }
 
-// A full memory store and a request that carries a key over its limit beside a new one: the
-// request is over, as it would be in a store with room, not failed (a failure that Envoy's
-// default, failure_mode_deny: false, would admit, letting the limited key through).
-TEST(EnvoyFullStoreTest, AKeyOverItsLimitStaysOverBesideANewKeyWithNoRoom) {
-  MemoryStore store({.max_keys = 64});  // One key per shard index.
-  ManualClock clock(At(kStart));
-  Metrics metrics;
-  RateLimitService service(store, clock, metrics, nullptr, {});
-  service.SetRules(testing::MustParseRules(kRules, metrics.rules(), store));
-  const auto ask = [&](std::vector<std::string> values) {
+// A full memory store: new keys find no room (RESOURCE_EXHAUSTED, which Envoy's default,
+// failure_mode_deny: false, admits), yet a key already over its limit must stay over, beside a
+// new key or with one of its own limits new. Each test fills the store, then asks.
+class EnvoyFullStoreTest : public ::testing::Test {
+ protected:
+  EnvoyFullStoreTest() : clock_(At(kStart)), service_(store_, clock_, metrics_, nullptr, {}) {}
+
+  void Load(const char* rules) {
+    service_.SetRules(testing::MustParseRules(rules, metrics_.rules(), store_));
+  }
+
+  absl::StatusOr<std::vector<DescriptorResult>> Ask(
+      std::vector<std::pair<std::string, std::string>> descriptors) {
     CheckRequest request{.domain = "api"};
-    request.descriptors.push_back({.entries = {{"three", "victim"}}, .cost = 1});
-    for (std::string& value : values) {
-      request.descriptors.push_back({.entries = {{"ten", std::move(value)}}, .cost = 1});
+    for (auto& [key, value] : descriptors) {
+      request.descriptors.push_back({.entries = {{key, std::move(value)}}, .cost = 1});
     }
-    return service.ShouldRateLimit(request);
-  };
+    return service_.ShouldRateLimit(request);
+  }
+
+  // Fills the store with keys that stay inside their minute, until new keys find no room;
+  // enough of them that every shard has been asked (a reset key anywhere is dropped first).
+  void Fill() {
+    int refused = 0;
+    for (int i = 0; i < 3'000; ++i) {
+      refused += Ask({{"ten", fmt::format("fill-{}", i)}}).ok() ? 0 : 1;
+    }
+    ASSERT_GT(refused, 0) << "the store never filled";
+  }
+
+  MemoryStore store_{{.max_keys = 64}};  // One key per shard index.
+  ManualClock clock_;
+  Metrics metrics_;
+  RateLimitService service_;
+};
+
+TEST_F(EnvoyFullStoreTest, AKeyOverItsLimitStaysOverBesideANewKeyWithNoRoom) {
+  Load(kRules);
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(ask({}).ok());
+    ASSERT_TRUE(Ask({{"three", "victim"}}).ok());
   }
-  ASSERT_TRUE(ask({})->front().over_limit);  // 5 hits on a limit of 3.
-  // The store fills with keys that stay inside their minute; then a new key finds no room.
-  int refused = 0;
-  for (int i = 0; i < 2'000 && refused < 50; ++i) {
-    CheckRequest fill{.domain = "api"};
-    fill.descriptors.push_back({.entries = {{"ten", fmt::format("fill-{}", i)}}, .cost = 1});
-    refused += service.ShouldRateLimit(fill).ok() ? 0 : 1;
-  }
-  ASSERT_EQ(refused, 50) << "the store never filled";
+  ASSERT_TRUE(Ask({{"three", "victim"}})->front().over_limit);  // 5 hits on a limit of 3.
+  Fill();
+  ASSERT_FALSE(Ask({{"ten", "fresh"}}).ok()) << "a new key alone found room";
   for (int i = 0; i < 20; ++i) {
-    const absl::StatusOr<std::vector<DescriptorResult>> results =
-        ask({fmt::format("fresh-{}", i)});
-    ASSERT_TRUE(results.ok()) << results.status();
+    // The new key before the limited one and after it.
+    const std::string fresh = fmt::format("fresh-{}", i);
+    auto results = i % 2 == 0 ? Ask({{"three", "victim"}, {"ten", fresh}})
+                              : Ask({{"ten", fresh}, {"three", "victim"}});
+    ASSERT_TRUE(results.ok()) << i << ": " << results.status();
+    EXPECT_TRUE((*results)[i % 2].over_limit) << i;
+  }
+}
+
+// One descriptor, two limits: its daily count is over, its per-second key has reset and been
+// dropped for room, and there is no room to make it again.
+TEST_F(EnvoyFullStoreTest, AKeyOverOneLimitStaysOverWhenItsOtherLimitFindsNoRoom) {
+  Load(R"(
+domain: api
+descriptors:
+  - key: two
+    limits:
+      - {requests_per_unit: 100, unit: second}
+      - {requests_per_unit: 3, unit: day}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)");
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(Ask({{"two", "victim"}}).ok());
+  }
+  ASSERT_TRUE(Ask({{"two", "victim"}})->front().over_limit);
+  clock_.Advance(Micros(2 * kSecond));  // The per-second key resets.
+  Fill();
+  for (int i = 0; i < 20; ++i) {
+    auto results = Ask({{"two", "victim"}});
+    ASSERT_TRUE(results.ok()) << i << ": " << results.status();
     EXPECT_TRUE(results->front().over_limit) << i;
   }
 }
