@@ -36,9 +36,11 @@ class Budget {
       : max_per_stripe_(static_cast<int64_t>((max_keys + kShards - 1) / kShards)) {}
 
   Stripe& stripe(size_t shard) { return stripes_[shard]; }
-  bool Full(size_t shard) const {
+  // Whether stripe `shard` has no room for another key beyond `claimed` ones that a request
+  // has already been given room for and not yet inserted.
+  bool Full(size_t shard, int64_t claimed = 0) const {
     return max_per_stripe_ > 0 &&
-           stripes_[shard].keys.load(std::memory_order_relaxed) >= max_per_stripe_;
+           stripes_[shard].keys.load(std::memory_order_relaxed) + claimed >= max_per_stripe_;
   }
   // Every table of the store, in the order they were made, for eviction to choose among.
   void AddTable(Table* table) {  // Callers are serialised (the store's insert lock).

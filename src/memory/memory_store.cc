@@ -229,11 +229,21 @@ std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t c
     each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
     all_allowed = all_allowed && each[i].allowed;
   }
+  // The shard index of each new key given room so far: they count against the bound together.
+  absl::InlinedVector<size_t, 4> made;
   for (size_t i = 0; all_allowed && cost > 0 && i < targets.size(); ++i) {
     // Dropping a reset key changes no decision, even one of this request's own keys.
-    if (!targets[i].table->MakeRoomHeld(targets[i].key, now)) {
-      full = i;
-      return std::nullopt;
+    const size_t index = ShardOf(targets[i].key.hash);
+    const auto claimed = static_cast<int64_t>(std::count(made.begin(), made.end(), index));
+    switch (targets[i].table->MakeRoomHeld(targets[i].key, now, claimed)) {
+      case Table::Room::kStored:
+        break;
+      case Table::Room::kMade:
+        made.push_back(index);
+        break;
+      case Table::Room::kNone:
+        full = i;
+        return std::nullopt;
     }
   }
   for (size_t i = 0; i < targets.size(); ++i) {

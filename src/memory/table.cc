@@ -38,9 +38,13 @@ class TableOf final : public Table {
     return *DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, /*room_made=*/true);
   }
 
-  bool MakeRoomHeld(HashedKey key, Timestamp now) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Room MakeRoomHeld(HashedKey key, Timestamp now,
+                    int64_t claimed) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Shard& shard = shards_[ShardOf(key.hash)];
-    return shard.states.Find(key.key, key.hash) != nullptr || MakeRoom(shard, now);
+    if (shard.states.Find(key.key, key.hash) != nullptr) {
+      return Room::kStored;
+    }
+    return MakeRoom(shard, now, claimed) ? Room::kMade : Room::kNone;
   }
 
   size_t KeyCount() override {
@@ -171,9 +175,12 @@ class TableOf final : public Table {
   // one in other tables (see MemoryStore's comment for the policy). Whether there is room now.
   // Reclaiming only under pressure matters: a key requested less often than it resets would
   // otherwise be dropped and made again each time.
-  bool MakeRoom(Shard& shard, Timestamp now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  // `claimed`: new keys of the same request already given room in this shard index and not
+  // yet inserted (DecideAll), so that one request cannot pass the bound by its own size.
+  bool MakeRoom(Shard& shard, Timestamp now, int64_t claimed = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     const auto index = static_cast<size_t>(&shard - shards_.data());
-    const bool full = budget().Full(index);
+    const bool full = budget().Full(index, claimed);
     if (!full && !shard.states.NearingGrowth()) {
       return true;
     }
@@ -182,11 +189,14 @@ class TableOf final : public Table {
         Drop(shard, slot);
       }
     }
-    if (!budget().Full(index) || ReclaimElsewhere(index, now)) {
-      return true;
+    // Each key found elsewhere makes room for one: at most `claimed` + 1 searches.
+    while (budget().Full(index, claimed)) {
+      if (!ReclaimElsewhere(index, now)) {
+        StripeOf(shard).refused.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
     }
-    StripeOf(shard).refused.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return true;
   }
 
   // Drops one reset key of shard `index` in up to kOtherTablesAsked other tables (they count

@@ -44,9 +44,11 @@ class Table {
   // kApply after MakeRoomHeld said yes for every new key of the request: a new key is
   // inserted even if others have filled the store since (all or nothing comes first).
   virtual Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now, Mode mode) = 0;
-  // Whether `key` is stored, or there is room for it (after dropping reset keys if the store
-  // is full). False counts a refusal. Lock held as above.
-  virtual bool MakeRoomHeld(HashedKey key, Timestamp now) = 0;
+  // Whether `key` is stored (kStored), or there is room for it beside `claimed` new keys of
+  // the same request and shard index already given room (kMade, after dropping reset keys if
+  // the store is full), or not (kNone, counted as a refusal). Lock held as above.
+  enum class Room { kStored, kMade, kNone };
+  virtual Room MakeRoomHeld(HashedKey key, Timestamp now, int64_t claimed) = 0;
   virtual size_t KeyCount() = 0;
 
   // The lock of shard `index`, for those that take it from outside: DecideAll (for

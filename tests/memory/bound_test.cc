@@ -94,6 +94,37 @@ TEST(MemoryStoreBoundTest, ARequestWhoseNewKeyFindsNoRoomIsRefusedWhole) {
   EXPECT_EQ(old.remaining, 50 - 1 - (200 - refused));
 }
 
+// One request's new keys count against the bound together: 200 new keys in one request on a
+// store of 64 keys (one per shard index) are refused whole, not all inserted; requests of a few
+// new keys each never take the store past its bound.
+TEST(MemoryStoreBoundTest, ARequestsOwnNewKeysCountTogetherAgainstTheBound) {
+  MemoryStore store({.max_keys = 64});
+  const Limit hourly = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 5, .period = 1h});
+  std::vector<std::string> names;
+  for (int k = 0; k < 200; ++k) {
+    names.push_back(fmt::format("new-{}", k));
+  }
+  const auto ask = [&](size_t from, size_t n) {
+    std::vector<LimitedKey> keys;
+    for (size_t k = from; k < from + n; ++k) {
+      keys.push_back({&hourly, names[k]});
+    }
+    std::vector<Decision> each(n);
+    return store.DecideAll(keys, 1, At(kEpoch), each);
+  };
+  const absl::StatusOr<Decision> all = ask(0, 200);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kResourceExhausted) << all.status();
+  EXPECT_EQ(store.KeyCount(), 0u);
+  for (size_t from = 0; from + 4 <= names.size(); from += 4) {
+    const absl::StatusOr<Decision> d = ask(from, 4);
+    ASSERT_TRUE(d.ok() || d.status().code() == absl::StatusCode::kResourceExhausted)
+        << d.status();
+    ASSERT_LE(store.KeyCount(), 64u) << "after keys " << from << " to " << from + 3;
+  }
+  EXPECT_GT(store.KeyCount(), 0u);
+}
+
 // Reset keys make room: once the flood's windows are over, new keys are admitted again and
 // the store stays within its bound. (Half the bound's keys: the bound is kept per shard index,
 // 100 keys each here, and keys do not spread over them exactly evenly.)
