@@ -26,8 +26,8 @@ void Expect(bool ok, const char* what) {
 }  // namespace
 
 int main() {
-  absl::StatusOr<sluice::Limit> limit =
-      sluice::Limit::Create({.algorithm = sluice::Algorithm::kFixedWindow, .limit = 3, .period = 1s});
+  absl::StatusOr<sluice::Limit> limit = sluice::Limit::Create(
+      {.algorithm = sluice::Algorithm::kFixedWindow, .limit = 3, .period = 1s});
   absl::StatusOr<sluice::Limit> burst = sluice::Limit::Create(
       {.algorithm = sluice::Algorithm::kGcra, .limit = 10, .period = 1s, .burst = 20});
   if (!limit.ok() || !burst.ok()) {
