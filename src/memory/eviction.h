@@ -1,11 +1,11 @@
 #pragma once
 
-// What bounds the memory store's keys: the Budget (the key count, striped by shard index, and
-// every table a full shard may look in for a reset key) and the bounds of that search. The
-// tables (src/memory/table.cc) reclaim by them; MemoryStore's comment states the policy.
+// What bounds the memory store's keys: the Budget (the key count, striped by shard index) and
+// the bounds of the search a new key makes for a reset key (in its own table, then in others
+// of the store's registry, which the caller passes in). The tables (src/memory/table.cc)
+// reclaim by them; MemoryStore's comment states the policy.
 //
-// Budget is thread-safe: its counters are relaxed atomics, and AddTable publishes each table
-// to the readers of table_count() and table().
+// Budget is thread-safe: its counters are relaxed atomics.
 
 #include <array>
 #include <atomic>
@@ -22,8 +22,6 @@ namespace sluice::internal {
 // the time (a key that resets between its requests is reclaimed and created again), and one
 // counter shared by all threads would bounce between their cores on every one. Each stripe
 // holds max_keys / kShards keys, rounded up; keys spread evenly over them by hash.
-class Table;
-
 class Budget {
  public:
   struct alignas(64) Stripe {
@@ -42,15 +40,6 @@ class Budget {
     return max_per_stripe_ > 0 &&
            stripes_[shard].keys.load(std::memory_order_relaxed) + claimed >= max_per_stripe_;
   }
-  // Every table of the store, in the order they were made, for eviction to choose among.
-  void AddTable(Table* table) {  // Callers are serialised (the store's insert lock).
-    const size_t n = table_count_.load(std::memory_order_relaxed);
-    tables_[n].store(table, std::memory_order_relaxed);
-    table_count_.store(n + 1, std::memory_order_release);  // Publishes tables_[n].
-  }
-  size_t table_count() const { return table_count_.load(std::memory_order_acquire); }
-  Table* table(size_t i) const { return tables_[i].load(std::memory_order_relaxed); }
-
   MemoryStoreStats Stats() const {
     MemoryStoreStats stats;
     for (const Stripe& s : stripes_) {
@@ -64,8 +53,6 @@ class Budget {
  private:
   const int64_t max_per_stripe_;  // 0: no bound.
   std::array<Stripe, kShards> stripes_;
-  std::array<std::atomic<Table*>, MemoryStore::kMaxLimits> tables_{};
-  std::atomic<size_t> table_count_{0};
 };
 
 // The bounded search a new key makes for reset keys to drop. Nearing growth, it looks at

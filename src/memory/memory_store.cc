@@ -20,6 +20,7 @@
 #include "src/core/status.h"
 #include "src/memory/eviction.h"
 #include "src/memory/leases.h"
+#include "src/memory/registry.h"
 #include "src/memory/shards.h"
 #include "src/memory/snapshot.h"
 #include "src/memory/table.h"
@@ -31,11 +32,11 @@ namespace {
 using internal::Budget;
 using internal::HashedKey;
 using internal::HashOf;
-using internal::MakeTable;
 using internal::Mode;
 using internal::Mutex;
 using internal::MutexLock;
 using internal::Plausible;
+using internal::Registry;
 using internal::ShardOf;
 using internal::SnapshotReader;
 using internal::SnapshotWriter;
@@ -74,32 +75,62 @@ absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key
       max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))), limit.ToString()));
 }
 
-// Finds a Limit's table without a lock: an open-addressed array of pointers that only ever go
-// from null to a table, so a reader that meets null knows the limit was absent when it
-// looked, and the writer, under its lock, looks again before it inserts.
+// The store's parts: the key budget, the leases, and the registry of limit tables.
 class MemoryStore::Tables {
  public:
   explicit Tables(MemoryStoreOptions options)
-      : max_keys_(options.max_keys), budget_(options.max_keys), leases_(options.max_leases) {}
+      : max_keys_(options.max_keys),
+        budget_(options.max_keys),
+        leases_(options.max_leases),
+        registry_(kMaxLimits, budget_) {}
 
   size_t max_keys() const { return max_keys_; }
   const Budget& budget() const { return budget_; }
   internal::LeaseTable& leases() { return leases_; }
   const internal::LeaseTable& leases() const { return leases_; }
+  Registry& registry() { return registry_; }
 
-  absl::StatusOr<Table*> Find(const Limit& limit) {
-    const size_t start = SlotOf(limit);
-    for (size_t i = 0; i < kMaxLimits; ++i) {
-      // Acquire: the table a non-null pointer leads to was fully built before it was published.
-      Table* table = slots_[(start + i) % kMaxLimits].load(std::memory_order_acquire);
-      if (table == nullptr) {
-        return Insert(limit, start);
-      }
-      if (table->limit() == limit) {
-        return table;
-      }
+  // The table of `limit` in `view`; or null once one has been made (pin again and look).
+  absl::StatusOr<Table*> Find(const Registry::View& view, const Limit& limit, Timestamp now) {
+    if (Table* table = view.Find(limit); table != nullptr) [[likely]] {
+      return table;
     }
-    return Full(limit);
+    if (absl::Status s = CheckMemoryLimit(limit); !s.ok()) {
+      return s;  // Refused once, when its table would be made: no cost on the hot path.
+    }
+    if (absl::Status s = registry_.Insert(limit, now); !s.ok()) {
+      return s;
+    }
+    return nullptr;
+  }
+
+  // DecideAll's tables, each with its key and shard lock, found in `view`. False when a table
+  // had to be made (pin again); InvalidArgument when a limit and key appear twice.
+  template <typename Targets, typename Locks>
+  absl::StatusOr<bool> FindAll(const Registry::View& view, std::span<const LimitedKey> requests,
+                               Timestamp now, Targets& targets, Locks& locks) {
+    targets.clear();
+    locks.clear();
+    for (const LimitedKey& r : requests) {
+      absl::StatusOr<Table*> table = Find(view, *r.limit, now);
+      if (!table.ok()) {
+        return table.status();
+      }
+      if (*table == nullptr) {
+        return false;
+      }
+      const HashedKey key{r.key, HashOf(r.key)};
+      for (size_t j = 0; j < targets.size(); ++j) {
+        if (targets[j].table == *table && requests[j].key == r.key) {
+          // Deciding one state twice in one all-or-nothing request cannot be undone half-way.
+          return absl::InvalidArgumentError(
+              fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key));
+        }
+      }
+      targets.push_back({*table, key});
+      locks.push_back(&(*table)->ShardLock(ShardOf(key.hash)));
+    }
+    return true;
   }
 
   size_t KeyCount() {
@@ -110,58 +141,33 @@ class MemoryStore::Tables {
 
   template <typename F>
   void ForEach(F f) {
-    for (auto& slot : slots_) {
-      if (Table* table = slot.load(std::memory_order_acquire); table != nullptr) {
-        f(*table);
-      }
+    const std::shared_ptr<const Registry::View> view = registry_.Current();
+    for (Table* table : view->tables) {
+      f(*table);
     }
   }
 
  private:
-  absl::StatusOr<Table*> Insert(const Limit& limit, size_t start) {
-    if (absl::Status s = CheckMemoryLimit(limit); !s.ok()) {
-      return s;  // Refused once, when its table would be made: no cost on the hot path.
-    }
-    MutexLock lock(insert_mu_);
-    for (size_t i = 0; i < kMaxLimits; ++i) {
-      std::atomic<Table*>& slot = slots_[(start + i) % kMaxLimits];
-      Table* table = slot.load(std::memory_order_relaxed);  // Writers are serialised by the lock.
-      if (table == nullptr) {
-        owned_.push_back(MakeTable(limit, budget_));
-        budget_.AddTable(owned_.back().get());
-        slot.store(owned_.back().get(), std::memory_order_release);
-        return owned_.back().get();
-      }
-      if (table->limit() == limit) {
-        return table;
-      }
-    }
-    return Full(limit);
-  }
-
-  // Where a limit's probe starts: a cheap mix of its numbers, since this runs on every request.
-  static size_t SlotOf(const Limit& limit) {
-    uint64_t h = static_cast<uint64_t>(limit.limit()) * 0x9E3779B97F4A7C15ULL;
-    h ^= static_cast<uint64_t>(limit.period().count()) * 0xC2B2AE3D27D4EB4FULL;
-    h ^= static_cast<uint64_t>(limit.burst()) * 0x165667B19E3779F9ULL;
-    h ^= static_cast<uint64_t>(limit.buckets()) * 0x27D4EB2F165667C5ULL;
-    h ^= static_cast<uint64_t>(limit.algorithm());
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
-
-  static absl::Status Full(const Limit& limit) {
-    return absl::ResourceExhaustedError(
-        fmt::format("the memory store already holds {} distinct limits; refusing {}", kMaxLimits,
-                    limit.ToString()));
-  }
-
   const size_t max_keys_;
   Budget budget_;
   internal::LeaseTable leases_;
-  std::array<std::atomic<Table*>, kMaxLimits> slots_{};
-  Mutex insert_mu_;
-  std::vector<std::unique_ptr<Table>> owned_ ABSL_GUARDED_BY(insert_mu_);
+  Registry registry_;
 };
+
+namespace {
+
+// A store call looks its tables up again when one it found was retired meanwhile, or it made
+// one; each time another thread must have retired or made a table. Past this many tries (a
+// table made and retired over and over at once), the call gives up.
+constexpr int kMaxLookups = 64;
+
+absl::Status Churning(const Limit& limit) {
+  return absl::UnavailableError(fmt::format(
+      "the memory store's table for {} was retired {} times in a row; try again",
+      limit.ToString(), kMaxLookups));
+}
+
+}  // namespace
 
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : tables_(std::make_unique<Tables>(options)) {}
@@ -175,15 +181,27 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   if (absl::Status s = CheckTime(now); !s.ok()) {
     return s;
   }
-  absl::StatusOr<Table*> table = tables_->Find(limit);
-  if (!table.ok()) {
-    return table.status();
+  const HashedKey hashed{key, HashOf(key)};
+  for (int lookup = 0; lookup < kMaxLookups; ++lookup) {
+    const Registry::View& view = tables_->registry().Pin();
+    absl::StatusOr<Table*> table = tables_->Find(view, limit, now);
+    if (!table.ok()) {
+      return table.status();
+    }
+    if (*table == nullptr) {
+      continue;  // Made: pin the View that holds it.
+    }
+    Decision decision;
+    switch ((*table)->Decide(hashed, cost, now, view.tables, decision)) {
+      case Table::Outcome::kDecided:
+        return decision;
+      case Table::Outcome::kFull:
+        return StoreFull(tables_->max_keys(), limit, key);
+      case Table::Outcome::kRetired:
+        break;  // Look again.
+    }
   }
-  std::optional<Decision> decision = (*table)->Decide({key, HashOf(key)}, cost, now);
-  if (!decision) [[unlikely]] {
-    return StoreFull(tables_->max_keys(), limit, key);
-  }
-  return *decision;
+  return Churning(limit);
 }
 
 namespace {
@@ -223,7 +241,8 @@ class Held {
 // room made for the new keys, then the change on all of them if all are allowed and have room,
 // or on none. Empty when a new key found no room: the index of its target in `full`.
 std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t cost,
-                                      Timestamp now, std::span<Decision> each, size_t& full) {
+                                      Timestamp now, internal::Others others,
+                                      std::span<Decision> each, size_t& full) {
   bool all_allowed = true;
   for (size_t i = 0; i < targets.size(); ++i) {
     each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
@@ -235,7 +254,7 @@ std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t c
     // Dropping a reset key changes no decision, even one of this request's own keys.
     const size_t index = ShardOf(targets[i].key.hash);
     const auto claimed = static_cast<int64_t>(std::count(made.begin(), made.end(), index));
-    switch (targets[i].table->MakeRoomHeld(targets[i].key, now, claimed)) {
+    switch (targets[i].table->MakeRoomHeld(targets[i].key, now, claimed, others)) {
       case Table::Room::kStored:
         break;
       case Table::Room::kMade:
@@ -279,28 +298,28 @@ absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requ
   }
   absl::InlinedVector<Target, 4> targets;
   absl::InlinedVector<SpinLock*, 4> locks;
-  for (const LimitedKey& r : requests) {
-    absl::StatusOr<Table*> table = tables_->Find(*r.limit);
-    if (!table.ok()) {
-      return table.status();
+  for (int lookup = 0; lookup < kMaxLookups; ++lookup) {
+    const Registry::View& view = tables_->registry().Pin();
+    absl::StatusOr<bool> found = tables_->FindAll(view, requests, now, targets, locks);
+    if (!found.ok()) {
+      return found.status();
     }
-    const HashedKey key{r.key, HashOf(r.key)};
-    for (size_t j = 0; j < targets.size(); ++j) {
-      if (targets[j].table == *table && requests[j].key == r.key) {
-        // Deciding one state twice in one all-or-nothing request cannot be undone half-way.
-        return absl::InvalidArgumentError(
-            fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key));
-      }
+    if (!*found) {
+      continue;  // A table was made: pin the View that holds it.
     }
-    targets.push_back({*table, key});
-    locks.push_back(&(*table)->ShardLock(ShardOf(key.hash)));
+    const Held held(locks);
+    if (std::any_of(targets.begin(), targets.end(),
+                    [](const Target& t) { return t.table->retired(); })) [[unlikely]] {
+      continue;  // Retired since it was found: look again.
+    }
+    size_t full = 0;
+    if (std::optional<Decision> d = DecideHeldAll(targets, cost, now, view.tables, each, full))
+        [[likely]] {
+      return *d;
+    }
+    return StoreFull(tables_->max_keys(), *requests[full].limit, requests[full].key);
   }
-  const Held held(locks);
-  size_t full = 0;
-  if (std::optional<Decision> d = DecideHeldAll(targets, cost, now, each, full)) [[likely]] {
-    return *d;
-  }
-  return StoreFull(tables_->max_keys(), *requests[full].limit, requests[full].key);
+  return Churning(*requests[0].limit);
 }
 
 absl::StatusOr<Decision> MemoryStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
@@ -417,8 +436,16 @@ absl::StatusOr<size_t> ReadSnapshotBody(
         continue;
       }
       ++kept;
-      if (pass == Pass::kLoad) {
-        table->Put(key, state);
+      if (pass == Pass::kLoad && !table->Put(key, state)) {
+        // Retired since it was found (another thread's time is past its period): in the
+        // table now in force.
+        absl::StatusOr<Table*> again = find(*limit);
+        if (!again.ok()) {
+          return again.status();
+        }
+        if (!(*again)->Put(key, state)) {
+          return Churning(*limit);
+        }
       }
     }
   }
@@ -435,7 +462,18 @@ absl::StatusOr<size_t> MemoryStore::LoadSnapshot(const std::string& path, Timest
   if (!body.ok()) {
     return body.status();
   }
-  auto find = [this](const Limit& limit) { return tables_->Find(limit); };
+  // The tables found, held alive for the load (it is not the hot path).
+  std::vector<std::shared_ptr<const Registry::View>> held;
+  auto find = [&](const Limit& limit) -> absl::StatusOr<Table*> {
+    for (int lookup = 0; lookup < kMaxLookups; ++lookup) {
+      held.push_back(tables_->registry().Current());
+      absl::StatusOr<Table*> table = tables_->Find(*held.back(), limit, now);
+      if (!table.ok() || *table != nullptr) {
+        return table;
+      }
+    }
+    return Churning(limit);
+  };
   // Check the whole body before storing anything: a snapshot loads whole or not at all.
   if (absl::StatusOr<size_t> checked = ReadSnapshotBody(*body, path, now, find, Pass::kCheck);
       !checked.ok()) {

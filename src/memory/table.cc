@@ -26,25 +26,36 @@ class TableOf final : public Table {
   using Table::Table;
   using Stored = typename Storage::Stored;
 
-  std::optional<Decision> Decide(HashedKey key, int64_t cost, Timestamp now) override {
+  Outcome Decide(HashedKey key, int64_t cost, Timestamp now, Others others,
+                 Decision& out) override {
     Shard& shard = shards_[ShardOf(key.hash)];
     SpinLockHolder lock(shard.mu);
-    return DecideInShard(shard, key, cost, now, Mode::kApply, /*room_made=*/false);
+    if (retired()) [[unlikely]] {
+      return Outcome::kRetired;
+    }
+    std::optional<Decision> d =
+        DecideInShard(shard, key, cost, now, Mode::kApply, /*room_made=*/false, others);
+    if (!d) [[unlikely]] {
+      return Outcome::kFull;
+    }
+    out = *d;
+    return Outcome::kDecided;
   }
 
   Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now,
                       Mode mode) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // The caller holds the shard's lock; the analysis cannot follow a lock taken by address.
-    return *DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, /*room_made=*/true);
+    return *DecideInShard(shards_[ShardOf(key.hash)], key, cost, now, mode, /*room_made=*/true,
+                          Others{});
   }
 
-  Room MakeRoomHeld(HashedKey key, Timestamp now,
-                    int64_t claimed) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Room MakeRoomHeld(HashedKey key, Timestamp now, int64_t claimed,
+                    Others others) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Shard& shard = shards_[ShardOf(key.hash)];
     if (shard.states.Find(key.key, key.hash) != nullptr) {
       return Room::kStored;
     }
-    return MakeRoom(shard, now, claimed) ? Room::kMade : Room::kNone;
+    return MakeRoom(shard, now, others, claimed) ? Room::kMade : Room::kNone;
   }
 
   size_t KeyCount() override {
@@ -68,18 +79,56 @@ class TableOf final : public Table {
     }
   }
 
-  void Put(std::string_view key, const AnyState& state) override {
+  bool Put(std::string_view key, const AnyState& state) override {
     const auto& s = std::get<State>(state);
     assert(Storage::Fits(s));
     const size_t hash = HashOf(key);
     Shard& shard = shards_[ShardOf(hash)];
     SpinLockHolder lock(shard.mu);
+    if (retired()) {
+      return false;
+    }
     if (Slot* slot = shard.states.Find(key, hash); slot != nullptr) {
       slot->value = Storage::Pack(s);
     } else {
       shard.states.Insert(InlineKey(key), hash, Storage::Pack(s));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
+    return true;
+  }
+
+  bool DropReset(Timestamp now) override {
+    for (Shard& shard : shards_) {
+      SpinLockHolder lock(shard.mu);
+      for (size_t i = 0; i < shard.states.capacity(); ++i) {
+        if (Slot* slot = shard.states.At(i); slot != nullptr && HasReset(slot->value, now)) {
+          Drop(shard, slot);  // Erasing leaves the other slots where they are.
+        }
+      }
+      if (!shard.states.empty()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool RetireIfEmpty(absl::FunctionRef<void()> unpublish) override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (Shard& shard : shards_) {  // In address order: no deadlock with DecideAll's Held.
+      shard.mu.Lock();
+    }
+    const bool empty = std::all_of(shards_.begin(), shards_.end(),
+                                   [](Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                     return shard.states.empty();
+                                   });
+    if (empty) {
+      MarkRetired();
+      unpublish();
+    }
+    for (Shard& shard : shards_) {
+      shard.mu.Unlock();
+    }
+    return empty;
   }
 
   static bool Fits(const State& s) { return Storage::Fits(s); }
@@ -96,7 +145,7 @@ class TableOf final : public Table {
 
   // `room_made`: MakeRoomHeld has made room for a new key (or the mode is a dry run).
   std::optional<Decision> DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now,
-                                        Mode mode, bool room_made)
+                                        Mode mode, bool room_made, Others others)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
       Decision d;
@@ -118,7 +167,7 @@ class TableOf final : public Table {
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
-      if (!room_made && !MakeRoom(shard, now)) [[unlikely]] {
+      if (!room_made && !MakeRoom(shard, now, others)) [[unlikely]] {
         return std::nullopt;
       }
       shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
@@ -177,7 +226,7 @@ class TableOf final : public Table {
   // otherwise be dropped and made again each time.
   // `claimed`: new keys of the same request already given room in this shard index and not
   // yet inserted (DecideAll), so that one request cannot pass the bound by its own size.
-  bool MakeRoom(Shard& shard, Timestamp now, int64_t claimed = 0)
+  bool MakeRoom(Shard& shard, Timestamp now, Others others, int64_t claimed = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     const auto index = static_cast<size_t>(&shard - shards_.data());
     const bool full = budget().Full(index, claimed);
@@ -191,7 +240,7 @@ class TableOf final : public Table {
     }
     // Each key found elsewhere makes room for one: at most `claimed` + 1 searches.
     while (budget().Full(index, claimed)) {
-      if (!ReclaimElsewhere(index, now)) {
+      if (!ReclaimElsewhere(index, now, others)) {
         StripeOf(shard).refused.fetch_add(1, std::memory_order_relaxed);
         return false;
       }
@@ -199,15 +248,15 @@ class TableOf final : public Table {
     return true;
   }
 
-  // Drops one reset key of shard `index` in up to kOtherTablesAsked other tables (they count
+  // Drops one reset key of shard `index` in up to kOtherTablesAsked of `others` (they count
   // against the same stripe); whether it found one. Their locks are only tried, never waited
   // for: two new keys searching each other's tables cannot deadlock, a busy shard is simply
   // not asked this time, and a shard this request holds cannot be try-locked.
-  bool ReclaimElsewhere(size_t index, Timestamp now) {
-    const size_t tables = budget().table_count();
+  bool ReclaimElsewhere(size_t index, Timestamp now, Others others) {
+    const size_t tables = others.size();
     size_t t = round_robin_.fetch_add(1, std::memory_order_relaxed);
     for (size_t k = 0; k < std::min(kOtherTablesAsked, tables); ++k) {
-      Table* other = budget().table(t++ % tables);
+      Table* other = others[t++ % tables];
       if (other == this) {
         continue;
       }
@@ -262,32 +311,32 @@ bool Storable(const Limit& limit, const AnyState& state) {
   }
 }
 
-std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget) {
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created) {
   switch (limit.algorithm()) {
     case Algorithm::kFixedWindow:
-      return std::make_unique<TableOf<FixedWindowState>>(limit, budget);
+      return std::make_unique<TableOf<FixedWindowState>>(limit, budget, created);
     case Algorithm::kSlidingLog:
-      return std::make_unique<TableOf<SlidingLogState>>(limit, budget);
+      return std::make_unique<TableOf<SlidingLogState>>(limit, budget, created);
     case Algorithm::kSlidingWindow:
-      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget);
+      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget, created);
     case Algorithm::kSlidingBuckets:
-      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget);
+      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget, created);
     case Algorithm::kTokenBucket:
       if (LevelFitsCompact(limit)) {
-        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget);
+        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget, created);
       }
-      return std::make_unique<TableOf<TokenBucketState>>(limit, budget);
+      return std::make_unique<TableOf<TokenBucketState>>(limit, budget, created);
     case Algorithm::kGcra:
       if (TatFitsCompact(limit)) {
-        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit, budget);
+        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit, budget, created);
       }
-      return std::make_unique<TableOf<GcraState>>(limit, budget);
+      return std::make_unique<TableOf<GcraState>>(limit, budget, created);
     case Algorithm::kLeakyBucket:
       if (TatFitsCompact(limit)) {
         return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit,
-                                                                                         budget);
+                                                                                         budget, created);
       }
-      return std::make_unique<TableOf<LeakyBucketState>>(limit, budget);
+      return std::make_unique<TableOf<LeakyBucketState>>(limit, budget, created);
   }
   return nullptr;  // Unreachable: the switch covers every enumerator.
 }

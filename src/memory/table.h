@@ -7,14 +7,24 @@
 // table for a limit, holding its states in the most compact encoding the limit allows
 // (src/memory/compact_state.h); the implementation, TableOf, is in table.cc.
 //
-// Thread-safe: Decide, KeyCount, Save and Put take the shard locks themselves; the *Held
-// calls and ReclaimOne are for callers that already hold the shard's lock (ShardLock).
+// A table whose keys have all reset may be retired (DropReset, then RetireIfEmpty): marked
+// under every shard lock, so that a caller that found it before and then takes a shard lock
+// sees the mark and looks its limit up again; the store frees it once no thread can still
+// hold it (src/memory/registry.h).
+//
+// Thread-safe: Decide, KeyCount, Save, Put, DropReset and RetireIfEmpty take the shard locks
+// themselves; the *Held calls and ReclaimOne are for callers that already hold the shard's
+// lock (ShardLock).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
+
+#include "absl/functional/function_ref.h"
 
 #include "sluice/algorithms.h"
 #include "sluice/decision.h"
@@ -28,18 +38,33 @@ namespace sluice::internal {
 
 enum class Mode { kApply, kDryRun };
 
+class Table;
+// The other tables a full shard may look in for a reset key: those of the registry the
+// caller holds, which keeps them alive (retired ones among them hold no key).
+using Others = std::span<Table* const>;
+
 // The states of one Limit's keys.
 class Table {
  public:
-  Table(const Limit& limit, Budget& budget) : limit_(limit), budget_(budget) {}
+  Table(const Limit& limit, Budget& budget, Timestamp created)
+      : limit_(limit), budget_(budget), created_(created) {}
   virtual ~Table() = default;
 
   const Limit& limit() const { return limit_; }
   Budget& budget() const { return budget_; }
+  // The time of the request that made it: a table is not retired before a period has passed.
+  Timestamp created() const { return created_; }
+  // Whether RetireIfEmpty has retired it. Read under one of its shard locks: it is set under
+  // all of them, so a caller that holds one knows whether its decision counts.
+  bool retired() const { return retired_.load(std::memory_order_relaxed); }
 
-  // Decides under the shard's lock. Empty when the key is new, the request would create it,
-  // and the store is full with no reset key found to drop (MakeRoomHeld): nothing changed.
-  virtual std::optional<Decision> Decide(HashedKey key, int64_t cost, Timestamp now) = 0;
+  // What Decide did: decided (`out` holds the decision); refused a new key, the store being
+  // full with no reset key found to drop (MakeRoomHeld), nothing changed; or found the table
+  // retired, nothing changed (look the limit up again).
+  enum class Outcome { kDecided, kFull, kRetired };
+  // Decides under the shard's lock.
+  virtual Outcome Decide(HashedKey key, int64_t cost, Timestamp now, Others others,
+                         Decision& out) = 0;
   // DecideAll's steps: the caller holds ShardLock(ShardOf(key.hash)) for the whole of them.
   // kApply after MakeRoomHeld said yes for every new key of the request: a new key is
   // inserted even if others have filled the store since (all or nothing comes first).
@@ -48,7 +73,7 @@ class Table {
   // the same request and shard index already given room (kMade, after dropping reset keys if
   // the store is full), or not (kNone, counted as a refusal). Lock held as above.
   enum class Room { kStored, kMade, kNone };
-  virtual Room MakeRoomHeld(HashedKey key, Timestamp now, int64_t claimed) = 0;
+  virtual Room MakeRoomHeld(HashedKey key, Timestamp now, int64_t claimed, Others others) = 0;
   virtual size_t KeyCount() = 0;
 
   // The lock of shard `index`, for those that take it from outside: DecideAll (for
@@ -60,20 +85,34 @@ class Table {
 
   // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/memory/snapshot.h.
   virtual void Save(SnapshotWriter& w) = 0;
-  // Stores `state` for `key`. REQUIRES: the state's alternative is this table's algorithm and
-  // Storable(limit(), state).
-  virtual void Put(std::string_view key, const AnyState& state) = 0;
+  // Stores `state` for `key`; false, storing nothing, when the table is retired.
+  // REQUIRES: the state's alternative is this table's algorithm and Storable(limit(), state).
+  virtual bool Put(std::string_view key, const AnyState& state) = 0;
+
+  // Retiring. DropReset drops the keys that have reset by `now`, a shard at a time, and says
+  // whether none is left (it stops at the first shard that keeps one). RetireIfEmpty takes
+  // every shard lock (in address order, as DecideAll does) and, if no key is stored, marks
+  // the table retired and calls `unpublish` (which takes it out of the registry) before it
+  // lets go: whether it did. Callers are serialised (the store's registry lock).
+  virtual bool DropReset(Timestamp now) = 0;
+  virtual bool RetireIfEmpty(absl::FunctionRef<void()> unpublish) = 0;
+
+ protected:
+  void MarkRetired() { retired_.store(true, std::memory_order_relaxed); }
 
  private:
   const Limit limit_;
   Budget& budget_;  // The store's; outlives the table.
+  const Timestamp created_;
+  std::atomic<bool> retired_{false};
 };
 
 // Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
 // (a state written by this store always does; a crafted snapshot might not).
 bool Storable(const Limit& limit, const AnyState& state);
 
-// The table for `limit`, its keys counted against `budget` (which must outlive it).
-std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget);
+// The table for `limit`, its keys counted against `budget` (which must outlive it), made by a
+// request at `created`.
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created);
 
 }  // namespace sluice::internal
