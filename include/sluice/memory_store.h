@@ -31,6 +31,8 @@ struct MemoryStoreStats {
   uint64_t refused = 0;    // New keys refused (ResourceExhausted): full, no reset key found.
   size_t leases = 0;       // Leases held now (some perhaps expired, not yet swept).
   uint64_t leases_refused = 0;  // Takes refused (ResourceExhausted): max_leases held.
+  size_t limits = 0;            // Distinct limits with a table now.
+  uint64_t limits_retired = 0;  // Tables freed because every key of theirs had reset.
 };
 
 // Bounded memory. A key whose state has fully reset decides as a new key does, so the store may
@@ -51,8 +53,12 @@ struct MemoryStoreStats {
 // made while other threads filled the same stripe (one request's keys at most per thread).
 class MemoryStore final : public Store {
  public:
-  // The number of distinct Limits one store holds tables for; a further one is refused with
-  // ResourceExhausted. Rules and ad-hoc limits reuse tables, so this bounds only variety.
+  // The number of distinct Limits one store holds tables for at once. Rules and ad-hoc limits
+  // reuse tables, so this bounds only variety. A table none of whose keys holds state any
+  // more (all have reset, or it never had one) is freed, at the earliest a period (and 1 s)
+  // after it was made: each new table looks at two others for that, and when kMaxLimits are
+  // held, at all of them; a new limit is refused with ResourceExhausted only when none can go.
+  // Freeing a table changes no decision: the keys it held decided as new keys do.
   static constexpr size_t kMaxLimits = 4096;
 
   // The times the store decides at: from the Unix epoch to 2200-01-01. Within them every

@@ -345,6 +345,8 @@ MemoryStoreStats MemoryStore::Stats() const {
   MemoryStoreStats stats = tables_->budget().Stats();
   stats.leases = tables_->leases().Count();
   stats.leases_refused = tables_->leases().refused();
+  stats.limits = tables_->registry().size();
+  stats.limits_retired = tables_->registry().retired();
   return stats;
 }
 

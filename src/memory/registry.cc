@@ -96,8 +96,10 @@ size_t Registry::RetireIdle(Timestamp now, size_t look, size_t want) {
   const std::shared_ptr<const View> walking = view_;
   const std::vector<std::shared_ptr<Table>>& all = walking->owned;
   size_t done = 0;
-  for (size_t k = 0; k < std::min(look, all.size()) && done < want; ++k) {
-    Table* const table = all[(cursor_ + k) % all.size()].get();
+  size_t k = 0;
+  const size_t start = all.empty() ? 0 : cursor_ % all.size();
+  for (; k < std::min(look, all.size()) && done < want; ++k) {
+    Table* const table = all[(start + k) % all.size()].get();
     const Micros age = std::max(table->limit().period(), kMinTableAge);
     if (table->retired() || now - table->created() < age || !table->DropReset(now)) {
       continue;
@@ -119,7 +121,8 @@ size_t Registry::RetireIdle(Timestamp now, size_t look, size_t want) {
       retired_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  cursor_ += std::min(look, all.size());
+  // Less those retired before it: the walk goes on from the next table it has not seen.
+  cursor_ = all.empty() ? 0 : (start + k - done) % all.size();
   return done;
 }
 
