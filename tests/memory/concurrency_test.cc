@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -149,6 +150,59 @@ TEST(ConcurrencySnapshotTest, SavingWhileTrafficFlowsLosesNoAdmission) {
   EXPECT_EQ(restarted.Decide(limit, "key-0", 0, clock.Now())->remaining, 100 - 24);
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+// One caller mints a limit after another while threads decide on a limit in use and on the
+// minted ones as their tables are freed (src/memory/registry.h): the limit in use stays exact,
+// and a decision on a table being freed looks again and is answered.
+TEST(ConcurrencyLimitTablesTest, FreeingIdleTablesLosesNoCountOfALimitInUse) {
+  const Timestamp start = At(kEpoch);
+  MemoryStore store;
+  const Limit hot = MustLimit({.algorithm = Algorithm::kFixedWindow, .limit = 1000, .period = 1h});
+  const Limit hot_gcra = MustLimit({.algorithm = Algorithm::kGcra, .limit = 500, .period = 1h});
+  auto minted = [](int64_t i) { return MustLimit({.limit = 10'000 + i, .period = 1s}); };
+  constexpr int64_t kMinted = 3000;  // One every 100 ms: 5 minutes, within the hot window.
+  std::atomic<int64_t> last{0};      // The last limit minted.
+  std::thread minter([&] {
+    for (int64_t i = 1; i <= kMinted; ++i) {
+      EXPECT_TRUE(store.Decide(minted(i), "m", 1, start + i * 100ms).ok()) << i;
+      last.store(i, std::memory_order_release);
+    }
+  });
+  std::atomic<int64_t> admitted{0};
+  std::atomic<int64_t> admitted_gcra{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kThreads - 1; ++w) {
+    workers.emplace_back([&, w] {
+      for (int k = 0; k < 600 || last.load(std::memory_order_acquire) < kMinted; ++k) {
+        if (store.Decide(hot, "hot", 1, start)->allowed) {
+          admitted.fetch_add(1, std::memory_order_relaxed);
+        }
+        // A limit minted some time ago: its table may be freed under this very decision.
+        const int64_t i = std::max<int64_t>(1, last.load(std::memory_order_acquire) - 5 - w);
+        const Timestamp now = start + i * 100ms + 150ms;
+        EXPECT_TRUE(store.Decide(minted(i), "w", 1, now).ok());
+        const Limit transient = minted(i);
+        const LimitedKey both[] = {{&hot_gcra, "hot"}, {&transient, "x"}};
+        std::vector<Decision> each(2);
+        absl::StatusOr<Decision> d = store.DecideAll(both, 1, start, each);
+        ASSERT_TRUE(d.ok()) << d.status();
+        if (each[0].allowed && d->allowed) {
+          admitted_gcra.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) {
+    t.join();
+  }
+  minter.join();
+  EXPECT_EQ(admitted.load(), 1000);
+  EXPECT_FALSE(store.Decide(hot, "hot", 1, start + 30min)->allowed);
+  // The gcra key was charged only with the whole request: never more than its burst.
+  EXPECT_LE(admitted_gcra.load(), 500);
+  EXPECT_EQ(store.Decide(hot_gcra, "hot", 0, start)->remaining, 500 - admitted_gcra.load());
+  EXPECT_GT(store.Stats().limits_retired, 0u);
 }
 
 }  // namespace
