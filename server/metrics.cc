@@ -90,6 +90,9 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
   counter("sluice_global_shadow_mode_total",
           "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
+  counter("sluice_caller_limits_refused_total",
+          "Requests refused because callers had 1,024 distinct limits in use.",
+          caller_limits_refused_);
 
   const char* const histogram = "sluice_decision_latency_seconds";
   fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);

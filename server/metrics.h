@@ -35,6 +35,13 @@ class Metrics {
   void CountBadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
   // An Envoy answer over the limit made OK by the global shadow mode (--shadow-mode).
   void CountGlobalShadowMode() { global_shadow_mode_.fetch_add(1, std::memory_order_relaxed); }
+  // A limit given by a caller refused: callers had kMaxCallerLimits in use (CallerLimits).
+  void CountCallerLimitRefused() {
+    caller_limits_refused_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t caller_limits_refused() const {
+    return caller_limits_refused_.load(std::memory_order_relaxed);
+  }
   uint64_t global_shadow_mode() const {
     return global_shadow_mode_.load(std::memory_order_relaxed);
   }
@@ -53,6 +60,7 @@ class Metrics {
   std::atomic<uint64_t> reload_failures_{0};
   std::atomic<uint64_t> bad_requests_{0};
   std::atomic<uint64_t> global_shadow_mode_{0};
+  std::atomic<uint64_t> caller_limits_refused_{0};
   std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
 };

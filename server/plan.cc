@@ -7,7 +7,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/hash/hash.h"
 #include "fmt/format.h"
 #include "openssl/sha.h"
 #include "spdlog/spdlog.h"
@@ -72,40 +71,15 @@ std::string RuleKey(std::string_view domain, const std::vector<Entry>& entries) 
   return Bounded(std::move(key), kDigestMark);
 }
 
-bool CallerLimits::Admit(const Limit& limit) {
-  const uint64_t hash = absl::Hash<Limit>{}(limit) | 1;  // Never 0, the empty slot.
-  for (size_t probe = 0, i = hash & (kSlots - 1); probe < kSlots;
-       ++probe, i = (i + 1) & (kSlots - 1)) {
-    uint64_t seen = slots_[i].load(std::memory_order_acquire);
-    if (seen == hash) {
-      return true;
-    }
-    if (seen != 0) {
-      continue;
-    }
-    if (count_.fetch_add(1, std::memory_order_relaxed) >= kMaxCallerLimits) {
-      count_.fetch_sub(1, std::memory_order_relaxed);
-      return false;
-    }
-    if (slots_[i].compare_exchange_strong(seen, hash, std::memory_order_acq_rel)) {
-      return true;
-    }
-    count_.fetch_sub(1, std::memory_order_relaxed);  // Another thread took the slot first.
-    if (seen == hash) {
-      return true;
-    }
-  }
-  return false;
-}
-
-absl::Status RateLimitService::AdmitCallerLimit(const Limit& limit) {
-  if (caller_limits_.Admit(limit)) {
+absl::Status RateLimitService::AdmitCallerLimit(const Limit& limit, Timestamp now) {
+  if (caller_limits_.Admit(limit, now)) [[likely]] {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      fmt::format("callers have already used {} distinct limits; {} is refused (use a limit "
-                  "already in use, or a rule)",
-                  kMaxCallerLimits, limit.ToString()));
+  metrics_.CountCallerLimitRefused();
+  return absl::ResourceExhaustedError(fmt::format(
+      "callers have {} distinct limits in use (each in use until its keys have reset); {} is "
+      "refused: use a limit already in use, or a rule",
+      kMaxCallerLimits, limit.ToString()));
 }
 
 // envoyproxy/ratelimit's detailed_metric: the rule's limit counted under the request's own
@@ -163,7 +137,8 @@ absl::StatusOr<RateLimitService::Planned> RateLimitService::PlanOverride(
     if (!limit.ok()) {
       return limit.status();
     }
-    if (absl::Status s = counting ? absl::OkStatus() : AdmitCallerLimit(*limit); !s.ok()) {
+    if (absl::Status s = counting ? absl::OkStatus() : AdmitCallerLimit(*limit, clock_.Now());
+        !s.ok()) {
       return s;
     }
     owned->limit = *limit;

@@ -290,13 +290,14 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   if (!limit.ok()) {
     co_return limit.status();
   }
-  if (absl::Status s = AdmitCallerLimit(*limit); !s.ok()) {
+  const Timestamp now = clock_.Now();
+  if (absl::Status s = AdmitCallerLimit(*limit, now); !s.ok()) {
     co_return s;
   }
   const LimitedKey limited{.limit = &*limit, .key = request.key};
   Decision each;
   absl::StatusOr<Decision> decision =
-      co_await StoreDecision(store_, {&limited, 1}, request.cost, clock_.Now(), {&each, 1});
+      co_await StoreDecision(store_, {&limited, 1}, request.cost, now, {&each, 1});
   if (!decision.ok()) {
     CountStoreFailure(decision.status());
     co_return decision.status();

@@ -22,6 +22,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
+#include "server/caller_limits.h"
 #include "server/metrics.h"
 #include "server/rules/rules.h"
 #include "server/task.h"
@@ -58,24 +59,6 @@ struct EnvoySettings {
   bool quota_mode = false;
   // SHADOW_MODE: the overall code is never OVER_LIMIT (the statuses still say it).
   bool shadow_mode = false;
-};
-
-// Limits that callers give (ad hoc checks, Envoy's limit overrides) each cost the store a table
-// for the life of the process, and the store holds MemoryStore::kMaxLimits of them: callers
-// may use this many distinct ones, leaving the rest for the rules.
-inline constexpr size_t kMaxCallerLimits = 1024;
-
-// The distinct caller limits seen so far, as a lock-free set of their hashes (a collision
-// merely lets one more limit in). Thread-safe.
-class CallerLimits {
- public:
-  // Whether `limit` is known, or there was room to remember it.
-  bool Admit(const Limit& limit);
-
- private:
-  static constexpr size_t kSlots = 4 * kMaxCallerLimits;  // A power of two.
-  std::array<std::atomic<uint64_t>, kSlots> slots_{};
-  std::atomic<size_t> count_{0};
 };
 
 // Envoy's per-descriptor `limit`: a fixed window that bypasses the rules.
@@ -303,14 +286,15 @@ class RateLimitService {
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
   // grouped, `replaces` applied; and, when `leases` is given, the concurrency limits there
   // (else they are left out: Envoy's API cannot give a lease back).
-  // InvalidArgument when an override would pass kMaxCallerLimits.
+  // ResourceExhausted when an override would pass kMaxCallerLimits (CallerLimits).
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request,
                                             std::vector<PlannedLease>* leases = nullptr);
   absl::StatusOr<Planned> PlanOverride(const Domain& domain, const LimitOverride& override,
                                        bool counting);
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,
                                  const RuleLimit& rule_limit, const std::vector<Entry>& entries);
-  absl::Status AdmitCallerLimit(const Limit& limit);
+  // A limit the caller gave, admitted by caller_limits_ at `now` or refused (counted).
+  absl::Status AdmitCallerLimit(const Limit& limit, Timestamp now);
   // Counts a store call's failure in /metrics, unless the request itself was refused.
   void CountStoreFailure(const absl::Status& status);
   // Decides `planned` (each limit with its key) for `cost`: up to three store calls, one after

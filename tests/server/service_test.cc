@@ -230,8 +230,9 @@ TEST_F(ServiceTest, CallersMayUseOnlySoManyDistinctLimits) {
     ASSERT_TRUE(adhoc(n).ok()) << n;
   }
   const absl::Status refused = adhoc(kMaxCallerLimits + 1);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.ToString().find("distinct limits"), std::string::npos);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);  // 503, as a full store.
+  EXPECT_NE(refused.ToString().find("1024 distinct limits in use"), std::string::npos);
+  EXPECT_EQ(metrics_.caller_limits_refused(), 1u);
   EXPECT_TRUE(adhoc(7).ok());  // A limit already in use still works.
   // Envoy's overrides.
   auto override = [&](int64_t per_second) {
@@ -260,9 +261,41 @@ TEST_F(ServiceTest, CallersMayUseOnlySoManyDistinctLimits) {
     ASSERT_TRUE(stopped_override(n).ok()) << n;
   }
   EXPECT_TRUE(stopped_override(5).ok());
-  EXPECT_EQ(stopped_override(kMaxCallerLimits + 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(stopped_override(kMaxCallerLimits + 3).code(), absl::StatusCode::kResourceExhausted);
   // The rules are not affected.
   EXPECT_TRUE(Check({{"user", "rules-still-work"}}).combined.allowed);
+}
+
+// Issue 19: one caller minting limits (limit=1, 2, 3, ...) held all the caller limits until a
+// restart. A limit is in use until its keys have reset; then its place goes to a new one.
+TEST_F(ServiceTest, CallerLimitsIdlePastTheirKeysResetGiveWayToNewOnes) {
+  auto adhoc = [&](int64_t limit, Micros period = Micros{1'000'000}) {
+    return service_.CheckAdHoc({.key = "k", .spec = {.limit = limit, .period = period}});
+  };
+  // One limit in use for the whole test: an hour's window, used up.
+  const Micros hour{3'600'000'000};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(adhoc(3, hour)->combined.allowed);
+  }
+  for (int64_t n = 1; n < static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(adhoc(n).ok()) << n;
+  }
+  EXPECT_EQ(adhoc(5000).status().code(), absl::StatusCode::kResourceExhausted);
+  // Ten minutes on, the per-second limits' keys have long reset: their places are free, and
+  // the memory store frees their tables as new ones come.
+  clock_.Advance(Micros{600'000'000});
+  for (int64_t n = 5000; n < 5000 + static_cast<int64_t>(kMaxCallerLimits) - 1; ++n) {
+    const absl::StatusOr<CheckResult> r = adhoc(n);
+    ASSERT_TRUE(r.ok()) << n << ": " << r.status();
+    EXPECT_TRUE(r->combined.allowed);
+  }
+  // The hour's limit kept its place and its count: still denied, and still answered.
+  const absl::StatusOr<CheckResult> in_use = adhoc(3, hour);
+  ASSERT_TRUE(in_use.ok()) << in_use.status();
+  EXPECT_FALSE(in_use->combined.allowed);
+  // The cap holds again with the new ones.
+  EXPECT_EQ(adhoc(9999).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_GT(store_.Stats().limits_retired, 0u);
 }
 
 TEST_F(ServiceTest, NoMatchAndUnknownDomainLimitNothing) {
