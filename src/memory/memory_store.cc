@@ -371,6 +371,20 @@ namespace {
 
 enum class Pass { kCheck, kLoad };
 
+// Stores a loaded key in `table`, or, if it was retired since it was found (another thread's
+// time is past its period), in the table `find` gives now.
+absl::Status Put(Table* table, absl::FunctionRef<absl::StatusOr<Table*>(const Limit&)> find,
+                 const Limit& limit, std::string_view key, const AnyState& state) {
+  if (table->Put(key, state)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Table*> again = find(limit);
+  if (!again.ok()) {
+    return again.status();
+  }
+  return (*again)->Put(key, state) ? absl::OkStatus() : Churning(limit);
+}
+
 // One pass over a snapshot's body: kCheck only checks that every part is well-formed; kLoad
 // also stores, in the table `find` gives, each key that still carries information at `now`.
 // Returns the number of such keys.
@@ -438,15 +452,9 @@ absl::StatusOr<size_t> ReadSnapshotBody(
         continue;
       }
       ++kept;
-      if (pass == Pass::kLoad && !table->Put(key, state)) {
-        // Retired since it was found (another thread's time is past its period): in the
-        // table now in force.
-        absl::StatusOr<Table*> again = find(*limit);
-        if (!again.ok()) {
-          return again.status();
-        }
-        if (!(*again)->Put(key, state)) {
-          return Churning(*limit);
+      if (pass == Pass::kLoad) {
+        if (absl::Status s = Put(table, find, *limit, key, state); !s.ok()) {
+          return s;
         }
       }
     }

@@ -11,31 +11,11 @@ namespace {
 
 std::atomic<uint64_t> next_registry_id{1};
 
-// Where a limit's probe starts: a cheap mix of its numbers, since this runs on every request.
-size_t SlotOf(const Limit& limit) {
-  uint64_t h = static_cast<uint64_t>(limit.limit()) * 0x9E3779B97F4A7C15ULL;
-  h ^= static_cast<uint64_t>(limit.period().count()) * 0xC2B2AE3D27D4EB4FULL;
-  h ^= static_cast<uint64_t>(limit.burst()) * 0x165667B19E3779F9ULL;
-  h ^= static_cast<uint64_t>(limit.buckets()) * 0x27D4EB2F165667C5ULL;
-  h ^= static_cast<uint64_t>(limit.algorithm());
-  return static_cast<size_t>(h ^ (h >> 29));
-}
-
 // A table is not retired before this long after it was made (or a period, if longer): the
 // request that made it has time to use it, even when it is idle at once.
 constexpr Micros kMinTableAge = std::chrono::seconds(1);
 
 }  // namespace
-
-Table* Registry::View::Find(const Limit& limit) const {
-  const size_t mask = slots.size() - 1;
-  for (size_t i = SlotOf(limit) & mask;; i = (i + 1) & mask) {
-    Table* table = slots[i];
-    if (table == nullptr || table->limit() == limit) {
-      return table;  // Slots are at most half full: a null one is always met.
-    }
-  }
-}
 
 Registry::Registry(size_t max_tables, Budget& budget)
     : max_tables_(max_tables), budget_(budget), id_(next_registry_id.fetch_add(1)) {
@@ -43,24 +23,23 @@ Registry::Registry(size_t max_tables, Budget& budget)
   Publish({});
 }
 
-const Registry::View& Registry::Pin() {
-  struct Copy {
-    uint64_t registry = 0;
-    uint64_t version = 0;
-    std::shared_ptr<const View> view;
-  };
-  thread_local Copy copy;
-  if (copy.registry != id_ || copy.version != version_.load(std::memory_order_acquire))
-      [[unlikely]] {
-    std::shared_ptr<const View> old;  // Let go of after the lock: it may free tables.
-    {
-      MutexLock lock(mu_);
-      old = std::exchange(copy.view, view_);
-      copy.registry = id_;
-      copy.version = version_.load(std::memory_order_relaxed);
-    }
+namespace {
+
+// Keeps alive the View this thread's PinnedView points to.
+thread_local std::shared_ptr<const Registry::View> held;
+
+}  // namespace
+
+const Registry::View& Registry::Refresh() {
+  std::shared_ptr<const View> old;  // Let go of after the lock: it may free tables.
+  {
+    MutexLock lock(mu_);
+    old = std::exchange(held, view_);
+    pinned = {.registry = id_,
+              .version = version_.load(std::memory_order_relaxed),
+              .view = held.get()};
   }
-  return *copy.view;
+  return *pinned.view;
 }
 
 std::shared_ptr<const Registry::View> Registry::Current() const {

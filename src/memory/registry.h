@@ -51,9 +51,27 @@ class Registry {
     // least 8); a null slot ends a probe.
     std::vector<Table*> slots;
 
-    // The table of `limit`, or null.
-    Table* Find(const Limit& limit) const;
+    // The table of `limit`, or null. Inline: it runs on every request.
+    Table* Find(const Limit& limit) const {
+      const size_t mask = slots.size() - 1;
+      for (size_t i = SlotOf(limit) & mask;; i = (i + 1) & mask) {
+        Table* table = slots[i];
+        if (table == nullptr || table->limit() == limit) {
+          return table;  // Slots are at most half full: a null one is always met.
+        }
+      }
+    }
   };
+
+  // Where a limit's probe starts: a cheap mix of its numbers.
+  static size_t SlotOf(const Limit& limit) {
+    uint64_t h = static_cast<uint64_t>(limit.limit()) * 0x9E3779B97F4A7C15ULL;
+    h ^= static_cast<uint64_t>(limit.period().count()) * 0xC2B2AE3D27D4EB4FULL;
+    h ^= static_cast<uint64_t>(limit.burst()) * 0x165667B19E3779F9ULL;
+    h ^= static_cast<uint64_t>(limit.buckets()) * 0x27D4EB2F165667C5ULL;
+    h ^= static_cast<uint64_t>(limit.algorithm());
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
 
   // `max_tables`: the most tables held at once (MemoryStore::kMaxLimits). `budget` counts
   // the tables' keys and must outlive them.
@@ -62,7 +80,13 @@ class Registry {
   // The View this thread holds, refreshed if the registry changed since. Lets go of the View
   // it held before: call it at the start of a store call, and again only once no table found
   // in the earlier View is in use by this thread.
-  const View& Pin();
+  const View& Pin() {
+    if (pinned.registry != id_ || pinned.version != version_.load(std::memory_order_acquire))
+        [[unlikely]] {
+      return Refresh();
+    }
+    return *pinned.view;
+  }
 
   // Makes a table for `limit` at `now`, unless one is in force now. It first retires up to
   // kRetirePerInsert tables whose keys have all reset (at least a period after they were
@@ -77,6 +101,16 @@ class Registry {
   uint64_t retired() const { return retired_.load(std::memory_order_relaxed); }
 
  private:
+  // This thread's copy of a View: trivial, so the hot path reads it with no guard; the
+  // shared_ptr that keeps the View alive (registry.cc) is touched only when it changes.
+  struct Pinned {  // Zero at first, as every thread_local of static storage: no registry.
+    uint64_t registry;
+    uint64_t version;
+    const View* view;
+  };
+  static inline thread_local Pinned pinned;
+
+  const View& Refresh();
   // Looks at up to `look` tables from the cursor and retires idle ones, until `want` are.
   // Returns how many were.
   size_t RetireIdle(Timestamp now, size_t look, size_t want) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,12 +13,11 @@ namespace {
 
 using testing::At;
 using testing::kEpoch;
-using testing::MustLimit;
 using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
 
 Timestamp Since(Micros d) { return At(kEpoch) + d; }
 
-Limit PerSecond(size_t n) { return MustLimit({.limit = static_cast<int64_t>(n), .period = 1s}); }
+Limit PerSecond(size_t n) { return testing::MustLimit({.limit = static_cast<int64_t>(n), .period = 1s}); }
 
 TEST(MemoryStoreLimitsTest, ALimitIsAcceptedOnceTheTablesOfIdleLimitsHaveReset) {
   MemoryStore store;
@@ -44,8 +43,8 @@ TEST(MemoryStoreLimitsTest, ALimitIsAcceptedOnceTheTablesOfIdleLimitsHaveReset) 
 
 TEST(MemoryStoreLimitsTest, ALimitInUseIsNeverFreed) {
   MemoryStore store;
-  const Limit hourly = MustLimit({.limit = 3, .period = 1h});
-  const Limit gcra = MustLimit({.algorithm = Algorithm::kGcra, .limit = 2, .period = 2h});
+  const Limit hourly = testing::MustLimit({.limit = 3, .period = 1h});
+  const Limit gcra = testing::MustLimit({.algorithm = Algorithm::kGcra, .limit = 2, .period = 2h});
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(store.Decide(hourly, "victim", 1, Since(0s))->allowed);
   }
@@ -72,7 +71,7 @@ TEST(MemoryStoreLimitsTest, ALimitInUseIsNeverFreed) {
 TEST(MemoryStoreLimitsTest, ATableIsNotFreedBeforeAPeriodHasPassed) {
   MemoryStore store;
   // A limit of one a day, queried at cost 0 (no key): its table holds nothing, yet stays a day.
-  const Limit daily = MustLimit({.limit = 1, .period = 24h});
+  const Limit daily = testing::MustLimit({.limit = 1, .period = 24h});
   ASSERT_TRUE(store.Decide(daily, "k", 0, Since(0s)).ok());
   for (size_t i = 1; i <= 8; ++i) {
     ASSERT_TRUE(store.Decide(PerSecond(i), "k", 1, Since(1h)).ok());
