@@ -366,7 +366,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 )");
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(Ask({{"two", "victim"}}).ok());
+    ASSERT_TRUE(Ask({{"two", "victim"}}).ok()) << i;
   }
   ASSERT_TRUE(Ask({{"two", "victim"}})->front().over_limit);
   clock_.Advance(Micros(2 * kSecond));  // The per-second key resets.
