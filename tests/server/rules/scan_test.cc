@@ -134,6 +134,41 @@ TEST(RuleFileLimitsTest, NestingPastTheDepthLimitIsNamed) {
   EXPECT_EQ(Error(deep), "loaded");
 }
 
+// A chain of `links` anchors in a descriptor's metadata (4 levels down), each but the first a
+// list nested 60 deep around an alias of the one before: 60 levels each as written, 60 more
+// for each link when walked. m0 is on line 6, m1 on line 7.
+std::string AnchorChain(int links) {
+  std::string text =
+      "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+      "requests_per_unit: 1}\n    metadata:\n      m0: &m0 x\n";
+  for (int i = 1; i < links; ++i) {
+    text += fmt::format("      m{0}: &m{0} {1}*m{2}{3}\n", i, std::string(60, '['), i - 1,
+                        std::string(60, ']'));
+  }
+  return text;
+}
+
+TEST(RuleFileLimitsTest, NestingThroughAliasesPastTheDepthLimitIsRefused) {
+  // 64 levels: m1's alias of a scalar, at the limit.
+  EXPECT_EQ(Error(AnchorChain(2)), "loaded");
+  // Before: the depth was bounded as written only; 200 links nest 12,000 levels within the
+  // node limit, and each walk of the tree recursed through them all.
+  for (const int links : {3, 200}) {
+    EXPECT_EQ(Error(AnchorChain(links)),
+              "rules.yaml:8:75: an alias that nests deeper than 64 levels of mappings and lists "
+              "(the depth limit; an alias counts as the levels of what it names: 60 here, under "
+              "64)")
+        << links;
+  }
+  // An alias of a deep anchor in a shallow place is no deeper than the anchor.
+  EXPECT_EQ(Error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                  "requests_per_unit: 1}\n    metadata:\n      a: &a " +
+                  std::string(60, '[') + std::string(60, ']') + "\n      b: *a\n      c: [*a]\n"),
+            "rules.yaml:9:11: an alias that nests deeper than 64 levels of mappings and lists "
+            "(the depth limit; an alias counts as the levels of what it names: 60 here, under "
+            "5)");
+}
+
 TEST(RuleFileLimitsTest, AnAliasToANodeThatContainsItIsACycle) {
   EXPECT_EQ(Error("domain: d\ndescriptors: &a\n  - key: k\n    descriptors: *a\n"),
             "rules.yaml:4:18: an alias to a node that contains it (a cycle)");
