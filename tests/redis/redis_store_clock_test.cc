@@ -13,11 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <future>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -104,31 +101,8 @@ TEST_F(WallClockStepTest, AStepForwardKeepsTheGuard) {
   Step(3600);
   ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
 
-  server_->Pause();
-  constexpr int kCalls = 10;
-  std::vector<std::promise<absl::StatusOr<Decision>>> done(kCalls);
-  std::vector<Decision> each(kCalls);
-  const LimitedKey request{&limit, "k"};
-  for (int i = 0; i < kCalls; ++i) {
-    redis->DecideAllAsync({&request, 1}, 1, At(kEpoch), {&each[static_cast<size_t>(i)], 1},
-                          [&done, i](absl::StatusOr<Decision> d) {
-                            done[static_cast<size_t>(i)].set_value(std::move(d));
-                          });
-  }
-  for (auto& d : done) {
-    EXPECT_FALSE(d.get_future().get().ok());
-  }
-  server_->Resume();
-
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Decision> query;
-  do {
-    query = redis->Decide(limit, "k", 0, At(kEpoch));
-    std::this_thread::sleep_for(20ms);
-  } while (!query.ok() && std::chrono::steady_clock::now() - start < 10s);
-  ASSERT_TRUE(query.ok()) << query.status();
-  std::this_thread::sleep_for(200ms);  // Redis has read what it had been sent by now.
-  query = redis->Decide(limit, "k", 0, At(kEpoch));
+  const absl::StatusOr<Decision> query =
+      testing::QueryAfterCallsWhileFrozen(*server_, *redis, limit, "k", 10, At(kEpoch));
   ASSERT_TRUE(query.ok()) << query.status();
   // Before: `expires` an hour late, Redis charged the 10 when it woke (988).
   EXPECT_EQ(query->remaining, 998);
