@@ -117,8 +117,10 @@ class Daemon {
   absl::Status OpenStore();
   std::string StoreDescription() const;
   std::string StoreMetrics() const;
-  // For /healthcheck: OK while sluiced can decide.
-  absl::Status Health() const;
+  // For /healthz (the store and whether decisions can be made) and /healthcheck (OK while
+  // sluiced can decide).
+  HttpApi::HealthReport Health() const;
+  HttpApi::HealthReport StoreHealth() const;
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
   std::string Version() const;  // What identifies the rules' files as they are now.
