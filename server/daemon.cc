@@ -394,63 +394,6 @@ std::string Daemon::StoreDescription() const {
       flags_.redis_shares ? ", shares on" : "");
 }
 
-// The store and whether it decides, from what the store knows (RedisStoreStats: no call to
-// Redis per probe). Redis that cannot be reached (its connections fail, or none is ready yet)
-// leaves decisions to the failure policy: allow and local make them (degraded), deny fails
-// them (unavailable). Shown but degraded only (200), where a 503 could stay wrong for good:
-// a server refusing to decide (OOM, READONLY), for only a decision shows it deciding again
-// and a failed probe keeps decisions away; and a cluster's node lost while others answer,
-// for the store keeps trying a master that failed over, though its slots are served.
-HttpApi::HealthReport Daemon::StoreHealth() const {
-  if (redis_ == nullptr) {
-    return {.store = {{"store", "memory"}}};
-  }
-  const RedisStoreStats stats = redis_->Stats();
-  const std::string_view state = stats.servers_lost > 0        ? "lost"
-                                 : stats.connections_ready == 0 ? "connecting"
-                                 : stats.servers_refusing > 0   ? "refusing"
-                                                                : "up";
-  const std::string& url = flags_.store;
-  const std::string_view mode = url.find("+cluster://") != std::string::npos    ? "cluster"
-                                : url.find("+sentinel://") != std::string::npos ? "sentinel"
-                                                                                : "single";
-  HttpApi::HealthReport report{.degraded = state != "up",
-                               .store = {{"store", "redis"},
-                                         {"mode", std::string(mode)},
-                                         {"redis", std::string(state)},
-                                         {"on_failure", flags_.redis_on_failure}}};
-  const bool unreachable =
-      state == "connecting" || (state == "lost" && (mode != "cluster" ||
-                                                    stats.connections_ready == 0));
-  if (flags_.redis_on_failure == "deny" && unreachable) {
-    report.decisions = absl::UnavailableError(
-        state == "lost"
-            ? fmt::format("{} Redis server(s) lost (the log says why); under --redis-on-failure "
-                          "deny, decisions fail until Redis is back",
-                          stats.servers_lost)
-            : "no connection to Redis is ready");
-  }
-  return report;
-}
-
-// /healthz's report (StoreHealth), and whether sluiced serves, as envoyproxy/ratelimit's
-// health check has it: not while it stops (SIGTERM), not while decisions fail (their health
-// check with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, here once the failure policy cannot
-// decide either), and, with --health-needs-rules (their HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED),
-// not before a domain is loaded. /healthz says the store alone: it stays as it is while
-// sluiced drains.
-HttpApi::HealthReport Daemon::Health() const {
-  HttpApi::HealthReport report = StoreHealth();
-  if (stopping_.load()) {
-    report.serving = absl::UnavailableError("stopping");
-  } else if (!report.decisions.ok()) {
-    report.serving = report.decisions;
-  } else if (flags_.health_needs_rules && service_->rules()->domains().empty()) {
-    report.serving = absl::UnavailableError("no rules are loaded");
-  }
-  return report;
-}
-
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
   return RuleSet::Load(
       flags_.config, metrics_.rules(),
