@@ -281,7 +281,8 @@ void Daemon::StopListeners(Micros drain) {
   service_->WaitIdle();
 }
 
-// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots.
+// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots, gRPC's
+// health.
 void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
   if (!flags_.config.empty()) {
     reloader_ = std::make_unique<Reloader>(
@@ -291,6 +292,7 @@ void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
         });
   }
   WaitForSignal(signals);
+  PublishHealth();
   if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
     Watch(settings.watch_interval);
   }

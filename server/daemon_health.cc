@@ -2,10 +2,12 @@
 // and envoyproxy/ratelimit's /healthcheck (whether sluiced serves), asked by HttpApi at each
 // probe on the event-loop threads.
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
 #include "fmt/format.h"
+#include "grpcpp/health_check_service_interface.h"
 
 #include "server/daemon.h"
 
@@ -66,6 +68,22 @@ HttpApi::HealthReport Daemon::Health() const {
     report.serving = absl::UnavailableError("no rules are loaded");
   }
   return report;
+}
+
+// gRPC's standard health service (grpc.health.v1, which Envoy's gRPC health checks ask) says
+// SERVING while /healthcheck says OK, as envoyproxy/ratelimit's does. That service is told,
+// not asked: it is told again every second on the control loop (at most a second late; the
+// drain's Shutdown makes it NOT_SERVING at once).
+void Daemon::PublishHealth() {
+  if (grpc_server_ != nullptr && grpc_server_->GetHealthCheckService() != nullptr) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(Health().serving.ok());
+  }
+  health_timer_.expires_after(std::chrono::seconds(1));
+  health_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) {
+      PublishHealth();
+    }
+  });
 }
 
 }  // namespace sluice::server
