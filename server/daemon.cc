@@ -281,7 +281,8 @@ void Daemon::StopListeners(Micros drain) {
   service_->WaitIdle();
 }
 
-// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots.
+// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots, gRPC's
+// health.
 void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
   if (!flags_.config.empty()) {
     reloader_ = std::make_unique<Reloader>(
@@ -291,6 +292,7 @@ void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
         });
   }
   WaitForSignal(signals);
+  PublishHealth();
   if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
     Watch(settings.watch_interval);
   }
@@ -392,24 +394,6 @@ std::string Daemon::StoreDescription() const {
                         flags_.redis_deny_cache_ttl)
           : "off",
       flags_.redis_shares ? ", shares on" : "");
-}
-
-// Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
-// stops (SIGTERM), not without a connection to Redis ready (their health check with
-// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), and, with --health-needs-rules (their
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), not before a domain is loaded. /healthz, a
-// liveness probe, stays 200 throughout.
-absl::Status Daemon::Health() const {
-  if (stopping_.load()) {
-    return absl::UnavailableError("stopping");
-  }
-  if (redis_ != nullptr && redis_->Stats().connections_ready == 0) {
-    return absl::UnavailableError("no connection to Redis is ready");
-  }
-  if (flags_.health_needs_rules && service_->rules()->domains().empty()) {
-    return absl::UnavailableError("no rules are loaded");
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {

@@ -117,8 +117,11 @@ class Daemon {
   absl::Status OpenStore();
   std::string StoreDescription() const;
   std::string StoreMetrics() const;
-  // For /healthcheck: OK while sluiced can decide.
-  absl::Status Health() const;
+  // For /healthz (the store and whether decisions can be made) and /healthcheck (OK while
+  // sluiced can decide).
+  HttpApi::HealthReport Health() const;
+  HttpApi::HealthReport StoreHealth() const;
+  void PublishHealth();  // gRPC's health service says what /healthcheck says, every second.
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
   std::string Version() const;  // What identifies the rules' files as they are now.
@@ -145,6 +148,7 @@ class Daemon {
   boost::asio::io_context control_{1};
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};
+  boost::asio::steady_timer health_timer_{control_};
   std::string config_version_;  // The control loop's: what the last reload was asked for.
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
   // With --config, from Serve on; destroyed before what its loads use.

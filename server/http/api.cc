@@ -125,7 +125,7 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   }
   HttpResponse response;
   if (path == "/healthz" && only(http::verb::get)) {
-    response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+    response = Healthz(request);
   } else if (path == "/healthcheck" && only(http::verb::get)) {
     response = HealthCheck(request);
   } else if (path == "/metrics" && only(http::verb::get)) {
@@ -257,10 +257,28 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
                       Deliver<CheckResult>(request, std::move(reply), &AuthAnswer));
 }
 
+// Whether decisions can be made, and by what: {"status": "ok" | "degraded" | "unavailable",
+// "store": ..., "error": why, when unavailable}; 200, or 503 when unavailable.
+HttpResponse HttpApi::Healthz(const HttpRequest& request) const {
+  if (!health_) {
+    return JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+  }
+  const HealthReport report = health_();
+  const bool ok = report.decisions.ok();
+  Json body = {{"status", !ok ? "unavailable" : report.degraded ? "degraded" : "ok"}};
+  for (const auto& [name, value] : report.store) {
+    body[name] = value;
+  }
+  if (!ok) {
+    body["error"] = std::string(report.decisions.message());
+  }
+  return JsonResponse(ok ? http::status::ok : http::status::service_unavailable, body, request);
+}
+
 // As envoyproxy/ratelimit answers it (Kubernetes probes call it): 200 "OK" in plain text, or
 // 500, here with the reason as the body (theirs has none).
 HttpResponse HttpApi::HealthCheck(const HttpRequest& request) const {
-  const absl::Status health = health_ ? health_() : absl::OkStatus();
+  const absl::Status health = health_ ? health_().serving : absl::OkStatus();
   if (health.ok()) {
     return TextResponse(http::status::ok, "OK", request);
   }

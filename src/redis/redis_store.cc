@@ -205,6 +205,9 @@ RedisStoreStats RedisStore::Impl::Stats() const {
                         .give_backs = give_backs_.load(std::memory_order_relaxed),
                         .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
                         .connections_ready = ready_.load(std::memory_order_relaxed)};
+  const internal::HealthLog::Counts lost = health_.counts();
+  stats.servers_lost = lost.lost;
+  stats.servers_refusing = lost.refusing;
   AddShareStats(stats);  // share_calls.cc
   stats.local = local_.Stats();
   return stats;

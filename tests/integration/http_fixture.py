@@ -170,7 +170,7 @@ class SluicedTest(unittest.TestCase):
     def assertServing(self):
         resp = SERVER.request("GET", "/healthz")
         self.assertEqual(resp.status, 200, resp)
-        self.assertEqual(resp.json(), {"status": "ok"})
+        self.assertEqual(resp.json(), {"status": "ok", "store": "memory"})
 
     def assertRetryAfter(self, resp):
         """Retry-After: whole seconds, at least 1, the body's retry_after_us rounded up."""

@@ -294,10 +294,11 @@ TEST_F(HttpApiTest, OperationalEndpoints) {
   EXPECT_EQ(Header(wrong, "Allow"), "GET, HEAD");
 }
 
-// envoyproxy/ratelimit's /healthcheck: "OK" while the daemon's health says so, else 500 and
-// why; /healthz, a liveness probe, stays 200 either way.
+// envoyproxy/ratelimit's /healthcheck: "OK" while the daemon's health says sluiced serves,
+// else 500 and why. /healthz: the store's report, 200 while decisions can be made ("ok", or
+// "degraded" when the failure policy makes them), else 503 and why.
 TEST_F(HttpApiTest, HealthCheckAnswersAsTheHealthItIsGiven) {
-  absl::Status health = absl::OkStatus();
+  HttpApi::HealthReport health{.store = {{"store", "redis"}, {"redis", "up"}}};
   HttpApi api(service_, metrics_, clock_, nullptr, [&health] { return health; });
   auto get = [&api](std::string target) {
     const HttpRequest request{http::verb::get, target, 11};
@@ -309,11 +310,26 @@ TEST_F(HttpApiTest, HealthCheckAnswersAsTheHealthItIsGiven) {
   EXPECT_EQ(ok.result(), http::status::ok);
   EXPECT_EQ(ok.body(), "OK");
   EXPECT_EQ(Header(ok, "Content-Type"), "text/plain; charset=utf-8");
-  health = absl::UnavailableError("no connection to Redis is ready");
+  EXPECT_EQ(get("/healthz").body(), R"({"status":"ok","store":"redis","redis":"up"})");
+
+  health.serving = absl::UnavailableError("stopping");  // Decisions are still made.
   HttpResponse down = get("/healthcheck");
   EXPECT_EQ(down.result(), http::status::internal_server_error);
-  EXPECT_EQ(down.body(), "no connection to Redis is ready\n");
+  EXPECT_EQ(down.body(), "stopping\n");
   EXPECT_EQ(get("/healthz").result(), http::status::ok);
+
+  health.store = {{"store", "redis"}, {"redis", "lost"}};
+  health.degraded = true;  // The failure policy decides.
+  health.serving = absl::OkStatus();
+  HttpResponse degraded = get("/healthz");
+  EXPECT_EQ(degraded.result(), http::status::ok);
+  EXPECT_EQ(degraded.body(), R"({"status":"degraded","store":"redis","redis":"lost"})");
+
+  health.decisions = absl::UnavailableError("no connection to Redis is ready");
+  HttpResponse unavailable = get("/healthz");
+  EXPECT_EQ(unavailable.result(), http::status::service_unavailable);
+  EXPECT_EQ(Body(unavailable)["status"], "unavailable");
+  EXPECT_EQ(Body(unavailable)["error"], "no connection to Redis is ready");
   // Without a health function (the api of the tests above), always OK.
   EXPECT_EQ(Send(http::verb::get, "/healthcheck").body(), "OK");
   EXPECT_EQ(Send(http::verb::post, "/healthcheck").result(), http::status::method_not_allowed);
