@@ -36,6 +36,7 @@ constexpr Simple kSimple[] = {
     {"LIMIT_LIMIT_HEADER", "--header-limit", Kind::kText},
     {"LIMIT_REMAINING_HEADER", "--header-remaining", Kind::kText},
     {"LIMIT_RESET_HEADER", "--header-reset", Kind::kText},
+    {"LIMIT_HEADERS_FORMAT", "--ratelimit-headers", Kind::kText},  // sluice's own.
     {"RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata", Kind::kSwitch},
     {"MERGE_DOMAIN_CONFIG", "--merge-domains", Kind::kSwitch},
     {"NEAR_LIMIT_RATIO", "--near-limit-ratio", Kind::kRatio},
