@@ -80,7 +80,9 @@ constexpr std::string_view kComposite[] = {
 // clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
-constexpr std::string_view kShared[] = {"HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT", "REDIS_URL"};
+// (LIMIT_HEADERS_FORMAT is sluice's own, not theirs: it alone does not make their environment.)
+constexpr std::string_view kShared[] = {"HOST",      "PORT",     "LOG_LEVEL",
+                                        "LOG_FORMAT", "REDIS_URL", "LIMIT_HEADERS_FORMAT"};
 
 bool Contains(const auto& list, std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);
