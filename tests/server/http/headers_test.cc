@@ -63,12 +63,16 @@ descriptors:
     rate_limit: {requests_per_unit: 5, unit: second, name: "a\"b\\c é%\t"}
 )";
 
+// A header's value, or "(none)".
+std::string Header(const HttpResponse& response, std::string_view name) {
+  return response.has(name) ? std::string(response[name]) : "(none)";
+}
+
+// sluiced's HTTP API over a memory store on a manual clock, telling decisions in `options`.
 class HeadersTest : public ::testing::Test {
  protected:
   explicit HeadersTest(HeaderOptions options = {})
-      : clock_(At(kStart)),
-        service_(store_, clock_, metrics_),
-        api_(service_, metrics_, clock_, [] { return std::string(); }, nullptr,
+      : api_(service_, metrics_, clock_, [] { return std::string(); }, nullptr,
              std::move(options)) {
     service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
   }
@@ -89,14 +93,10 @@ class HeadersTest : public ::testing::Test {
     return fmt::format(R"({{"entries": [{{"key": "{}", "value": "{}"}}]}})", key, value);
   }
 
-  static std::string Header(const HttpResponse& response, std::string_view name) {
-    return response.has(name) ? std::string(response[name]) : "(none)";
-  }
-
   MemoryStore store_;
-  ManualClock clock_;
+  ManualClock clock_{At(kStart)};
   Metrics metrics_;
-  RateLimitService service_;
+  RateLimitService service_{store_, clock_, metrics_};
   HttpApi api_;
 };
 
