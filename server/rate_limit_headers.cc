@@ -40,8 +40,13 @@ void SetQuota(const Limit& limit, int64_t nominal, HeaderQuota& quota) {
   quota.window = static_cast<int64_t>(std::clamp<Wide>(seconds, 1, kMaxSfInteger));
 }
 
+// (Appended whole: fmt through a string's back_inserter grows it a character at a time.)
 void AppendInteger(std::string& out, std::string_view key, int64_t value) {
-  fmt::format_to(std::back_inserter(out), FMT_COMPILE(";{}={}"), key, SfInteger(value));
+  const fmt::format_int digits(SfInteger(value));
+  out.push_back(';');
+  out.append(key);
+  out.push_back('=');
+  out.append(digits.data(), digits.size());
 }
 
 void AppendPartition(std::string& out, std::string_view partition) {
@@ -55,6 +60,7 @@ void AppendPartition(std::string& out, std::string_view partition) {
 // RateLimit-Policy of the current draft: every limit once (by name and partition).
 std::string IetfPolicy(std::span<const HeaderQuota> quotas) {
   std::string out;
+  out.reserve(48 * quotas.size());
   for (size_t i = 0; i < quotas.size(); ++i) {
     const HeaderQuota& q = quotas[i];
     const auto same = [&](const HeaderQuota& o) {  // A limit told twice (two descriptors).
@@ -84,6 +90,7 @@ std::string IetfPolicy(std::span<const HeaderQuota> quotas) {
 // wait lets the request pass).
 std::string IetfRateLimit(const HeaderQuota& q) {
   std::string out;
+  out.reserve(q.name.size() + 40);
   AppendSfString(out, q.name);
   AppendInteger(out, "r", q.never ? 0 : q.remaining);
   if (!q.never) {
@@ -131,18 +138,27 @@ std::optional<HeaderFormat> ParseHeaderFormat(std::string_view name) {
 }
 
 void AppendSfString(std::string& out, std::string_view text) {
+  constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
-  for (const char c : text) {
+  size_t plain = 0;  // The start of the run of characters that go as they are.
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
+    const bool escaped = c == '"' || c == '\\';
+    if (!escaped && byte >= 0x20 && byte <= 0x7E && c != '%') {
+      continue;
+    }
+    out.append(text.substr(plain, i - plain));
+    plain = i + 1;
+    if (escaped) {
       out.push_back('\\');
       out.push_back(c);
-    } else if (byte < 0x20 || byte > 0x7E || c == '%') {
-      fmt::format_to(std::back_inserter(out), FMT_COMPILE("%{:02x}"), byte);
     } else {
-      out.push_back(c);
+      const char encoded[] = {'%', kHex[byte >> 4], kHex[byte & 0xF]};
+      out.append(encoded, sizeof encoded);
     }
   }
+  out.append(text.substr(plain));
   out.push_back('"');
 }
 
