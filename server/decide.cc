@@ -268,7 +268,7 @@ void RateLimitService::Deciding::Classify(int64_t cost) {
       shared = result.limits[i].name == result.limits[j].name;
     }
   }
-  if (!shared && (planned.size() < 2 || planned.size() <= 16)) {
+  if (!shared && planned.size() <= 16) {
     return;
   }
   std::vector<std::string_view> keys;
