@@ -348,8 +348,11 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     if (c == nullptr) {
       break;
     }
-    c->Send(std::move(node.asked.front()), /*asking=*/true);
+    // Its `expires` on this node's clock, not the node's that sent it here.
+    Pending batch = std::move(node.asked.front());
     node.asked.pop_front();
+    batch.command = BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.deadline));
+    c->Send(std::move(batch), /*asking=*/true);
   }
   while (!node.queue.empty()) {
     Connection* c = least_busy();

@@ -10,12 +10,15 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 #include "server/grpc/envoy_service.h"
 #include "server/http/api.h"
@@ -295,6 +298,30 @@ TEST_F(AsyncServiceTest, AStoreFailureEndsTheRequestWithItsError) {
   EXPECT_EQ(result->status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(store_.held(), 0U) << "no further store call after a failure";
   EXPECT_NE(metrics_.Render().find("sluice_store_errors_total 1\n"), std::string::npos);
+}
+
+// The failures' line is said at most every 10 s of the server's (wall) clock: a step back of
+// that clock is no reason for silence. Before, after a step back of an hour no line was said
+// for an hour.
+TEST_F(AsyncServiceTest, AStoreFailureIsSaidAfterTheClockStepsBack) {
+  std::ostringstream log;
+  const std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "store-failures", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  auto fail = [&] {
+    service_.CheckAsync(Request({{"user", "alice"}}), [](absl::StatusOr<CheckResult>) {});
+    EXPECT_TRUE(store_.AnswerOne(absl::UnavailableError("redis: connection refused")));
+  };
+  fail();
+  fail();  // Within 10 s of the first line: counted, not said.
+  clock_.Advance(-Micros(3'600'000'000));
+  fail();
+  spdlog::set_default_logger(before);
+  const std::string lines = log.str();
+  EXPECT_NE(lines.find("the store failed 1 decision(s); the last"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("the store failed 2 decision(s) since the last such line"),
+            std::string::npos)
+      << lines;
 }
 
 // Random requests of every kind, each answered from another thread, equal the synchronous
