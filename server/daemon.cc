@@ -175,9 +175,14 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
 // The HTTP, gRPC and debug listeners. When one cannot start, those started are stopped.
 absl::Status Daemon::Start(const Settings& settings) {
   const HostPort& http = settings.http;
+  const std::optional<HeaderFormat> format = ParseHeaderFormat(flags_.ratelimit_headers);
+  HeaderOptions envoy_headers{.format = format.value_or(HeaderFormat::kDraft06),
+                              .limit_name = flags_.header_limit,
+                              .remaining_name = flags_.header_remaining,
+                              .reset_name = flags_.header_reset};
   api_ = std::make_unique<HttpApi>(
       *service_, metrics_, SystemClock(), [this] { return StoreMetrics(); },
-      [this] { return Health(); });
+      [this] { return Health(); }, HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -191,9 +196,7 @@ absl::Status Daemon::Start(const Settings& settings) {
                flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
   envoy_ = std::make_unique<EnvoyGrpcService>(
       *service_, EnvoyOptions{.response_headers = flags_.response_headers,
-                              .limit_header = flags_.header_limit,
-                              .remaining_header = flags_.header_remaining,
-                              .reset_header = flags_.header_reset,
+                              .headers = std::move(envoy_headers),
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(

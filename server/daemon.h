@@ -61,6 +61,9 @@ struct Flags {
   std::string header_limit = "RateLimit-Limit";
   std::string header_remaining = "RateLimit-Remaining";
   std::string header_reset = "RateLimit-Reset";
+  // --ratelimit-headers: draft-ietf, draft-06 or x-ratelimit (rate_limit_headers.h); empty:
+  // draft-ietf on the HTTP API, draft-06 under the names above on the Envoy API.
+  std::string ratelimit_headers;
   std::optional<std::string> cache_key_prefix;
   bool health_needs_rules = false;
   std::string redis_timeout = "100ms";

@@ -169,8 +169,13 @@ void AddEnvoyFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_flag("--shadow-mode", flags.shadow_mode,
                "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
+  app.add_option("--ratelimit-headers", flags.ratelimit_headers,
+                 "RateLimit headers: draft-ietf (RateLimit-Policy and RateLimit), draft-06 "
+                 "(RateLimit-Limit, -Remaining, -Reset) or x-ratelimit (GitHub's) (default: "
+                 "draft-ietf; on the Envoy API, draft-06 as envoyproxy/ratelimit)")
+      ->check(CLI::IsMember({"draft-ietf", "draft-06", "x-ratelimit"}));
   app.add_flag("--response-headers", flags.response_headers,
-               "Envoy API: add RateLimit-Limit, -Remaining, -Reset to responses");
+               "Envoy API: add the RateLimit headers to responses");
   app.add_option("--header-limit", flags.header_limit, "Envoy API: the limit header's name")
       ->capture_default_str();
   app.add_option("--header-remaining", flags.header_remaining,

@@ -32,9 +32,12 @@
 #include "server/http/request.h"
 #include "server/http/response.h"
 #include "server/metrics.h"
+#include "server/rate_limit_headers.h"
 #include "server/service.h"
 
 namespace sluice::server {
+
+struct AnswerHeaders;  // answers.h
 
 class HttpApi final : public HttpHandler {
  public:
@@ -59,8 +62,10 @@ class HttpApi final : public HttpHandler {
   // `service` and `metrics` must outlive the api. `store_metrics` returns extra Prometheus
   // lines about the store (keys, evictions), appended to GET /metrics; it may be empty.
   // `health` may be empty: /healthz and /healthcheck then always answer OK.
+  // `headers`: how decisions are told in their RateLimit headers (rate_limit_headers.h).
   HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-          std::function<std::string()> store_metrics, Health health = nullptr);
+          std::function<std::string()> store_metrics, Health health = nullptr,
+          HeaderOptions headers = {});
 
   // POST /v1/acquire's wait when the request names none.
   static constexpr Micros kDefaultMaxWait = std::chrono::seconds(30);
@@ -95,7 +100,7 @@ class HttpApi final : public HttpHandler {
   template <typename Result>
   RateLimitService::Done<absl::StatusOr<Result>> Deliver(
       const HttpRequest& request, Reply reply,
-      HttpResponse (*format)(const Result&, const HttpRequest&));
+      HttpResponse (*format)(const Result&, const HttpRequest&, const AnswerHeaders&));
 
   void Check(const HttpRequest& request, Reply reply);
   void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
@@ -111,6 +116,7 @@ class HttpApi final : public HttpHandler {
   Clock& clock_;
   std::function<std::string()> store_metrics_;
   Health health_;
+  const HeaderOptions headers_;
 };
 
 }  // namespace sluice::server

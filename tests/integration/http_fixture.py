@@ -153,7 +153,7 @@ class SluicedTest(unittest.TestCase):
         body = resp.json()
         self.assertIs(body["allowed"], True, resp)
         self.assertIsNone(body["remaining"], resp)
-        for name in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Policy",
+        for name in ("RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining",
                      "Retry-After"):
             self.assertIsNone(resp.header(name), "%s on an unlimited answer: %r" % (name, resp))
         return body

@@ -432,7 +432,7 @@ TEST_F(AsyncServiceTest, HttpHandleReturnsBeforeTheStoreAnswers) {
   ASSERT_TRUE(build.has_value());
   const HttpResponse response = std::move(*build)();
   EXPECT_EQ(response.result(), http::status::ok);
-  EXPECT_EQ(response["RateLimit-Remaining"], "2") << response.body();
+  EXPECT_EQ(response["RateLimit"], R"("api.user";r=2;t=60)") << response.body();
 }
 
 // gRPC: 64 calls wait for the store at once (none holds a gRPC thread), then all complete.

@@ -93,10 +93,8 @@ TEST_F(HttpApiTest, CheckAnswersWithTheFiguresAndTheStandardHeaders) {
   clock_.Advance(Micros{250'000});
   const HttpResponse first = Post("/v1/check", kBob);
   EXPECT_EQ(first.result(), http::status::ok);
-  EXPECT_EQ(Header(first, "RateLimit-Limit"), "2");
-  EXPECT_EQ(Header(first, "RateLimit-Remaining"), "1");
-  EXPECT_EQ(Header(first, "RateLimit-Reset"), "1");  // 0.75 s, rounded up.
-  EXPECT_EQ(Header(first, "RateLimit-Policy"), "2;w=1");
+  EXPECT_EQ(Header(first, "RateLimit-Policy"), R"("api.user";q=2;w=1)");
+  EXPECT_EQ(Header(first, "RateLimit"), R"("api.user";r=1;t=1)");  // 0.75 s, rounded up.
   EXPECT_EQ(Header(first, "Retry-After"), "(none)");
   const nlohmann::json body = Body(first);
   EXPECT_EQ(body["allowed"], true);
@@ -231,8 +229,11 @@ TEST_F(HttpApiTest, EnvoyJsonEndpoint) {
 TEST_F(HttpApiTest, AuthTakesDescriptorsFromHeadersAndThePeer) {
   const HttpResponse first = Send(http::verb::get, "/v1/auth", "", {{"X-Api-Key", "k1"}});
   EXPECT_EQ(first.result(), http::status::ok);
-  EXPECT_EQ(Header(first, "RateLimit-Limit"), "1");  // The peer's limit is the closest.
-  EXPECT_EQ(Header(first, "RateLimit-Policy"), "1;w=60, 5;w=1, 100;w=86400");
+  EXPECT_EQ(Header(first, "RateLimit-Policy"),
+            R"("api.remote_address";q=1;w=60, "api.api_key[0]";q=5;w=1, )"
+            R"("api.api_key[1]";q=100;w=86400)");
+  // The peer's limit is the closest.
+  EXPECT_EQ(Header(first, "RateLimit"), R"("api.remote_address";r=0;t=40)");
   const HttpResponse second = Send(http::verb::get, "/v1/auth", "", {{"X-Api-Key", "k1"}});
   EXPECT_EQ(second.result(), http::status::forbidden);
   EXPECT_EQ(Header(second, "Retry-After"), "40");  // kStart is 20 s into its minute.
@@ -246,7 +247,7 @@ TEST_F(HttpApiTest, AuthAdmitsADomainThatDefinesNoAuth) {
     const HttpResponse answer =
         Send(http::verb::get, "/v1/auth?domain=other", "", {{"X-Api-Key", "k1"}});
     EXPECT_EQ(answer.result(), http::status::ok);
-    EXPECT_EQ(Header(answer, "RateLimit-Limit"), "(none)");
+    EXPECT_EQ(Header(answer, "RateLimit"), "(none)");
   }
 }
 
