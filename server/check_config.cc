@@ -51,8 +51,8 @@ int CheckConfig(const Flags& flags, const std::string& path) {
     ++errors;
   }
   if (errors > 0) {
-    fmt::print(stderr, "sluiced: {}: {} error(s) in {} file(s); the check failed\n", path,
-               errors, files->size());
+    fmt::print(stderr, "sluiced: {}: {} error(s) in {} file(s); the check failed\n", path, errors,
+               files->size());
     return 2;
   }
   fmt::print("{}: the rules are valid: {} file(s), {} domain(s), {} rule limit(s)\n", path,

@@ -39,9 +39,8 @@ absl::StatusOr<std::string> Resolve(const std::string& name) {
     }
   }
   std::array<char, NI_MAXHOST> text{};
-  if (chosen == nullptr ||
-      getnameinfo(chosen->ai_addr, chosen->ai_addrlen, text.data(), text.size(), nullptr, 0,
-                  NI_NUMERICHOST) != 0) {
+  if (chosen == nullptr || getnameinfo(chosen->ai_addr, chosen->ai_addrlen, text.data(),
+                                       text.size(), nullptr, 0, NI_NUMERICHOST) != 0) {
     return absl::InvalidArgumentError("it has no IPv4 or IPv6 address");
   }
   return std::string(text.data());
@@ -76,9 +75,10 @@ absl::StatusOr<HostPort> ListenAddress(std::string_view flag, std::string_view t
     return address;
   }
   if (text.starts_with(':')) {
-    spdlog::info("{} '{}': listening on every IPv4 interface (0.0.0.0); 127.0.0.1{} is this "
-                 "machine alone",
-                 flag, text, text);
+    spdlog::info(
+        "{} '{}': listening on every IPv4 interface (0.0.0.0); 127.0.0.1{} is this "
+        "machine alone",
+        flag, text, text);
     return address;
   }
   if (IsIpAddress(address->host)) {
@@ -87,7 +87,8 @@ absl::StatusOr<HostPort> ListenAddress(std::string_view flag, std::string_view t
   absl::StatusOr<std::string> resolved = Resolve(address->host);
   if (!resolved.ok()) {
     return absl::InvalidArgumentError(fmt::format("{} '{}': cannot resolve '{}': {}", flag, text,
-                                                  address->host, std::string(resolved.status().message())));
+                                                  address->host,
+                                                  std::string(resolved.status().message())));
   }
   spdlog::info("{} '{}': {} is {}", flag, text, address->host, *resolved);
   address->host = *std::move(resolved);

@@ -27,6 +27,15 @@ std::string LabelValue(std::string_view text) {
   return out;
 }
 
+// Prometheus's convention for what is running: a gauge of 1 whose labels say it.
+std::string BuildInfo() {
+  return fmt::format(
+      "# HELP sluice_build_info The version of sluiced running.\n"
+      "# TYPE sluice_build_info gauge\n"
+      "sluice_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+      LabelValue(build::kVersion), LabelValue(build::kGitDescribe));
+}
+
 }  // namespace
 
 void Metrics::RecordLatency(Micros latency) {
@@ -95,12 +104,7 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_unknown_domain_total",
           "Requests to a domain no rule knows (admitted; the log says which at debug level).",
           unknown_domain_);
-  // Prometheus's convention for what is running: a gauge of 1 whose labels say it.
-  fmt::format_to(emit,
-                 "# HELP sluice_build_info The version of sluiced running.\n"
-                 "# TYPE sluice_build_info gauge\n"
-                 "sluice_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
-                 LabelValue(build::kVersion), LabelValue(build::kGitDescribe));
+  out += BuildInfo();
 
   const char* const histogram = "sluice_decision_latency_seconds";
   fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);

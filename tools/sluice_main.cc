@@ -18,10 +18,10 @@
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "sluice_build/version.h"
 
 #include "sluice/duration.h"
 #include "sluice/limit.h"
-#include "sluice_build/version.h"
 #include "tools/check.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
@@ -120,8 +120,7 @@ int RunCheck(const CheckFlags& flags) {
     std::cerr << "sluice check: " << body.status().message() << "\n";
     return kUsageError;
   }
-  absl::StatusOr<HttpAnswer> answer =
-      Post(flags.server, "/v1/check", *body, flags.timeout);
+  absl::StatusOr<HttpAnswer> answer = Post(flags.server, "/v1/check", *body, flags.timeout);
   if (!answer.ok()) {
     std::cerr << "sluice check: " << answer.status().message() << "\n";
     return kUsageError;
@@ -242,8 +241,8 @@ size_t Distance(std::string_view a, std::string_view b) {
 
 // Why the command line names no subcommand of `commands`, with the one it likely meant;
 // nothing when it does (or asks only for --help or --version, which CLI11 answers).
-std::optional<std::string> UnknownSubcommand(const std::vector<const CLI::App*>& commands,
-                                             int argc, char** argv) {
+std::optional<std::string> UnknownSubcommand(const std::vector<const CLI::App*>& commands, int argc,
+                                             char** argv) {
   std::string names;
   for (const CLI::App* command : commands) {
     names += (names.empty() ? "" : ", ") + command->get_name();
@@ -283,6 +282,27 @@ std::optional<std::string> UnknownSubcommand(const std::vector<const CLI::App*>&
   return fmt::format(
       "'{}' is not a subcommand{} {}", given,
       closest == nullptr ? "" : fmt::format(": did you mean '{}'?", closest->get_name()), list);
+}
+
+// A parse error, said as the subcommand being parsed and pointing to its own help. That
+// subcommand is the first argument that is not a flag (no top-level flag takes a value).
+int UsageError(const std::vector<const CLI::App*>& commands, const CLI::ParseError& e, int argc,
+               char** argv) {
+  const CLI::App* command = nullptr;
+  for (int i = 1; i < argc && command == nullptr; ++i) {
+    for (const CLI::App* candidate : commands) {
+      if (!std::string_view(argv[i]).starts_with('-') && candidate->get_name() == argv[i]) {
+        command = candidate;
+      }
+    }
+  }
+  if (command == nullptr) {
+    std::cerr << "sluice: " << e.what() << "\n(run 'sluice --help' for the subcommands)\n";
+  } else {
+    std::cerr << "sluice " << command->get_name() << ": " << e.what() << "\n(run 'sluice "
+              << command->get_name() << " --help' for its flags)\n";
+  }
+  return kUsageError;
 }
 
 int Main(int argc, char** argv) {
@@ -345,23 +365,7 @@ int Main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // The subcommand being parsed is the first argument that is not a flag (no top-level flag
-    // takes a value); its flags are what its own help lists.
-    const CLI::App* command = nullptr;
-    for (int i = 1; i < argc && command == nullptr; ++i) {
-      for (const CLI::App* candidate : commands) {
-        if (!std::string_view(argv[i]).starts_with('-') && candidate->get_name() == argv[i]) {
-          command = candidate;
-        }
-      }
-    }
-    if (command == nullptr) {
-      std::cerr << "sluice: " << e.what() << "\n(run 'sluice --help' for the subcommands)\n";
-    } else {
-      std::cerr << "sluice " << command->get_name() << ": " << e.what() << "\n(run 'sluice "
-                << command->get_name() << " --help' for its flags)\n";
-    }
-    return kUsageError;
+    return UsageError(commands, e, argc, argv);
   }
   if (simulate->parsed()) {
     return RunSimulate(flags);
