@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis format tidy clean
+.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis format tidy clean
 
 all: build
 
@@ -14,6 +14,12 @@ deps:
 build: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release -j $(JOBS)
+
+# The library (headers, static libraries, the CMake package sluice::sluice, sluice.pc) and the
+# two programs, under PREFIX: docs/library.md.
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 # Starts sluiced on the memory store with examples/sluice.yaml (Ctrl-C stops it) and prints
 # the curl line of examples/try.sh to try it with.

@@ -28,7 +28,9 @@
 
 namespace sluice {
 
-using Int128 = __int128;
+// __extension__: a GCC and clang builtin type, which -Wpedantic would otherwise name in users'
+// builds.
+__extension__ using Int128 = __int128;
 
 // The `last` of a state that has never changed: earlier than every time.
 inline constexpr int64_t kNoTime = std::numeric_limits<int64_t>::min();
@@ -52,8 +54,8 @@ struct SlidingWindowState {
 class CountQueue {
  public:
   struct Entry {
-    int64_t index;
-    int64_t count;
+    int64_t index = 0;
+    int64_t count = 0;
     friend bool operator==(const Entry&, const Entry&) = default;
   };
 
@@ -85,13 +87,13 @@ class CountQueue {
 
 struct SlidingLogState {
   int64_t last = kNoTime;
-  CountQueue log;  // (timestamp, units admitted at it)
+  CountQueue log = {};  // (timestamp, units admitted at it)
   friend bool operator==(const SlidingLogState&, const SlidingLogState&) = default;
 };
 
 struct SlidingBucketsState {
   int64_t last = kNoTime;
-  CountQueue buckets;  // (bucket number floor(t / (P/K)), units admitted in it)
+  CountQueue buckets = {};  // (bucket number floor(t / (P/K)), units admitted in it)
   friend bool operator==(const SlidingBucketsState&, const SlidingBucketsState&) = default;
 };
 

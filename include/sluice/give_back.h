@@ -32,12 +32,12 @@
 namespace sluice {
 
 struct Charge {
-  Timestamp at;        // The time the charge was recorded at (the decision's t, after
-                       // "time that runs backwards is the last time seen").
-  int64_t units = 0;   // What was charged; 0: nothing to give back.
-  Int128 ahead = 0;    // token_bucket, gcra, leaky_bucket: TAT - at*N' just after the charge
-                       // (for token_bucket, its deficit B*P' - level), in the rate's lowest
-                       // terms; 0 for the windows.
+  Timestamp at{};     // The time the charge was recorded at (the decision's t, after
+                      // "time that runs backwards is the last time seen").
+  int64_t units = 0;  // What was charged; 0: nothing to give back.
+  Int128 ahead = 0;   // token_bucket, gcra, leaky_bucket: TAT - at*N' just after the charge
+                      // (for token_bucket, its deficit B*P' - level), in the rate's lowest
+                      // terms; 0 for the windows.
   friend bool operator==(const Charge&, const Charge&) = default;
 };
 

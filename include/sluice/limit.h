@@ -36,13 +36,17 @@ bool UsesBurst(Algorithm algorithm);
 
 // What a Limit is made from. Options that an algorithm does not use (burst for fixed_window,
 // buckets for anything but sliding_buckets) are ignored, so one spec can be tried under
-// several algorithms.
+// several algorithms. Every member has a default initializer, here and in every options struct
+// of these headers, so that the designated-initializer style (LimitSpec{.limit = 10, .period =
+// 1s}) leaves members out without a -Wmissing-field-initializers warning (GCC's -Wextra).
 struct LimitSpec {
   Algorithm algorithm = Algorithm::kFixedWindow;
-  int64_t limit = 0;               // N: units allowed per period.
-  Micros period{0};                // P.
-  std::optional<int64_t> burst;    // B: capacity; defaults to `limit`.
-  std::optional<int64_t> buckets;  // K: sub-windows of sliding_buckets; defaults to 60.
+  int64_t limit = 0;  // N: units allowed per period.
+  Micros period{0};   // P.
+  // B: capacity; defaults to `limit`.
+  std::optional<int64_t> burst = std::nullopt;
+  // K: sub-windows of sliding_buckets; defaults to 60.
+  std::optional<int64_t> buckets = std::nullopt;
 };
 
 class Limit {

@@ -105,7 +105,7 @@ using RedisLogSink = std::function<void(RedisLogLevel level, std::string_view li
 
 // Where one Redis server listens: a host and port, or a unix socket.
 struct RedisEndpoint {
-  std::string host;
+  std::string host = {};
   uint16_t port = 6379;
   std::string socket = {};  // A unix socket's path (unix://); host and port are then unused.
   friend bool operator==(const RedisEndpoint&, const RedisEndpoint&) = default;
@@ -117,10 +117,10 @@ std::string RedisEndpointName(const RedisEndpoint& endpoint);
 // TLS to Redis (rediss://), through OpenSSL. The files are read by RedisStore::Create, which
 // refuses a file it cannot read or a key that does not match its certificate, naming the file.
 struct RedisTlsOptions {
-  bool enabled = false;   // rediss:// and rediss+cluster:// set it.
-  std::string ca_file;    // PEM certificates that may sign the server's; empty: the system's.
-  std::string cert_file;  // The client's certificate chain (PEM), for servers that ask for
-  std::string key_file;   // one (tls-auth-clients); both or neither.
+  bool enabled = false;        // rediss:// and rediss+cluster:// set it.
+  std::string ca_file = {};    // PEM certificates that may sign the server's; empty: the system's.
+  std::string cert_file = {};  // The client's certificate chain (PEM), for servers that ask for
+  std::string key_file = {};   // one (tls-auth-clients); both or neither.
   // Whether the server's certificate must name the host connected to (its DNS name, or its IP
   // address for a numeric host). Off, the chain is still verified against ca_file: a server
   // whose certificate names another host is accepted, one signed by another CA is not.
@@ -133,24 +133,24 @@ struct RedisTlsOptions {
 // asked tells it (+switch-master), and it asks again when the master fails (connection lost,
 // timeout, READONLY). The failure policy answers meanwhile.
 struct RedisSentinelOptions {
-  std::string master_name;               // Empty: no sentinel.
-  std::vector<RedisEndpoint> endpoints;  // The sentinels (TCP), asked in this order.
+  std::string master_name = {};               // Empty: no sentinel.
+  std::vector<RedisEndpoint> endpoints = {};  // The sentinels (TCP), asked in this order.
   // The sentinels' own AUTH (sentinel_user=, sentinel_password= in the URL); empty for none.
   // RedisStoreOptions::user and password are the master's.
-  std::string user;
-  std::string password;
+  std::string user = {};
+  std::string password = {};
 };
 
 struct RedisStoreOptions {
   // Where Redis is: one server, or the seed nodes of a cluster; empty with a sentinel, which
   // names the master.
-  std::vector<RedisEndpoint> endpoints;
+  std::vector<RedisEndpoint> endpoints = {};
   bool cluster = false;
-  RedisSentinelOptions sentinel;
-  std::string user;      // AUTH user (Redis 6 ACLs); empty for the default user.
-  std::string password;  // AUTH password; empty for no AUTH.
-  int database = 0;      // SELECT; 0 in a cluster.
-  RedisTlsOptions tls;
+  RedisSentinelOptions sentinel = {};
+  std::string user = {};      // AUTH user (Redis 6 ACLs); empty for the default user.
+  std::string password = {};  // AUTH password; empty for no AUTH.
+  int database = 0;           // SELECT; 0 in a cluster.
+  RedisTlsOptions tls = {};
 
   // Connections per Redis server, and script calls in flight on each.
   int connections = 2;
@@ -169,7 +169,7 @@ struct RedisStoreOptions {
   // repeated within 30 s is held back and counted, and the state is said once the 30 s have
   // passed (src/redis/health.h). Called on the store's I/O thread: it must not block nor call
   // the store. Empty: nothing is said.
-  RedisLogSink log;
+  RedisLogSink log = {};
   std::string key_prefix = "sluice:";
   // Added to every key's expiry beyond its reset_after.
   std::chrono::milliseconds expiry_margin{1000};
@@ -199,7 +199,7 @@ struct RedisStoreOptions {
   // The bounds of the MemoryStore the `local` policy decides in (its keys and leases grow for
   // as long as an outage lasts): sluiced gives it --max-keys and --max-leases, the bounds its
   // memory store would have. Default: none.
-  MemoryStoreOptions local;
+  MemoryStoreOptions local = {};
 
   // For tests only: decide at the `now` the caller passes instead of Redis's TIME, so that a
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then

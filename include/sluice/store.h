@@ -47,8 +47,8 @@ absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy);
 
 // One limit applied to one key. All must outlive the call they are passed to.
 struct LimitedKey {
-  const Limit* limit;
-  std::string_view key;
+  const Limit* limit = nullptr;
+  std::string_view key = {};
   // Set: the key may be decided from a share under this policy (see SharePolicy), when it is
   // the request's only limit. Null: every decision is the store's own.
   const SharePolicy* share = nullptr;
@@ -58,7 +58,7 @@ struct LimitedKey {
 // concurrent-request limiter. A lease is named by an id its taker chooses, and is held until
 // it is released or its time to live passes, so a taker that crashed frees its slot by itself.
 struct LeasedKey {
-  std::string_view key;
+  std::string_view key = {};
   int64_t capacity = 0;  // 1 to kMaxConcurrency; ignored by kRelease.
 };
 
