@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -50,27 +49,6 @@ int Refuse(std::string_view message) {
 }
 
 }  // namespace
-
-absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) {
-    return absl::InvalidArgumentError(fmt::format("{} '{}': expected HOST:PORT", flag, text));
-  }
-  std::string_view host = text.substr(0, colon);
-  const std::string_view port_text = text.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  unsigned port = 0;
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
-    return absl::InvalidArgumentError(
-        fmt::format("{} '{}': '{}' is not a port number", flag, text, port_text));
-  }
-  return HostPort{.host = host.empty() ? "0.0.0.0" : std::string(host),
-                  .port = static_cast<uint16_t>(port)};
-}
 
 int Daemon::Run() {
   spdlog::set_level(spdlog::level::from_str(flags_.log_level));
@@ -156,14 +134,14 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
       .snapshot_interval = *snapshot_interval, .watch_interval = *watch_interval, .drain = *drain};
   for (const auto& [flag, text, address] : {std::tuple{"--http", flags_.http, &settings.http},
                                             std::tuple{"--grpc", flags_.grpc, &settings.grpc}}) {
-    absl::StatusOr<HostPort> parsed = ParseHostPort(flag, text);
+    absl::StatusOr<HostPort> parsed = ListenAddress(flag, text);
     if (!parsed.ok()) {
       return parsed.status();
     }
     *address = *std::move(parsed);
   }
   if (!flags_.debug.empty()) {
-    absl::StatusOr<HostPort> debug = ParseHostPort("--debug", flags_.debug);
+    absl::StatusOr<HostPort> debug = ListenAddress("--debug", flags_.debug);
     if (!debug.ok()) {
       return debug.status();
     }

@@ -25,6 +25,7 @@
 #include "server/http/api.h"
 #include "server/http/debug.h"
 #include "server/http/server.h"
+#include "server/listen_address.h"
 #include "server/metrics.h"
 #include "server/reloader.h"
 #include "server/rules/rules.h"
@@ -78,15 +79,6 @@ struct Flags {
   std::string statsd;  // HOST:PORT; empty: no statsd.
   std::string statsd_interval = "10s";
 };
-
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-
-// "127.0.0.1:8080", "[::1]:8080", ":8080" (all addresses of loopback's family default).
-// Errors name `flag`.
-absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text);
 
 class Daemon {
  public:

@@ -69,6 +69,27 @@ void RateLimitService::SetRules(std::shared_ptr<const RuleSet> rules) {
   rules_version_.fetch_add(1, std::memory_order_release);
 }
 
+namespace {
+
+// A request to a domain no rule knows is admitted, as envoyproxy/ratelimit admits it, but not
+// in silence: counted (one series, no label: the domain is the caller's choice, and a series
+// per value would let any caller grow /metrics without bound) and said at debug level, the
+// domain cut short and its control bytes replaced, for it is the caller's text.
+void CountUnknownDomain(Metrics& metrics, std::string_view domain) {
+  metrics.CountUnknownDomain();
+  if (spdlog::should_log(spdlog::level::debug)) {
+    constexpr size_t kShown = 64;
+    std::string shown(domain.substr(0, kShown));
+    for (char& c : shown) {
+      c = static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    }
+    spdlog::debug("domain '{}'{} has no rules: the request is admitted", shown,
+                  domain.size() > kShown ? "..." : "");
+  }
+}
+
+}  // namespace
+
 absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   if (request.domain.empty()) {
     return absl::InvalidArgumentError("domain must not be empty");
@@ -146,6 +167,9 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
   const std::shared_ptr<const RuleSet> rules = this->rules();
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
+    if (count) {
+      CountUnknownDomain(metrics_, request.domain);
+    }
     co_return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
   }
   const Timestamp now = clock_.Now();
@@ -213,6 +237,7 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
   }
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
+    CountUnknownDomain(metrics_, request.domain);
     co_return std::move(results);
   }
   const Timestamp now = clock_.Now();
