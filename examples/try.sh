@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Asks sluiced (started by `make run`) six times for user bob, whose rule in
-# examples/sluice.yaml allows 5 per second: five 200s, then a 429.
+# examples/sluice.yaml allows 5 in any minute: five 200s, then a 429. (Within a minute of
+# the last run, the requests it made still count.)
 for i in 1 2 3 4 5 6; do
-  curl -s -o /dev/null -w '%{http_code} remaining=%header{ratelimit-remaining}\n' \
+  curl -s -o /dev/null -w '%{http_code} %header{ratelimit}\n' \
     -d '{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "bob"}]}]}' \
     "http://${HTTP:-127.0.0.1:8080}/v1/check"
 done

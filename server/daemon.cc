@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -50,27 +49,6 @@ int Refuse(std::string_view message) {
 }
 
 }  // namespace
-
-absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) {
-    return absl::InvalidArgumentError(fmt::format("{} '{}': expected HOST:PORT", flag, text));
-  }
-  std::string_view host = text.substr(0, colon);
-  const std::string_view port_text = text.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  unsigned port = 0;
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
-    return absl::InvalidArgumentError(
-        fmt::format("{} '{}': '{}' is not a port number", flag, text, port_text));
-  }
-  return HostPort{.host = host.empty() ? "0.0.0.0" : std::string(host),
-                  .port = static_cast<uint16_t>(port)};
-}
 
 int Daemon::Run() {
   spdlog::set_level(spdlog::level::from_str(flags_.log_level));
@@ -156,14 +134,14 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
       .snapshot_interval = *snapshot_interval, .watch_interval = *watch_interval, .drain = *drain};
   for (const auto& [flag, text, address] : {std::tuple{"--http", flags_.http, &settings.http},
                                             std::tuple{"--grpc", flags_.grpc, &settings.grpc}}) {
-    absl::StatusOr<HostPort> parsed = ParseHostPort(flag, text);
+    absl::StatusOr<HostPort> parsed = ListenAddress(flag, text);
     if (!parsed.ok()) {
       return parsed.status();
     }
     *address = *std::move(parsed);
   }
   if (!flags_.debug.empty()) {
-    absl::StatusOr<HostPort> debug = ParseHostPort("--debug", flags_.debug);
+    absl::StatusOr<HostPort> debug = ListenAddress("--debug", flags_.debug);
     if (!debug.ok()) {
       return debug.status();
     }
@@ -175,9 +153,14 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
 // The HTTP, gRPC and debug listeners. When one cannot start, those started are stopped.
 absl::Status Daemon::Start(const Settings& settings) {
   const HostPort& http = settings.http;
+  const std::optional<HeaderFormat> format = ParseHeaderFormat(flags_.ratelimit_headers);
+  HeaderOptions envoy_headers{.format = format.value_or(HeaderFormat::kDraft06),
+                              .limit_name = flags_.header_limit,
+                              .remaining_name = flags_.header_remaining,
+                              .reset_name = flags_.header_reset};
   api_ = std::make_unique<HttpApi>(
       *service_, metrics_, SystemClock(), [this] { return StoreMetrics(); },
-      [this] { return Health(); });
+      [this] { return Health(); }, HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -191,9 +174,7 @@ absl::Status Daemon::Start(const Settings& settings) {
                flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
   envoy_ = std::make_unique<EnvoyGrpcService>(
       *service_, EnvoyOptions{.response_headers = flags_.response_headers,
-                              .limit_header = flags_.header_limit,
-                              .remaining_header = flags_.header_remaining,
-                              .reset_header = flags_.header_reset,
+                              .headers = std::move(envoy_headers),
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
@@ -281,7 +262,8 @@ void Daemon::StopListeners(Micros drain) {
   service_->WaitIdle();
 }
 
-// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots.
+// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots, gRPC's
+// health.
 void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
   if (!flags_.config.empty()) {
     reloader_ = std::make_unique<Reloader>(
@@ -291,6 +273,7 @@ void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
         });
   }
   WaitForSignal(signals);
+  PublishHealth();
   if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
     Watch(settings.watch_interval);
   }
@@ -392,24 +375,6 @@ std::string Daemon::StoreDescription() const {
                         flags_.redis_deny_cache_ttl)
           : "off",
       flags_.redis_shares ? ", shares on" : "");
-}
-
-// Whether sluiced can decide, as envoyproxy/ratelimit's health check has it: not while it
-// stops (SIGTERM), not without a connection to Redis ready (their health check with
-// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), and, with --health-needs-rules (their
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), not before a domain is loaded. /healthz, a
-// liveness probe, stays 200 throughout.
-absl::Status Daemon::Health() const {
-  if (stopping_.load()) {
-    return absl::UnavailableError("stopping");
-  }
-  if (redis_ != nullptr && redis_->Stats().connections_ready == 0) {
-    return absl::UnavailableError("no connection to Redis is ready");
-  }
-  if (flags_.health_needs_rules && service_->rules()->domains().empty()) {
-    return absl::UnavailableError("no rules are loaded");
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {

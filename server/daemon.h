@@ -25,6 +25,7 @@
 #include "server/http/api.h"
 #include "server/http/debug.h"
 #include "server/http/server.h"
+#include "server/listen_address.h"
 #include "server/metrics.h"
 #include "server/reloader.h"
 #include "server/rules/rules.h"
@@ -61,6 +62,9 @@ struct Flags {
   std::string header_limit = "RateLimit-Limit";
   std::string header_remaining = "RateLimit-Remaining";
   std::string header_reset = "RateLimit-Reset";
+  // --ratelimit-headers: draft-ietf, draft-06 or x-ratelimit (rate_limit_headers.h); empty:
+  // draft-ietf on the HTTP API, draft-06 under the names above on the Envoy API.
+  std::string ratelimit_headers;
   std::optional<std::string> cache_key_prefix;
   bool health_needs_rules = false;
   std::string redis_timeout = "100ms";
@@ -75,15 +79,6 @@ struct Flags {
   std::string statsd;  // HOST:PORT; empty: no statsd.
   std::string statsd_interval = "10s";
 };
-
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-
-// "127.0.0.1:8080", "[::1]:8080", ":8080" (all addresses of loopback's family default).
-// Errors name `flag`.
-absl::StatusOr<HostPort> ParseHostPort(std::string_view flag, std::string_view text);
 
 class Daemon {
  public:
@@ -117,8 +112,11 @@ class Daemon {
   absl::Status OpenStore();
   std::string StoreDescription() const;
   std::string StoreMetrics() const;
-  // For /healthcheck: OK while sluiced can decide.
-  absl::Status Health() const;
+  // For /healthz (the store and whether decisions can be made) and /healthcheck (OK while
+  // sluiced can decide).
+  HttpApi::HealthReport Health() const;
+  HttpApi::HealthReport StoreHealth() const;
+  void PublishHealth();  // gRPC's health service says what /healthcheck says, every second.
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
   std::string Version() const;  // What identifies the rules' files as they are now.
@@ -145,6 +143,7 @@ class Daemon {
   boost::asio::io_context control_{1};
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};
+  boost::asio::steady_timer health_timer_{control_};
   std::string config_version_;  // The control loop's: what the last reload was asked for.
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
   // With --config, from Serve on; destroyed before what its loads use.

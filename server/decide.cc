@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "openssl/sha.h"
+
 #include "server/service_internal.h"
 #include "server/store_answer.h"
 
@@ -198,6 +200,36 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   co_return std::move(deciding.result);
 }
 
+namespace {
+
+// Limits of one request that share a name (one rule applied to two descriptor values) are
+// told apart in the RateLimit headers by a partition: the first 9 bytes of the SHA-256 of
+// each one's key, the same on every server of a fleet and naming no value.
+void SetPartitions(std::vector<LimitOutcome>& limits, const std::vector<std::string_view>& keys) {
+  std::vector<size_t> order(keys.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return limits[a].name < limits[b].name; });
+  for (size_t first = 0, last = 0; first < order.size(); first = last) {
+    const std::string& name = limits[order[first]].name;
+    last = first + 1;
+    bool mixed = false;
+    for (; last < order.size() && limits[order[last]].name == name; ++last) {
+      mixed = mixed || keys[order[last]] != keys[order[first]];
+    }
+    for (size_t k = first; mixed && k < last; ++k) {
+      const std::string_view key = keys[order[k]];
+      unsigned char digest[SHA256_DIGEST_LENGTH];
+      SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+      limits[order[k]].partition.assign(reinterpret_cast<const char*>(digest), 9);
+    }
+  }
+}
+
+}  // namespace
+
 void RateLimitService::Deciding::Classify(int64_t cost) {
   result.limits.reserve(planned.size() + 1);
   for (size_t i = 0; i < planned.size(); ++i) {
@@ -229,6 +261,22 @@ void RateLimitService::Deciding::Classify(int64_t cost) {
       (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
     }
   }
+  // Most requests have no two limits of one name: found out without allocating.
+  bool shared = false;
+  for (size_t i = 0; i < planned.size() && planned.size() <= 16 && !shared; ++i) {
+    for (size_t j = i + 1; j < planned.size() && !shared; ++j) {
+      shared = result.limits[i].name == result.limits[j].name;
+    }
+  }
+  if (!shared && planned.size() <= 16) {
+    return;
+  }
+  std::vector<std::string_view> keys;
+  keys.reserve(planned.size());
+  for (const Planned& p : planned) {
+    keys.emplace_back(p.key);
+  }
+  SetPartitions(result.limits, keys);
 }
 
 auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int64_t group_cost,

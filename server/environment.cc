@@ -36,6 +36,7 @@ constexpr Simple kSimple[] = {
     {"LIMIT_LIMIT_HEADER", "--header-limit", Kind::kText},
     {"LIMIT_REMAINING_HEADER", "--header-remaining", Kind::kText},
     {"LIMIT_RESET_HEADER", "--header-reset", Kind::kText},
+    {"LIMIT_HEADERS_FORMAT", "--ratelimit-headers", Kind::kText},  // sluice's own.
     {"RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata", Kind::kSwitch},
     {"MERGE_DOMAIN_CONFIG", "--merge-domains", Kind::kSwitch},
     {"NEAR_LIMIT_RATIO", "--near-limit-ratio", Kind::kRatio},
@@ -79,7 +80,9 @@ constexpr std::string_view kComposite[] = {
 // clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
-constexpr std::string_view kShared[] = {"HOST", "PORT", "LOG_LEVEL", "LOG_FORMAT", "REDIS_URL"};
+// (LIMIT_HEADERS_FORMAT is sluice's own, not theirs: it alone does not make their environment.)
+constexpr std::string_view kShared[] = {"HOST",      "PORT",     "LOG_LEVEL",
+                                        "LOG_FORMAT", "REDIS_URL", "LIMIT_HEADERS_FORMAT"};
 
 bool Contains(const auto& list, std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);

@@ -15,10 +15,12 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
+#include "server/check_config.h"
 #include "server/daemon.h"
 #include "server/environment.h"
 #include "sluice/duration.h"
 #include "sluice/redis_store.h"
+#include "sluice_build/version.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -169,8 +171,13 @@ void AddEnvoyFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_flag("--shadow-mode", flags.shadow_mode,
                "Envoy API: never answer OVER_LIMIT overall (statuses still do)");
+  app.add_option("--ratelimit-headers", flags.ratelimit_headers,
+                 "RateLimit headers: draft-ietf (RateLimit-Policy and RateLimit), draft-06 "
+                 "(RateLimit-Limit, -Remaining, -Reset) or x-ratelimit (GitHub's) (default: "
+                 "draft-ietf; on the Envoy API, draft-06 as envoyproxy/ratelimit)")
+      ->check(CLI::IsMember({"draft-ietf", "draft-06", "x-ratelimit"}));
   app.add_flag("--response-headers", flags.response_headers,
-               "Envoy API: add RateLimit-Limit, -Remaining, -Reset to responses");
+               "Envoy API: add the RateLimit headers to responses");
   app.add_option("--header-limit", flags.header_limit, "Envoy API: the limit header's name")
       ->capture_default_str();
   app.add_option("--header-remaining", flags.header_remaining,
@@ -317,6 +324,12 @@ int Main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"sluiced: the sluice rate limit server (docs/server.md)"};
   AddFlags(app, flags);
+  app.set_version_flag("--version", fmt::format("sluiced {}", build::kVersionText),
+                       "Print sluiced's version and exit");
+  std::string check_config;
+  app.add_option("--check-config", check_config,
+                 "Check a rules file or directory as --config would load it, print every error "
+                 "(exit 2) or a summary (exit 0), and exit: nothing is served");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -329,6 +342,9 @@ int Main(int argc, char** argv) {
   if (absl::Status s = ApplyEnvironment(app, flags); !s.ok()) {
     spdlog::error("{}", internal::Message(s));
     return 2;
+  }
+  if (!check_config.empty()) {
+    return CheckConfig(flags, check_config);
   }
   std::signal(SIGPIPE, SIG_IGN);
   return Daemon(std::move(flags)).Run();

@@ -5,6 +5,8 @@
 
 #include "fmt/format.h"
 
+#include "sluice_build/version.h"
+
 namespace sluice::server {
 namespace {
 
@@ -23,6 +25,15 @@ std::string LabelValue(std::string_view text) {
     }
   }
   return out;
+}
+
+// Prometheus's convention for what is running: a gauge of 1 whose labels say it.
+std::string BuildInfo() {
+  return fmt::format(
+      "# HELP sluice_build_info The version of sluiced running.\n"
+      "# TYPE sluice_build_info gauge\n"
+      "sluice_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+      LabelValue(build::kVersion), LabelValue(build::kGitDescribe));
 }
 
 }  // namespace
@@ -93,6 +104,10 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_caller_limits_refused_total",
           "Requests refused because callers had 1,024 distinct limits in use.",
           caller_limits_refused_);
+  counter("sluice_unknown_domain_total",
+          "Requests to a domain no rule knows (admitted; the log says which at debug level).",
+          unknown_domain_);
+  out += BuildInfo();
 
   const char* const histogram = "sluice_decision_latency_seconds";
   fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);

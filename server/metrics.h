@@ -4,7 +4,8 @@
 // sent over statsd by server/stats/). Per rule limit: checks, admitted, denied, near limit,
 // shadow denials, soft and elastic admissions, and hits as envoyproxy/ratelimit counts them
 // (RuleCounters, kept by a CounterRegistry across reloads). Server-wide: store errors, config
-// reloads, and a histogram of decision latency.
+// reloads, requests to unknown domains, a histogram of decision latency, and the build's
+// version (sluice_build_info).
 //
 // Thread-safe: counters are relaxed atomics, incremented from any thread.
 
@@ -33,6 +34,8 @@ class Metrics {
     (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
   }
   void CountBadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // A request to a domain no rule knows (admitted: nothing limits it).
+  void CountUnknownDomain() { unknown_domain_.fetch_add(1, std::memory_order_relaxed); }
   // An Envoy answer over the limit made OK by the global shadow mode (--shadow-mode).
   void CountGlobalShadowMode() { global_shadow_mode_.fetch_add(1, std::memory_order_relaxed); }
   // A limit given by a caller refused: callers had kMaxCallerLimits in use (CallerLimits).
@@ -61,6 +64,7 @@ class Metrics {
   std::atomic<uint64_t> bad_requests_{0};
   std::atomic<uint64_t> global_shadow_mode_{0};
   std::atomic<uint64_t> caller_limits_refused_{0};
+  std::atomic<uint64_t> unknown_domain_{0};
   std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
 };

@@ -69,6 +69,27 @@ void RateLimitService::SetRules(std::shared_ptr<const RuleSet> rules) {
   rules_version_.fetch_add(1, std::memory_order_release);
 }
 
+namespace {
+
+// A request to a domain no rule knows is admitted, as envoyproxy/ratelimit admits it, but not
+// in silence: counted (one series, no label: the domain is the caller's choice, and a series
+// per value would let any caller grow /metrics without bound) and said at debug level, the
+// domain cut short and its control bytes replaced, for it is the caller's text.
+void CountUnknownDomain(Metrics& metrics, std::string_view domain) {
+  metrics.CountUnknownDomain();
+  if (spdlog::should_log(spdlog::level::debug)) {
+    constexpr size_t kShown = 64;
+    std::string shown(domain.substr(0, kShown));
+    for (char& c : shown) {
+      c = static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    }
+    spdlog::debug("domain '{}'{} has no rules: the request is admitted", shown,
+                  domain.size() > kShown ? "..." : "");
+  }
+}
+
+}  // namespace
+
 absl::Status RateLimitService::Validate(const CheckRequest& request) const {
   if (request.domain.empty()) {
     return absl::InvalidArgumentError("domain must not be empty");
@@ -146,6 +167,9 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
   const std::shared_ptr<const RuleSet> rules = this->rules();
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
+    if (count) {
+      CountUnknownDomain(metrics_, request.domain);
+    }
     co_return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
   }
   const Timestamp now = clock_.Now();
@@ -213,6 +237,7 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
   }
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
+    CountUnknownDomain(metrics_, request.domain);
     co_return std::move(results);
   }
   const Timestamp now = clock_.Now();
@@ -324,12 +349,14 @@ void RateLimitService::CountStoreFailure(const absl::Status& status) {
   }
   metrics_.CountStoreError();
   // Counted in sluice_store_errors_total, and said in the log, at most every 10 s: how many
-  // failed since the last line, and why the last did.
+  // failed since the last line, and why the last did. The clock is the wall clock: a step
+  // back counts as the 10 s gone (one line more), not as a wait for the clock to catch up
+  // (silence for as long as the step).
   constexpr int64_t kEveryUs = 10'000'000;
   store_errors_unlogged_.fetch_add(1, std::memory_order_relaxed);
   const int64_t now = clock_.Now().time_since_epoch().count();
   int64_t last = store_error_logged_us_.load(std::memory_order_relaxed);
-  if ((last != INT64_MIN && now - last < kEveryUs) ||
+  if ((last != INT64_MIN && now >= last && now - last < kEveryUs) ||
       !store_error_logged_us_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
     return;
   }

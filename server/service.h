@@ -95,6 +95,9 @@ struct AdHocRequest {
 // What one limit said about a request.
 struct LimitOutcome {
   std::string name;
+  // Set when another limit of the same request has the same name (one rule applied to two
+  // descriptor values): a stable digest of the counter's key, the RateLimit headers' `pk`.
+  std::string partition;
   bool named = false;  // The name was written in the rules (Envoy's answers carry only such).
   std::optional<Limit> limit;  // Empty for unlimited rules and requests_per_unit: 0.
   int64_t nominal = 0;         // The limit clients are told (soft mode stores more).

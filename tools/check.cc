@@ -25,10 +25,11 @@ struct Url {
   std::string target;
 };
 
+// "http://HOST[:PORT][/TARGET]"; errors say what is wrong, the caller names the flag.
 absl::StatusOr<Url> ParseUrl(std::string_view url) {
   constexpr std::string_view kScheme = "http://";
   if (!url.starts_with(kScheme)) {
-    return absl::InvalidArgumentError(fmt::format("--server '{}': expected http://HOST:PORT", url));
+    return absl::InvalidArgumentError("expected http://HOST:PORT");
   }
   std::string_view rest = url.substr(kScheme.size());
   const size_t slash = rest.find('/');
@@ -46,7 +47,12 @@ absl::StatusOr<Url> ParseUrl(std::string_view url) {
     parsed.host = parsed.host.substr(1, parsed.host.size() - 2);
   }
   if (parsed.host.empty()) {
-    return absl::InvalidArgumentError(fmt::format("--server '{}': no host", url));
+    return absl::InvalidArgumentError("no host");
+  }
+  if (parsed.port.empty() || parsed.port.size() > 5 ||
+      parsed.port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(parsed.port) > 65535) {
+    return absl::InvalidArgumentError(fmt::format("'{}' is not a port number", parsed.port));
   }
   return parsed;
 }
@@ -103,11 +109,30 @@ absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
   return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+absl::StatusOr<std::string> Endpoint(std::string_view server, std::string_view path) {
+  std::string base(server);
+  if (base.find("://") == std::string::npos) {
+    base.insert(0, "http://");  // HOST:PORT, as curl takes it.
+  } else if (!base.starts_with("http://")) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--server '{}': expected http://HOST:PORT (sluiced's HTTP API is plain HTTP)", server));
+  }
+  while (base.ends_with('/')) {
+    base.pop_back();
+  }
+  if (absl::StatusOr<Url> url = ParseUrl(base); !url.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--server '{}': {}", server, std::string(url.status().message())));
+  }
+  return base.append(path);
+}
+
 absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
                                     std::string_view timeout) {
   absl::StatusOr<Url> parsed = ParseUrl(url);
   if (!parsed.ok()) {
-    return parsed.status();
+    return absl::InvalidArgumentError(
+        fmt::format("'{}': {}", url, std::string(parsed.status().message())));
   }
   absl::StatusOr<Micros> limit = ParseDuration(timeout);
   if (!limit.ok()) {

@@ -35,6 +35,11 @@ struct CheckFlags {
 // The JSON body of POST /v1/check for `flags`; InvalidArgument naming the flag otherwise.
 absl::StatusOr<std::string> CheckBody(const CheckFlags& flags);
 
+// The URL of `path` (such as "/v1/check") on the server of --server `server`: "http://HOST:PORT",
+// or HOST:PORT alone, a trailing slash or not. InvalidArgument naming --server and the text as
+// given when it is not such an address.
+absl::StatusOr<std::string> Endpoint(std::string_view server, std::string_view path);
+
 struct HttpAnswer {
   unsigned status = 0;
   std::string body;

@@ -5,7 +5,10 @@
 // the lease, when a concurrency limit gave one), 75 (EX_TEMPFAIL, "try again later") when not
 // within --max-wait, 1 when no wait can help, 2 on an error. `sluice release` gives a lease
 // back: 0 when it was held, 1 when it had expired or been released already, 2 on an error.
+// A bad command line exits 2, naming the subcommand and pointing to its own --help; a
+// misspelt subcommand is answered with the closest one.
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -15,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "sluice_build/version.h"
 
 #include "sluice/duration.h"
 #include "sluice/limit.h"
@@ -100,12 +104,14 @@ int RunSimulate(const SimulateFlags& flags) {
   return 0;
 }
 
-// `path` on the server at `server` ("http://host:port", a trailing slash or not).
-std::string Endpoint(std::string_view server, std::string_view path) {
-  while (server.ends_with('/')) {
-    server.remove_suffix(1);
+// POSTs `body` to `path` on the server of --server `server`.
+absl::StatusOr<HttpAnswer> Post(std::string_view server, std::string_view path,
+                                const std::string& body, std::string_view timeout) {
+  absl::StatusOr<std::string> url = Endpoint(server, path);
+  if (!url.ok()) {
+    return url.status();
   }
-  return fmt::format("{}{}", server, path);
+  return PostJson(*url, body, timeout);
 }
 
 int RunCheck(const CheckFlags& flags) {
@@ -114,8 +120,7 @@ int RunCheck(const CheckFlags& flags) {
     std::cerr << "sluice check: " << body.status().message() << "\n";
     return kUsageError;
   }
-  absl::StatusOr<HttpAnswer> answer =
-      PostJson(Endpoint(flags.server, "/v1/check"), *body, flags.timeout);
+  absl::StatusOr<HttpAnswer> answer = Post(flags.server, "/v1/check", *body, flags.timeout);
   if (!answer.ok()) {
     std::cerr << "sluice check: " << answer.status().message() << "\n";
     return kUsageError;
@@ -149,7 +154,7 @@ int RunAcquire(const CheckFlags& flags) {
   }
   // The server holds the request up to max_wait; --timeout is for the rest.
   absl::StatusOr<HttpAnswer> answer =
-      PostJson(Endpoint(flags.server, "/v1/acquire"), *body, FormatDuration(*max_wait + *timeout));
+      Post(flags.server, "/v1/acquire", *body, FormatDuration(*max_wait + *timeout));
   if (!answer.ok()) {
     std::cerr << "sluice acquire: " << answer.status().message() << "\n";
     return kUsageError;
@@ -179,7 +184,7 @@ int RunAcquire(const CheckFlags& flags) {
 
 int RunRelease(const std::string& server, const std::string& lease, const std::string& timeout) {
   absl::StatusOr<HttpAnswer> answer =
-      PostJson(Endpoint(server, "/v1/release"), nlohmann::json{{"lease", lease}}.dump(), timeout);
+      Post(server, "/v1/release", nlohmann::json{{"lease", lease}}.dump(), timeout);
   if (!answer.ok()) {
     std::cerr << "sluice release: " << answer.status().message() << "\n";
     return kUsageError;
@@ -214,6 +219,90 @@ void AddRequestFlags(CLI::App& command, CheckFlags& flags) {
       .add_option("--timeout", flags.timeout,
                   "how long to wait for the server (acquire: beyond --max-wait)")
       ->capture_default_str();
+}
+
+// Edit distance from `a` to `b`, for "did you mean".
+size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Why the command line names no subcommand of `commands`, with the one it likely meant;
+// nothing when it does (or asks only for --help or --version, which CLI11 answers).
+std::optional<std::string> UnknownSubcommand(const std::vector<const CLI::App*>& commands, int argc,
+                                             char** argv) {
+  std::string names;
+  for (const CLI::App* command : commands) {
+    names += (names.empty() ? "" : ", ") + command->get_name();
+  }
+  std::string_view given;
+  std::string_view flag;  // The first flag before it: the top level has only --help, --version.
+  for (int i = 1; i < argc && given.empty(); ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help" || arg == "--help-all" || arg == "--version") {
+      return std::nullopt;
+    }
+    if (!arg.starts_with('-')) {
+      given = arg;
+    } else if (flag.empty()) {
+      flag = arg;
+    }
+  }
+  const std::string list = fmt::format("(subcommands: {}; see 'sluice --help')", names);
+  if (!flag.empty()) {
+    return fmt::format("'{}' is not a flag of sluice itself: it goes after a subcommand {}", flag,
+                       list);
+  }
+  if (given.empty()) {
+    return fmt::format("give a subcommand {}", list);
+  }
+  const CLI::App* closest = nullptr;
+  size_t best = 3;  // Two edits at the most: "chek", "simlate", "aquire".
+  for (const CLI::App* command : commands) {
+    if (command->get_name() == given) {
+      return std::nullopt;
+    }
+    if (const size_t d = Distance(given, command->get_name()); d < best) {
+      best = d;
+      closest = command;
+    }
+  }
+  return fmt::format(
+      "'{}' is not a subcommand{} {}", given,
+      closest == nullptr ? "" : fmt::format(": did you mean '{}'?", closest->get_name()), list);
+}
+
+// A parse error, said as the subcommand being parsed and pointing to its own help. That
+// subcommand is the first argument that is not a flag (no top-level flag takes a value).
+int UsageError(const std::vector<const CLI::App*>& commands, const CLI::ParseError& e, int argc,
+               char** argv) {
+  const CLI::App* command = nullptr;
+  for (int i = 1; i < argc && command == nullptr; ++i) {
+    for (const CLI::App* candidate : commands) {
+      if (!std::string_view(argv[i]).starts_with('-') && candidate->get_name() == argv[i]) {
+        command = candidate;
+      }
+    }
+  }
+  if (command == nullptr) {
+    std::cerr << "sluice: " << e.what() << "\n(run 'sluice --help' for the subcommands)\n";
+  } else {
+    std::cerr << "sluice " << command->get_name() << ": " << e.what() << "\n(run 'sluice "
+              << command->get_name() << " --help' for its flags)\n";
+  }
+  return kUsageError;
 }
 
 int Main(int argc, char** argv) {
@@ -262,14 +351,21 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   release->add_option("lease", release_lease, "the lease")->required();
 
+  app.set_version_flag("--version", fmt::format("sluice {}", build::kVersionText),
+                       "Print sluice's version and exit");
+  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release};
+  if (std::optional<std::string> unknown = UnknownSubcommand(commands, argc, argv)) {
+    std::cerr << "sluice: " << *unknown << "\n";
+    return kUsageError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "sluice: " << e.what()
-              << "\n(run 'sluice --help' for the commands and their flags)\n";
-    return kUsageError;
+    return UsageError(commands, e, argc, argv);
   }
   if (simulate->parsed()) {
     return RunSimulate(flags);

@@ -88,6 +88,8 @@ class MemoryStore final : public Store {
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;
   absl::Status CheckLimit(const Limit& limit) const override;
+  // CheckLimit without a store: what `sluiced --check-config` asks.
+  static absl::Status Supports(const Limit& limit);
 
   // The number of keys holding state, over all limits. Takes every shard lock in turn.
   size_t KeyCount() const;

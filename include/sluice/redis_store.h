@@ -241,6 +241,12 @@ struct RedisStoreStats {
   uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
   int connections_ready = 0;  // Connections up now.
+  // Redis servers lost now, as the store last saw them (no call is made to find out; a health
+  // probe may read them): those whose connections fail (back once one connects), and those
+  // that answered that they cannot decide (OOM, READONLY, ...; back once one decides a call).
+  // At once, where RedisStoreOptions::log hears a change repeated within 30 s later.
+  int servers_lost = 0;
+  int servers_refusing = 0;
   // Quota leasing (RedisStoreOptions::shares). `calls` counts decisions answered from shares
   // and the calls that take or give back shares as well.
   uint64_t share_decisions = 0;     // Decisions answered from a share, without Redis.
@@ -298,6 +304,8 @@ class RedisStore final : public Store {
   // memory store's own bounds (sliding_log above 10,000; sliding_buckets above 10,000
   // buckets, for one script call reads them all).
   absl::Status CheckLimit(const Limit& limit) const override;
+  // CheckLimit without a store (nor a connection): what `sluiced --check-config` asks.
+  static absl::Status Supports(const Limit& limit);
 
   RedisStoreStats Stats() const;
 

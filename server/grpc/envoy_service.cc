@@ -108,29 +108,66 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
     status.mutable_duration_until_reset()->set_nanos(
         static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
     // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one outside quota mode
-    // over all others.
+    // over all others. (An unlimited descriptor's remaining is 2^32-1: never the closest.)
     auto decisive = [](const DescriptorResult& r) { return r.over_limit && !r.quota_mode; };
-    if (closest == nullptr || decisive(result) ||
-        (!decisive(*closest) && result.limit_remaining < closest->limit_remaining)) {
+    if (!result.unlimited &&
+        (closest == nullptr || decisive(result) ||
+         (!decisive(*closest) && result.limit_remaining < closest->limit_remaining))) {
       closest = &result;
     }
   }
-  if (options_.response_headers && closest != nullptr) {
-    auto add = [&](const std::string& key, int64_t value) {
-      auto& header = *response.add_response_headers_to_add();
-      header.set_key(key);
-      header.set_value(std::to_string(value));
-    };
-    add(options_.limit_header, closest->closest->nominal);
-    add(options_.remaining_header, closest->limit_remaining);
-    add(options_.reset_header,
-        (closest->until_reset.count() + kMicrosPerSecond - 1) / kMicrosPerSecond);
+  if (options_.response_headers) {
+    AddHeaders(results, closest, response);
   }
   if (options_.dynamic_metadata) {
     *response.mutable_dynamic_metadata() = DynamicMetadata(request, results);
   }
   response.set_overall_code(service_.OverallOverLimit(results) ? rls::RateLimitResponse::OVER_LIMIT
                                                                : rls::RateLimitResponse::OK);
+}
+
+void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
+                                  const DescriptorResult* closest,
+                                  rls::RateLimitResponse& response) const {
+  // Every descriptor's limit for RateLimit-Policy, with Envoy's figures (its remaining and
+  // until_reset) for the closest; told as the HTTP API tells a decision.
+  std::vector<HeaderQuota> quotas;
+  size_t at = SIZE_MAX;
+  for (const DescriptorResult& result : results) {
+    if (!result.closest || result.unlimited) {
+      continue;
+    }
+    std::optional<HeaderQuota> quota = QuotaOf(*result.closest);
+    if (!quota) {
+      continue;
+    }
+    quota->remaining =
+        std::min<int64_t>(result.over_limit ? 0 : result.limit_remaining, quota->quota);
+    quota->reset = result.until_reset;
+    quota->denies = result.over_limit;
+    quota->never = result.over_limit && result.closest->decision.never_allowed();
+    if (&result == closest) {
+      at = quotas.size();
+    }
+    quotas.push_back(*quota);
+  }
+  if (closest == nullptr) {
+    return;
+  }
+  if (at >= quotas.size()) {  // The closest is one the headers leave out (shadow mode).
+    at = ClosestQuota(quotas);
+  }
+  const Timestamp now = options_.clock != nullptr ? options_.clock->Now() : SystemClock().Now();
+  AddRateLimitHeaders(quotas, at, options_.headers, now,
+                      [&](std::string_view name, std::string_view value) {
+                        if (options_.headers.format == HeaderFormat::kDraft06 &&
+                            name == "RateLimit-Policy") {
+                          return;  // envoyproxy/ratelimit's three only.
+                        }
+                        auto& header = *response.add_response_headers_to_add();
+                        header.set_key(std::string(name));
+                        header.set_value(std::string(value));
+                      });
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,

@@ -15,6 +15,7 @@
 #include "grpcpp/server.h"
 
 #include "server/grpc/listener.h"
+#include "server/rate_limit_headers.h"
 #include "server/service.h"
 
 namespace sluice::server {
@@ -22,13 +23,14 @@ namespace sluice::server {
 // What the answers carry beyond the decision (the decision's own settings, SHADOW_MODE among
 // them, are the service's: EnvoySettings).
 struct EnvoyOptions {
-  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: the limit, remaining and reset of
-  // the descriptor closest to its limit, in response_headers_to_add, under these names
-  // (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+  // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: the RateLimit headers of the
+  // descriptor closest to its limit (rate_limit_headers.h) in response_headers_to_add. Their
+  // default is theirs: draft-06's three fields under the names of LIMIT_LIMIT_HEADER,
+  // LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER (without RateLimit-Policy, which they do not
+  // send); --ratelimit-headers chooses another format.
   bool response_headers = false;
-  std::string limit_header = "RateLimit-Limit";
-  std::string remaining_header = "RateLimit-Remaining";
-  std::string reset_header = "RateLimit-Reset";
+  HeaderOptions headers{.format = HeaderFormat::kDraft06};
+  Clock* clock = nullptr;  // The wall clock of x-ratelimit's Reset; null: SystemClock().
   // RESPONSE_DYNAMIC_METADATA: the request and its rules' `metadata` in dynamic_metadata
   // (metadata.h).
   bool dynamic_metadata = false;
@@ -50,6 +52,9 @@ class EnvoyGrpcService final
   void Fill(const envoy::service::ratelimit::v3::RateLimitRequest& request,
             const std::vector<DescriptorResult>& results,
             envoy::service::ratelimit::v3::RateLimitResponse& response) const;
+  // Adds the RateLimit headers of `results` (`closest` among them) to `response`.
+  void AddHeaders(const std::vector<DescriptorResult>& results, const DescriptorResult* closest,
+                  envoy::service::ratelimit::v3::RateLimitResponse& response) const;
 
   RateLimitService& service_;
   EnvoyOptions options_;

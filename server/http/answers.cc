@@ -6,6 +6,7 @@
 
 #include "fmt/compile.h"
 #include "fmt/format.h"
+#include "absl/container/inlined_vector.h"
 #include "nlohmann/json.hpp"
 
 #include "server/http/request.h"
@@ -196,47 +197,23 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited) 
 
 namespace {
 
-// The limit a client is told about in RateLimit-Limit: the one with the fewest remaining,
-// a denying one first.
-const LimitOutcome* Closest(const CheckResult& result) {
-  const LimitOutcome* closest = nullptr;
-  for (const LimitOutcome& outcome : result.limits) {
-    if (outcome.unlimited || outcome.borrowed) {
-      continue;
-    }
-    const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
-    const bool closest_denies =
-        closest != nullptr && !closest->decision.allowed && closest->mode != Mode::kShadow;
-    if (closest == nullptr || (denies && !closest_denies) ||
-        (denies == closest_denies && outcome.decision.remaining < closest->decision.remaining)) {
-      closest = &outcome;
-    }
-  }
-  return closest;
-}
-
-// The standard headers: RateLimit-Limit, -Remaining, -Reset and -Policy, and Retry-After (whole
-// seconds, rounded up, at least 1) on a denial that a retry can cure.
-void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
+// The RateLimit headers of `result` (rate_limit_headers.h), and Retry-After (whole seconds,
+// rounded up, at least 1) on a denial that a retry can cure.
+void SetRateLimitHeaders(const CheckResult& result, const AnswerHeaders& headers,
+                         HttpResponse& response) {
   if (!result.limited) {
     return;
   }
-  if (const LimitOutcome* closest = Closest(result)) {
-    response.set("RateLimit-Limit", std::to_string(closest->nominal));
-    response.set("RateLimit-Reset", std::to_string(CeilSeconds(closest->decision.reset_after)));
-  }
-  response.set("RateLimit-Remaining", std::to_string(result.combined.remaining));
-  std::string policy;
+  absl::InlinedVector<HeaderQuota, 4> quotas;
   for (const LimitOutcome& outcome : result.limits) {
-    if (outcome.limit && !outcome.unlimited && !outcome.pool) {
-      fmt::format_to(std::back_inserter(policy), FMT_COMPILE("{}{};w={}"),
-                     policy.empty() ? "" : ", ", outcome.nominal,
-                     CeilSeconds(outcome.limit->period()));
+    if (std::optional<HeaderQuota> quota = QuotaOf(outcome)) {
+      quotas.push_back(*quota);
     }
   }
-  if (!policy.empty()) {
-    response.set("RateLimit-Policy", policy);
-  }
+  AddRateLimitHeaders(quotas, ClosestQuota(quotas), headers.options, headers.now,
+                      [&](std::string_view name, std::string_view value) {
+                        response.set(name, value);
+                      });
   if (!result.combined.allowed && result.combined.retry_after > Micros{0}) {
     response.set(http::field::retry_after,
                  std::to_string(std::max<int64_t>(1, CeilSeconds(result.combined.retry_after))));
@@ -244,11 +221,11 @@ void SetRateLimitHeaders(const CheckResult& result, HttpResponse& response) {
 }
 
 HttpResponse CheckResponse(const CheckResult& result, const HttpRequest& request,
-                           http::status denied_status,
+                           const AnswerHeaders& headers, http::status denied_status,
                            std::optional<Micros> waited = std::nullopt) {
   HttpResponse response = JsonResponse(result.combined.allowed ? http::status::ok : denied_status,
                                        ResultText(result, waited), request);
-  SetRateLimitHeaders(result, response);
+  SetRateLimitHeaders(result, headers, response);
   return response;
 }
 
@@ -302,14 +279,18 @@ HttpResponse Failure(const absl::Status& status, const HttpRequest& request) {
                        request.keep_alive());
 }
 
-HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request) {
-  return CheckResponse(result, request, http::status::too_many_requests);
+HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request,
+                         const AnswerHeaders& headers) {
+  return CheckResponse(result, request, headers, http::status::too_many_requests);
 }
-HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request) {
-  return CheckResponse(result, request, http::status::forbidden);
+HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request,
+                        const AnswerHeaders& headers) {
+  return CheckResponse(result, request, headers, http::status::forbidden);
 }
-HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request) {
-  return CheckResponse(result.check, request, http::status::too_many_requests, result.waited);
+HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request,
+                           const AnswerHeaders& headers) {
+  return CheckResponse(result.check, request, headers, http::status::too_many_requests,
+                       result.waited);
 }
 HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
   return JsonResponse(http::status::ok,

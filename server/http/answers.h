@@ -1,7 +1,7 @@
 #pragma once
 
-// The answers of sluiced's HTTP API: their JSON bodies, the standard RateLimit-* headers of a
-// decision, and the HTTP status of a refusal's absl::Status (Envoy's rate-limit filter keeps
+// The answers of sluiced's HTTP API: their JSON bodies, the RateLimit headers of a decision
+// (built by rate_limit_headers.h, shared with the Envoy API), and the HTTP status of a refusal's absl::Status (Envoy's rate-limit filter keeps
 // its headers apart in the same way, in ratelimit_headers.{h,cc}). A check's answer is
 // written by hand, as it is the hot path, with every name checked for UTF-8 so that the answer
 // is valid JSON whatever a rules file or a request holds. docs/server.md documents each answer.
@@ -19,6 +19,7 @@
 
 #include "server/http/request.h"
 #include "server/http/response.h"
+#include "server/rate_limit_headers.h"
 #include "server/service.h"
 
 namespace sluice::server {
@@ -43,10 +44,21 @@ HttpResponse TextResponse(boost::beast::http::status status, std::string body,
 // The answer to a request refused with `status`: its HTTP status and its message.
 HttpResponse Failure(const absl::Status& status, const HttpRequest& request);
 
-// A decision's answer: 200, or 429 (/v1/check) or 403 (/v1/auth, for nginx) when denied.
-HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request);
-HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request);
-HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request);
+// How a decision's answer tells its limits: the headers' format, and the wall clock's time
+// (x-ratelimit's Reset is in epoch seconds).
+struct AnswerHeaders {
+  const HeaderOptions& options;
+  Timestamp now;
+};
+
+// A decision's answer: 200, or 429 (/v1/check) or 403 (/v1/auth, for nginx) when denied, with
+// the RateLimit headers (rate_limit_headers.h) and Retry-After.
+HttpResponse CheckAnswer(const CheckResult& result, const HttpRequest& request,
+                         const AnswerHeaders& headers);
+HttpResponse AuthAnswer(const CheckResult& result, const HttpRequest& request,
+                        const AnswerHeaders& headers);
+HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& request,
+                           const AnswerHeaders& headers);
 // POST /v1/release: 200 either way; "released" says whether the lease was still held.
 HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
 // An answer of RateLimitService::ShouldRateLimitAsync with its overall code.

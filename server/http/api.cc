@@ -28,15 +28,26 @@ std::string_view AllowedMethods(std::string_view path) {
   return {};
 }
 
+// The answers that carry no RateLimit headers, in the form Deliver takes.
+HttpResponse Released(const bool& released, const HttpRequest& request, const AnswerHeaders&) {
+  return ReleaseAnswer(released, request);
+}
+HttpResponse EnvoyJson(const EnvoyAnswer& answer, const HttpRequest& request,
+                       const AnswerHeaders&) {
+  return EnvoyJsonResponse(answer, request);
+}
+
 }  // namespace
 
 HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-                 std::function<std::string()> store_metrics, Health health)
+                 std::function<std::string()> store_metrics, Health health,
+                 HeaderOptions headers)
     : service_(service),
       metrics_(metrics),
       clock_(clock),
       store_metrics_(std::move(store_metrics)),
-      health_(std::move(health)) {}
+      health_(std::move(health)),
+      headers_(std::move(headers)) {}
 
 // A decision under way: what building its answer needs, in one allocation that follows it
 // through the service and back to the caller. The callbacks hold only the pointer, which fits
@@ -45,7 +56,7 @@ template <typename Result>
 struct HttpApi::Decided {
   HttpApi& api;
   const HttpRequest& request;
-  HttpResponse (*format)(const Result&, const HttpRequest&);
+  HttpResponse (*format)(const Result&, const HttpRequest&, const AnswerHeaders&);
   Reply reply;
   // Empty until the service answers. (Not a StatusOr holding an error meanwhile: an error
   // with a message is an allocation per request.)
@@ -55,7 +66,7 @@ struct HttpApi::Decided {
 template <typename Result>
 RateLimitService::Done<absl::StatusOr<Result>> HttpApi::Deliver(
     const HttpRequest& request, Reply reply,
-    HttpResponse (*format)(const Result&, const HttpRequest&)) {
+    HttpResponse (*format)(const Result&, const HttpRequest&, const AnswerHeaders&)) {
   auto decided = std::make_unique<Decided<Result>>(Decided<Result>{
       .api = *this, .request = request, .format = format, .reply = std::move(reply)});
   return [decided = std::move(decided)](absl::StatusOr<Result> result) mutable {
@@ -64,7 +75,10 @@ RateLimitService::Done<absl::StatusOr<Result>> HttpApi::Deliver(
     std::move(respond)([decided = std::move(decided)]() {
       const absl::StatusOr<Result>& r = *decided->result;
       return decided->api.Finish(
-          r.ok() ? decided->format(*r, decided->request) : Failure(r.status(), decided->request),
+          r.ok() ? decided->format(*r, decided->request,
+                                   {.options = decided->api.headers_,
+                                    .now = decided->api.clock_.Now()})
+                 : Failure(r.status(), decided->request),
           decided->reply);
     });
   };
@@ -125,7 +139,7 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   }
   HttpResponse response;
   if (path == "/healthz" && only(http::verb::get)) {
-    response = JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+    response = Healthz(request);
   } else if (path == "/healthcheck" && only(http::verb::get)) {
     response = HealthCheck(request);
   } else if (path == "/metrics" && only(http::verb::get)) {
@@ -188,7 +202,7 @@ void HttpApi::Release(const HttpRequest& request, Reply reply) {
     return;
   }
   service_.ReleaseAsync(*std::move(lease),
-                        Deliver<bool>(request, std::move(reply), &ReleaseAnswer));
+                        Deliver<bool>(request, std::move(reply), &Released));
 }
 
 void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
@@ -199,7 +213,7 @@ void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
   }
   service_.ShouldRateLimitAsync(
       *std::move(check),
-      [this, deliver = Deliver<EnvoyAnswer>(request, std::move(reply), &EnvoyJsonResponse)](
+      [this, deliver = Deliver<EnvoyAnswer>(request, std::move(reply), &server::EnvoyJson)](
           absl::StatusOr<std::vector<DescriptorResult>> results) mutable {
         if (!results.ok()) {
           std::move(deliver)(results.status());
@@ -257,10 +271,28 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
                       Deliver<CheckResult>(request, std::move(reply), &AuthAnswer));
 }
 
+// Whether decisions can be made, and by what: {"status": "ok" | "degraded" | "unavailable",
+// "store": ..., "error": why, when unavailable}; 200, or 503 when unavailable.
+HttpResponse HttpApi::Healthz(const HttpRequest& request) const {
+  if (!health_) {
+    return JsonResponse(http::status::ok, Json{{"status", "ok"}}, request);
+  }
+  const HealthReport report = health_();
+  const bool ok = report.decisions.ok();
+  Json body = {{"status", !ok ? "unavailable" : report.degraded ? "degraded" : "ok"}};
+  for (const auto& [name, value] : report.store) {
+    body[name] = value;
+  }
+  if (!ok) {
+    body["error"] = std::string(report.decisions.message());
+  }
+  return JsonResponse(ok ? http::status::ok : http::status::service_unavailable, body, request);
+}
+
 // As envoyproxy/ratelimit answers it (Kubernetes probes call it): 200 "OK" in plain text, or
 // 500, here with the reason as the body (theirs has none).
 HttpResponse HttpApi::HealthCheck(const HttpRequest& request) const {
-  const absl::Status health = health_ ? health_() : absl::OkStatus();
+  const absl::Status health = health_ ? health_().serving : absl::OkStatus();
   if (health.ok()) {
     return TextResponse(http::status::ok, "OK", request);
   }

@@ -8,7 +8,8 @@
 //   POST /v1/release gives back the lease of a concurrency limit
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
-//   GET  /healthz, GET /metrics, GET /v1/rules
+//   GET  /healthz    the store and its state: 200 while decisions can be made, else 503
+//   GET  /metrics, GET /v1/rules
 //   GET  /healthcheck envoyproxy/ratelimit's: 200 "OK" while sluiced can decide, else 500
 //
 // docs/server.md documents each. Thread-safe: Handle may run on every event-loop thread.
@@ -21,6 +22,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -29,21 +32,40 @@
 #include "server/http/request.h"
 #include "server/http/response.h"
 #include "server/metrics.h"
+#include "server/rate_limit_headers.h"
 #include "server/service.h"
 
 namespace sluice::server {
 
+struct AnswerHeaders;  // answers.h
+
 class HttpApi final : public HttpHandler {
  public:
-  // Whether sluiced can decide now, for GET /healthcheck: OK, or Unavailable saying why (no
-  // connection to Redis ready, no rules loaded). Called on the event-loop threads.
-  using Health = std::function<absl::Status()>;
+  // What sluiced says of its health, asked at each probe on the event-loop threads (so it
+  // must be cheap: what the store knows, never a call to Redis).
+  struct HealthReport {
+    // GET /healthz: whether decisions can be made now (200, or 503 saying why: Redis cannot
+    // be reached under --redis-on-failure deny).
+    absl::Status decisions;
+    // Decisions are made, but not all by the store (Redis lost, the failure policy deciding):
+    // /healthz's status says "degraded" (still 200).
+    bool degraded = false;
+    // GET /healthcheck (envoyproxy/ratelimit's): `decisions`, and not stopping, and rules
+    // loaded when they are needed; 200 "OK", or 500 saying why.
+    absl::Status serving;
+    // /healthz's body beside its status: the store and its state ("store": "redis",
+    // "redis": "lost", ...).
+    std::vector<std::pair<std::string, std::string>> store;
+  };
+  using Health = std::function<HealthReport()>;
 
   // `service` and `metrics` must outlive the api. `store_metrics` returns extra Prometheus
   // lines about the store (keys, evictions), appended to GET /metrics; it may be empty.
-  // `health` may be empty: /healthcheck then always answers OK.
+  // `health` may be empty: /healthz and /healthcheck then always answer OK.
+  // `headers`: how decisions are told in their RateLimit headers (rate_limit_headers.h).
   HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-          std::function<std::string()> store_metrics, Health health = nullptr);
+          std::function<std::string()> store_metrics, Health health = nullptr,
+          HeaderOptions headers = {});
 
   // POST /v1/acquire's wait when the request names none.
   static constexpr Micros kDefaultMaxWait = std::chrono::seconds(30);
@@ -78,7 +100,7 @@ class HttpApi final : public HttpHandler {
   template <typename Result>
   RateLimitService::Done<absl::StatusOr<Result>> Deliver(
       const HttpRequest& request, Reply reply,
-      HttpResponse (*format)(const Result&, const HttpRequest&));
+      HttpResponse (*format)(const Result&, const HttpRequest&, const AnswerHeaders&));
 
   void Check(const HttpRequest& request, Reply reply);
   void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
@@ -86,6 +108,7 @@ class HttpApi final : public HttpHandler {
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
+  HttpResponse Healthz(const HttpRequest& request) const;
   HttpResponse HealthCheck(const HttpRequest& request) const;
 
   RateLimitService& service_;
@@ -93,6 +116,7 @@ class HttpApi final : public HttpHandler {
   Clock& clock_;
   std::function<std::string()> store_metrics_;
   Health health_;
+  const HeaderOptions headers_;
 };
 
 }  // namespace sluice::server

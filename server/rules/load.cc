@@ -89,10 +89,7 @@ struct TrimHeapOnExit {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
-                                                             CounterRegistry& counters,
-                                                             const LimitChecker& check_limit,
-                                                             const RuleLoadOptions& options) {
+absl::StatusOr<std::vector<std::string>> RuleSet::Files(const std::string& path) {
   std::vector<std::string> paths;
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
@@ -109,9 +106,20 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& 
   } else {
     paths.push_back(path);
   }
+  return paths;
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& path,
+                                                             CounterRegistry& counters,
+                                                             const LimitChecker& check_limit,
+                                                             const RuleLoadOptions& options) {
+  absl::StatusOr<std::vector<std::string>> paths = Files(path);
+  if (!paths.ok()) {
+    return paths.status();
+  }
   std::vector<std::pair<std::string, std::string>> files;
   uint64_t bytes = 0;
-  for (const std::string& file : paths) {
+  for (const std::string& file : *paths) {
     const uint64_t room = options.limits.max_file_bytes - std::min(bytes, options.limits.max_file_bytes);
     absl::StatusOr<std::string> text = ReadFile(file, room);
     if (!text.ok()) {

@@ -288,6 +288,9 @@ class RuleSet {
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(
       const std::string& path, CounterRegistry& counters, const LimitChecker& check_limit,
       const RuleLoadOptions& options = {});
+  // The files Load reads for `path`: `path` itself, or a directory's *.yaml and *.yml files
+  // in name order.
+  static absl::StatusOr<std::vector<std::string>> Files(const std::string& path);
   // As Load, from (file name, text) pairs, in their order.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Parse(
       const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,

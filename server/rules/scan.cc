@@ -1,8 +1,10 @@
 // ScanYaml (scan.h): one pass over a rules file's YAML events, counting what it expands to and
-// refusing duplicate keys, second documents, cyclic aliases and deep nesting.
+// refusing duplicate keys, second documents, cyclic aliases and deep nesting (aliases
+// expanded).
 
 #include "server/rules/scan.h"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -20,12 +22,16 @@
 namespace sluice::server {
 namespace {
 
-// What an anchor names: its expanded size, and its text when it is a scalar (an alias used as
-// a mapping's key is that text).
+// What an anchor names: its expanded size and depth, and its text when it is a scalar (an
+// alias used as a mapping's key is that text).
 struct Anchored {
   bool open = true;  // Its collection has not ended yet: an alias to it would be a cycle.
   uint64_t nodes = 0;
   uint64_t scalar_bytes = 0;
+  // Levels of mappings and lists in what it names, aliases expanded (a scalar's is 0): an
+  // alias nests them under the collection it is in, and every walk of the tree recurses
+  // through them.
+  int64_t depth = 0;
   std::optional<std::string> text;
 };
 
@@ -59,7 +65,14 @@ class Scanner final : public YAML::EventHandler {
     if (named.open) {
       Fail(mark, "an alias to a node that contains it (a cycle)");
     }
+    if (static_cast<int64_t>(frames_.size()) + named.depth > limits_.max_depth) {
+      Fail(mark, fmt::format("an alias that nests deeper than {} levels of mappings and lists "
+                             "(the depth limit; an alias counts as the levels of what it names: "
+                             "{} here, under {})",
+                             limits_.max_depth, named.depth, frames_.size()));
+    }
     Count(mark, named.nodes, named.scalar_bytes);
+    Deepest(named.depth);
     Completed(mark, named.text);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string& /*tag*/,
@@ -79,6 +92,7 @@ class Scanner final : public YAML::EventHandler {
     YAML::anchor_t anchor = 0;
     uint64_t nodes_before = 0;  // budget_ at its start, for its anchor's size.
     uint64_t scalar_bytes_before = 0;
+    int64_t below = 0;  // The most levels of a node completed in it, aliases expanded.
     bool expect_key = true;  // Of a mapping: the next node completed is a key.
     std::unordered_map<std::string, int> keys;  // The line of each, from 0.
   };
@@ -157,9 +171,18 @@ class Scanner final : public YAML::EventHandler {
     if (frame.anchor != YAML::NullAnchor) {
       anchors_[frame.anchor] = {.open = false,
                                 .nodes = budget_.nodes - frame.nodes_before,
-                                .scalar_bytes = budget_.scalar_bytes - frame.scalar_bytes_before};
+                                .scalar_bytes = budget_.scalar_bytes - frame.scalar_bytes_before,
+                                .depth = frame.below + 1};
     }
+    Deepest(frame.below + 1);
     Completed(mark, std::nullopt);
+  }
+
+  // A node of `depth` levels is complete: the innermost collection is at least one deeper.
+  void Deepest(int64_t depth) {
+    if (!frames_.empty()) {
+      frames_.back().below = std::max(frames_.back().below, depth);
+    }
   }
 
   // A node of the innermost collection is complete: in a mapping, a key or its value.

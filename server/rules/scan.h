@@ -12,8 +12,11 @@
 // It also refuses what yaml-cpp would load silently or wrongly: a key twice in one mapping
 // (yaml-cpp's node["key"] finds the first, so the second would be ignored), a second document
 // (YAML::Load reads the first), an alias to a node that encloses it (a cycle, on which every
-// walk would recurse without end), and nesting deeper than the limit (before yaml-cpp's own
-// guard, whose message is "bad file").
+// walk would recurse without end), and nesting deeper than the limit, as written (before
+// yaml-cpp's own guard, whose message is "bad file") or through aliases: each anchor's depth is
+// kept, so a chain of anchors each aliasing the last deep down, which would nest thousands of
+// levels within the node limit and overflow the stack of whatever walks it, is refused at the
+// alias that passes the limit.
 //
 // Private to server/rules/: RuleSet::Parse (load.cc) calls it on every file. Not thread-safe:
 // one scan per file, one thread; YamlBudget is shared by the files of one load.

@@ -339,6 +339,8 @@ size_t MemoryStore::LeasedKeyCount() const { return tables_->leases().KeyCount()
 
 absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMemoryLimit(limit); }
 
+absl::Status MemoryStore::Supports(const Limit& limit) { return CheckMemoryLimit(limit); }
+
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }
 
 MemoryStoreStats MemoryStore::Stats() const {

@@ -95,8 +95,7 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
   return out;
 }
 
-std::optional<int64_t> ClockOffset(const redisReply& reply,
-                                   std::chrono::system_clock::time_point now) {
+std::optional<RedisClock> ReadRedisClock(const redisReply& reply, SteadyTime now) {
   if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2) {
     return std::nullopt;
   }
@@ -111,9 +110,7 @@ std::optional<int64_t> ClockOffset(const redisReply& reply,
       return std::nullopt;
     }
   }
-  const int64_t here =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  return parts[0] * 1'000'000 + parts[1] - here;
+  return RedisClock{.time_us = parts[0] * 1'000'000 + parts[1], .read_at = now};
 }
 
 absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call) {

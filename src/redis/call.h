@@ -116,10 +116,25 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
                          std::string_view margin_ms, std::optional<int64_t> expires);
 inline constexpr std::string_view kExpired = "TIMEOUT sluice:";  // As requests.lua says it.
 
-// Redis's clock less this process's, in microseconds, from TIME's `reply` read at `now`: at most
-// what it is, for Redis answered before `now`. nullopt for a reply that is not TIME's.
-std::optional<int64_t> ClockOffset(const redisReply& reply,
-                                   std::chrono::system_clock::time_point now);
+// Redis's clock as a connection knows it: what TIME answered, and this process's steady clock
+// when the answer arrived. The steady clock, not the wall clock: a step of this host's wall
+// clock (an operator, NTP stepping) must neither switch `expires` off nor make every call
+// expire early.
+struct RedisClock {
+  int64_t time_us = 0;  // TIME's answer, in microseconds.
+  SteadyTime read_at;   // When it arrived here.
+
+  // `t` on Redis's clock, in microseconds: at most what it is, for Redis answered before
+  // `read_at` (and as far off as the two clocks drift apart since, a few microseconds a
+  // second; a connection reads TIME again every kRedisClockReread).
+  int64_t At(SteadyTime t) const {
+    return time_us + std::chrono::duration_cast<std::chrono::microseconds>(t - read_at).count();
+  }
+};
+inline constexpr std::chrono::seconds kRedisClockReread{60};
+
+// Redis's clock from TIME's `reply`, arrived at `now`. nullopt for a reply that is not TIME's.
+std::optional<RedisClock> ReadRedisClock(const redisReply& reply, SteadyTime now);
 
 // Reads `call`'s part of the script's reply to its batch, which starts at element `at`, and
 // moves `at` past it (as far as it can be read). Writes the call's decisions to `call.each`

@@ -60,6 +60,11 @@ void RedisStore::Impl::Connection::Connect() {
 }
 
 void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
+  const SteadyTime now = SteadyClock::now();
+  if (redis_clock_ && !clock_asked_ && now - redis_clock_->read_at >= internal::kRedisClockReread) {
+    clock_asked_ = true;  // For the batches after this one.
+    Control(Pending::Kind::kTime, Command({"TIME"}), now + store_.options_.timeout);
+  }
   batch.asking = asking;
   if (asking) {
     Control(Pending::Kind::kAsking, Command({"ASKING"}), batch.deadline);
@@ -72,12 +77,10 @@ void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
 }
 
 std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime deadline) const {
-  if (!clock_offset_us_) {
+  if (!redis_clock_) {
     return std::nullopt;
   }
-  const auto system = std::chrono::system_clock::now() + (deadline - SteadyClock::now());
-  return std::chrono::duration_cast<std::chrono::microseconds>(system.time_since_epoch()).count() +
-         *clock_offset_us_;
+  return redis_clock_->At(deadline);
 }
 
 void RedisStore::Impl::Connection::AskSlots() {
@@ -122,6 +125,8 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
     retry_.cancel();
   }
   state_ = State::kClosed;
+  redis_clock_.reset();  // The next handshake may reach another server (a failover).
+  clock_asked_ = false;
   writes_.Clear();
   batches_ = 0;
   if (reader_ != nullptr) {
@@ -246,7 +251,10 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
     case Pending::Kind::kAsking:
       return;  // +OK; the batch behind it carries the answer.
     case Pending::Kind::kTime:
-      clock_offset_us_ = internal::ClockOffset(*reply, std::chrono::system_clock::now());
+      if (auto clock = internal::ReadRedisClock(*reply, SteadyClock::now())) {
+        redis_clock_ = clock;  // Else (not TIME's answer): no `expires`, or the last reading.
+      }
+      clock_asked_ = false;
       return;
     case Pending::Kind::kRole:
       if (!internal::IsMasterRole(*reply)) {  // A sentinel named a server since demoted.
@@ -315,8 +323,9 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                             "redis+cluster:// to follow its redirections",
                                             text)));
   } else if (error && text.starts_with(internal::kExpired) && SteadyClock::now() < p.deadline) {
-    // Redis read the call past its `expires` before its deadline here: Redis's clock has moved
-    // since the handshake read it. The policy answers; a new connection reads it again.
+    // Redis read the call past its `expires` before its deadline here: Redis's clock has been
+    // stepped forward since this connection read it. The policy answers; a new connection
+    // reads it again.
     store_.FailAll(p.calls, internal::RedisErrorStatus(text));
     Fail(absl::UnavailableError(fmt::format("Redis at {}'s clock moved: {}", Name(), text)));
   } else if (error) {

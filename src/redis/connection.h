@@ -47,11 +47,12 @@ class RedisStore::Impl::Connection {
   // Opens a new stream to the node (resolves, connects, shakes hands over TLS), and starts
   // Redis's handshake.
   void Connect();
-  // Sends a batch; after ASKING when an ASK redirected it here.
+  // Sends a batch; after ASKING when an ASK redirected it here; after TIME when Redis's clock
+  // was read kRedisClockReread ago or more.
   void Send(Pending batch, bool asking);
   // `deadline` on Redis's clock (microseconds of its TIME), for BatchCommand's `expires`: a
-  // little early, never late (what the handshake's TIME showed, less its round trip); nullopt
-  // before the handshake has read it.
+  // little early, never late (what TIME showed, less its round trip, plus the steady time
+  // since); nullopt before the handshake has read it.
   std::optional<int64_t> OnRedisClock(SteadyTime deadline) const;
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
@@ -94,9 +95,11 @@ class RedisStore::Impl::Connection {
   // The last failure was a server that is not a master (READONLY): a handshake, which such a
   // server completes, does not end the backoff; a call it decides does.
   bool not_master_ = false;
-  // Redis's clock less this process's system clock, in microseconds, at most what it is (TIME's
-  // answer less the system clock when it arrived); read at each handshake.
-  std::optional<int64_t> clock_offset_us_;
+  // Redis's clock (call.h), read at each handshake and again every kRedisClockReread while
+  // calls are sent: the two clocks drift apart (tens of parts per million, seconds a day), and
+  // Redis's own may be stepped.
+  std::optional<internal::RedisClock> redis_clock_;
+  bool clock_asked_ = false;  // A TIME after the handshake's is in flight.
   State state_ = State::kClosed;
   uint64_t generation_ = 0;
   SteadyTime open_deadline_;

@@ -30,6 +30,7 @@ void HealthLog::Lost(std::string_view server, std::string_view reason, bool refu
   s.lost = true;
   s.refusing = refusing;
   s.reason = std::string(reason);
+  Count();
   Settle(it->first, s, now);
 }
 
@@ -37,6 +38,7 @@ void HealthLog::Connected(std::string_view server, Time now) {
   auto it = servers_.find(std::string(server));
   if (it != servers_.end() && it->second.lost && !it->second.refusing) {
     it->second.lost = false;
+    Count();
     Settle(it->first, it->second, now);
   }
 }
@@ -45,12 +47,14 @@ void HealthLog::Answered(std::string_view server, Time now) {
   auto it = servers_.find(std::string(server));
   if (it != servers_.end() && it->second.lost) {
     it->second.lost = false;
+    Count();
     Settle(it->first, it->second, now);
   }
 }
 
 void HealthLog::Moved(std::string_view from, std::string_view line) {
   servers_.erase(std::string(from));
+  Count();
   if (sink_) {
     sink_(RedisLogLevel::kInfo, line);
   }
@@ -78,6 +82,18 @@ std::optional<HealthLog::Time> HealthLog::due() const {
 bool HealthLog::lost(std::string_view server) const {
   auto it = servers_.find(std::string(server));
   return it != servers_.end() && it->second.lost;
+}
+
+void HealthLog::Count() {
+  int lost = 0;
+  int refusing = 0;
+  for (const auto& [name, server] : servers_) {
+    if (server.lost) {
+      ++(server.refusing ? refusing : lost);
+    }
+  }
+  lost_.store(lost, std::memory_order_relaxed);
+  refusing_.store(refusing, std::memory_order_relaxed);
 }
 
 bool HealthLog::Said(const Server& server) const {

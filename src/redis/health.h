@@ -8,9 +8,11 @@
 // in is said, with the count, unless it is the state said last. So the last line said of a
 // server is its state, at most kQuiet late, and a server flapping says a few lines a minute.
 //
-// Not thread-safe: the store's I/O thread alone uses it. Time is passed in; the store calls
-// Flush by a timer at due().
+// Not thread-safe: the store's I/O thread alone uses it, but for counts(), which any thread
+// may read (a health probe: what the store knows, without asking Redis). Time is passed in;
+// the store calls Flush by a timer at due().
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -48,6 +50,16 @@ class HealthLog {
 
   bool lost(std::string_view server) const;  // Whether `server` is lost now.
 
+  // How many servers are lost now (at once, not as said: no kQuiet here), by kind: their
+  // connections fail, or they answered that they cannot decide. Any thread.
+  struct Counts {
+    int lost = 0;
+    int refusing = 0;
+  };
+  Counts counts() const {
+    return {lost_.load(std::memory_order_relaxed), refusing_.load(std::memory_order_relaxed)};
+  }
+
  private:
   struct Server {
     bool lost = false;
@@ -65,9 +77,12 @@ class HealthLog {
   void Settle(const std::string& name, Server& server, Time now);
   bool Said(const Server& server) const;  // Whether its state is the one said last.
   static std::string Kind(const Server& server);
+  void Count();  // counts() after a change.
 
   RedisLogSink sink_;
   std::unordered_map<std::string, Server> servers_;
+  std::atomic<int> lost_{0};
+  std::atomic<int> refusing_{0};
 };
 
 }  // namespace sluice::internal

@@ -205,6 +205,9 @@ RedisStoreStats RedisStore::Impl::Stats() const {
                         .give_backs = give_backs_.load(std::memory_order_relaxed),
                         .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
                         .connections_ready = ready_.load(std::memory_order_relaxed)};
+  const internal::HealthLog::Counts lost = health_.counts();
+  stats.servers_lost = lost.lost;
+  stats.servers_refusing = lost.refusing;
   AddShareStats(stats);  // share_calls.cc
   stats.local = local_.Stats();
   return stats;
@@ -348,8 +351,11 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     if (c == nullptr) {
       break;
     }
-    c->Send(std::move(node.asked.front()), /*asking=*/true);
+    // Its `expires` on this node's clock, not the node's that sent it here.
+    Pending batch = std::move(node.asked.front());
     node.asked.pop_front();
+    batch.command = BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.deadline));
+    c->Send(std::move(batch), /*asking=*/true);
   }
   while (!node.queue.empty()) {
     Connection* c = least_busy();

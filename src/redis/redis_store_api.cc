@@ -90,8 +90,10 @@ RedisStore::~RedisStore() = default;
 
 std::string_view RedisStore::Script() { return internal::kRedisDecideScript; }
 
-absl::Status RedisStore::CheckLimit(const Limit& limit) const {
-  if (absl::Status s = impl_->local().CheckLimit(limit); !s.ok()) {
+absl::Status RedisStore::CheckLimit(const Limit& limit) const { return Supports(limit); }
+
+absl::Status RedisStore::Supports(const Limit& limit) {
+  if (absl::Status s = MemoryStore::Supports(limit); !s.ok()) {
     return s;
   }
   if (UsesBurst(limit.algorithm()) &&

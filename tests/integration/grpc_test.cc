@@ -1,5 +1,6 @@
 // The sluiced binary asked over gRPC, as Envoy asks it: Envoy's rate limit API and the
-// standard health service on the --grpc port, then a clean stop on SIGTERM.
+// standard health service on the --grpc port (NOT_SERVING while Redis is lost under deny),
+// then a clean stop on SIGTERM.
 //
 //   grpc_integration_test --sluiced build/bin/sluiced   (ctest passes the flag)
 
@@ -165,6 +166,48 @@ rls::RateLimitRequest Request(const std::string& address) {
   return request;
 }
 
+// grpc.health.v1.Health/Check with an empty HealthCheckRequest: the response's bytes
+// (SERVING is field 1 = 1, bytes 08 01; NOT_SERVING 08 02: written by hand, the health .proto
+// is not needed for one enum), or the error.
+const std::string kServing("\x08\x01", 2);
+const std::string kNotServing("\x08\x02", 2);
+
+std::string HealthCheck(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  grpc::Slice nothing("");  // An empty message is one empty slice, not an empty buffer.
+  grpc::ByteBuffer request(&nothing, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
+                      std::lock_guard<std::mutex> lock(mutex);
+                      status = std::move(s);
+                      done = true;
+                      done_cv.notify_one();
+                    });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    done_cv.wait(lock, [&] { return done; });
+  }
+  if (!status.ok()) {
+    return "error: " + status.error_message();
+  }
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) {
+    return "error: no response";
+  }
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return bytes;
+}
+
 TEST(GrpcIntegrationTest, EnvoysQuestionsAnsweredByTheBinary) {
   SluicedProcess sluiced;
   const int port = sluiced.AwaitGrpcPort();
@@ -193,37 +236,7 @@ TEST(GrpcIntegrationTest, EnvoysQuestionsAnsweredByTheBinary) {
   EXPECT_EQ(stub->ShouldRateLimit(&context, empty, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 
-  // grpc.health.v1.Health/Check with an empty HealthCheckRequest: SERVING is field 1 = 1,
-  // bytes 08 01 (written by hand: the health .proto is not needed for one enum).
-  grpc::GenericStub generic(channel);
-  grpc::ClientContext health_context;
-  health_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  grpc::Slice nothing("");  // An empty message is one empty slice, not an empty buffer.
-  grpc::ByteBuffer health_request(&nothing, 1);
-  grpc::ByteBuffer health_response;
-  grpc::Status health_status;
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  bool done = false;
-  generic.UnaryCall(&health_context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                    &health_request, &health_response, [&](grpc::Status status) {
-                      std::lock_guard<std::mutex> lock(mutex);
-                      health_status = std::move(status);
-                      done = true;
-                      done_cv.notify_one();
-                    });
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    done_cv.wait(lock, [&] { return done; });
-  }
-  ASSERT_TRUE(health_status.ok()) << health_status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(health_response.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(HealthCheck(channel), kServing);
 
   EXPECT_EQ(sluiced.Stop(), 0);
 }
@@ -292,6 +305,42 @@ TEST(GrpcIntegrationTest, ARedisThatDoesNotAnswerInTimeIsUnavailable) {
   EXPECT_EQ(frozen.error_code(), grpc::StatusCode::UNAVAILABLE) << frozen.error_message();
   stub.reset();
   EXPECT_EQ(sluiced.Stop(), 0);
+}
+
+// The health service says what /healthcheck says (as envoyproxy/ratelimit's): NOT_SERVING
+// while Redis is lost under --redis-on-failure deny, SERVING again once it is back; under
+// allow, SERVING throughout (the policy decides).
+TEST(GrpcIntegrationTest, TheHealthServiceSaysWhatHealthcheckSays) {
+  testing::RedisServer redis;
+  SluicedProcess deny({"--store", redis.url(), "--redis-timeout", "1s"});
+  SluicedProcess allow({"--store", redis.url(), "--redis-on-failure", "allow"});
+  const int deny_port = deny.AwaitGrpcPort();
+  const int allow_port = allow.AwaitGrpcPort();
+  ASSERT_NE(deny_port * allow_port, 0) << "sluiced did not report its gRPC port";
+  auto channel = [](int port) {
+    return grpc::CreateChannel(fmt::format("127.0.0.1:{}", port),
+                               grpc::InsecureChannelCredentials());
+  };
+  const auto deny_channel = channel(deny_port);
+  const auto allow_channel = channel(allow_port);
+  // As it is once it has changed, or after 30 s (a watchdog: it is told every second).
+  auto eventually = [&](const std::string& expected) {
+    std::string now = HealthCheck(deny_channel);
+    for (int i = 0; i < 600 && now != expected; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      now = HealthCheck(deny_channel);
+    }
+    return now;
+  };
+  EXPECT_EQ(eventually(kServing), kServing);
+  redis.Stop();
+  EXPECT_EQ(eventually(kNotServing), kNotServing);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Told at least once since.
+  EXPECT_EQ(HealthCheck(allow_channel), kServing);
+  redis.Start();
+  EXPECT_EQ(eventually(kServing), kServing);
+  EXPECT_EQ(deny.Stop(), 0);
+  EXPECT_EQ(allow.Stop(), 0);
 }
 
 // Asks `stub` for `address` once; the gRPC status, and the overall code in `code`.

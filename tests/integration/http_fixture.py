@@ -153,7 +153,7 @@ class SluicedTest(unittest.TestCase):
         body = resp.json()
         self.assertIs(body["allowed"], True, resp)
         self.assertIsNone(body["remaining"], resp)
-        for name in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Policy",
+        for name in ("RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining",
                      "Retry-After"):
             self.assertIsNone(resp.header(name), "%s on an unlimited answer: %r" % (name, resp))
         return body
@@ -170,7 +170,7 @@ class SluicedTest(unittest.TestCase):
     def assertServing(self):
         resp = SERVER.request("GET", "/healthz")
         self.assertEqual(resp.status, 200, resp)
-        self.assertEqual(resp.json(), {"status": "ok"})
+        self.assertEqual(resp.json(), {"status": "ok", "store": "memory"})
 
     def assertRetryAfter(self, resp):
         """Retry-After: whole seconds, at least 1, the body's retry_after_us rounded up."""

@@ -48,22 +48,22 @@ class CheckRulesModeTest(SluicedTest):
             self.assertEqual(limit["mode"], "hard")
             self.assertIs(limit["allowed"], True)
             self.assertEqual(limit["remaining"], expected)
-            # Headers.
-            self.assertEqual(resp.header("RateLimit-Limit"), "3", resp)
-            self.assertEqual(resp.header("RateLimit-Remaining"), str(expected), resp)
-            self.assertEqual(resp.header("RateLimit-Policy"), "3;w=3600", resp)
-            reset = resp.header("RateLimit-Reset")
-            self.assertRegex(reset or "", r"^\d+$", resp)
-            self.assertEqual(int(reset), ceil_seconds(body["reset_after_us"]), resp)
-            self.assertTrue(1 <= int(reset) <= 3600, resp)
+            # Headers (the current draft: docs/server.md).
+            self.assertEqual(resp.header("RateLimit-Policy"), '"itest.user";q=3;w=3600', resp)
+            match = re.fullmatch(r'"itest\.user";r=(\d+);t=(\d+)', resp.header("RateLimit") or "")
+            self.assertIsNotNone(match, resp)
+            self.assertEqual(int(match[1]), expected, resp)
+            reset = int(match[2])
+            self.assertEqual(reset, ceil_seconds(body["reset_after_us"]), resp)
+            self.assertTrue(1 <= reset <= 3600, resp)
+            self.assertIsNone(resp.header("RateLimit-Limit"), resp)  # draft-06's, not sent.
             self.assertIsNone(resp.header("Retry-After"), resp)
 
         resp = self.check1("user", "t-basic")
         body = self.assertDenied(resp)
         self.assertEqual(body["remaining"], 0)
         self.assertEqual(body["limits"][0]["allowed"], False)
-        self.assertEqual(resp.header("RateLimit-Remaining"), "0")
-        self.assertEqual(resp.header("RateLimit-Limit"), "3")
+        self.assertRegex(resp.header("RateLimit") or "", r'^"itest\.user";r=0;t=\d+$')
         retry = self.assertRetryAfter(resp)
         self.assertLessEqual(retry, 3600)
         # Still denied: a denial does not reset anything.
@@ -85,8 +85,9 @@ class CheckRulesModeTest(SluicedTest):
         resp = self.check([[("user", "t-both")], [("bulk", "t-both")]])
         body = self.assertAllowed(resp, remaining=2)  # The minimum of 2 and 9.
         self.assertEqual([l["remaining"] for l in body["limits"]], [2, 9])
-        self.assertEqual(resp.header("RateLimit-Limit"), "3")  # The closest limit.
-        self.assertEqual(resp.header("RateLimit-Policy"), "3;w=3600, 10;w=3600")
+        self.assertRegex(resp.header("RateLimit"), r'^"itest\.user";r=2;')  # The closest.
+        self.assertEqual(resp.header("RateLimit-Policy"),
+                         '"itest.user";q=3;w=3600, "bulk";q=10;w=3600')
         self.assertAllowed(self.check1("user", "t-both"), remaining=1)
         self.assertAllowed(self.check1("bulk", "t-both"), remaining=8)
 
@@ -127,6 +128,8 @@ class CheckRulesModeTest(SluicedTest):
         body = self.assertDenied(resp)
         self.assertEqual(body["retry_after_us"], -1)
         self.assertIsNone(resp.header("Retry-After"), "no retry can cure this: %r" % resp)
+        # Said so in the headers: nothing remains for it, and no reset helps.
+        self.assertEqual(resp.header("RateLimit"), '"bulk";r=0', resp)
         self.assertAllowed(self.check1("bulk", "t-cost-huge", cost=10), remaining=0)
 
     def test_several_limits_on_one_descriptor(self):
@@ -135,9 +138,10 @@ class CheckRulesModeTest(SluicedTest):
         self.assertEqual([(l["name"], l["limit"], l["period"], l["remaining"])
                           for l in body["limits"]],
                          [("multi_hour", 5, "1h", 4), ("multi_day", 3, "1d", 2)])
-        self.assertEqual(resp.header("RateLimit-Limit"), "3")  # multi_day is the closest.
-        self.assertEqual(resp.header("RateLimit-Remaining"), "2")
-        self.assertEqual(resp.header("RateLimit-Policy"), "5;w=3600, 3;w=86400")
+        # multi_day is the closest; both are named.
+        self.assertRegex(resp.header("RateLimit"), r'^"multi_day";r=2;t=\d+$')
+        self.assertEqual(resp.header("RateLimit-Policy"),
+                         '"multi_hour";q=5;w=3600, "multi_day";q=3;w=86400')
         self.assertAllowed(self.check1("multi", "t-multi"), remaining=1)
         self.assertAllowed(self.check1("multi", "t-multi"), remaining=0)
         resp = self.check1("multi", "t-multi")
@@ -250,7 +254,7 @@ class CheckRulesModeTest(SluicedTest):
             self.assertIs(body["over_soft"], False, resp)
             self.assertEqual(body["limits"][0]["limit"], 4)  # The nominal limit.
             self.assertEqual(body["limits"][0]["mode"], "soft")
-            self.assertEqual(resp.header("RateLimit-Limit"), "4")
+            self.assertEqual(resp.header("RateLimit-Policy"), '"soft_limit";q=4;w=3600')
         for _ in range(2):  # 50% more: 6 in all.
             resp = self.check1("soft", "t-soft")
             body = self.assertAllowed(resp, remaining=0)
@@ -308,8 +312,8 @@ class CheckAdHocTest(SluicedTest):
             limit = body["limits"][0]
             self.assertEqual((limit["name"], limit["algorithm"], limit["limit"], limit["period"]),
                              ("adhoc", "gcra", 5, "1h"))
-            self.assertEqual(resp.header("RateLimit-Remaining"), str(expected))
-            self.assertEqual(resp.header("RateLimit-Limit"), "5")
+            self.assertRegex(resp.header("RateLimit"), r'^"adhoc";r=%d;t=\d+$' % expected)
+            self.assertEqual(resp.header("RateLimit-Policy"), '"adhoc";q=5;w=3600')
         resp = SERVER.request("POST", "/v1/check", request)
         body = self.assertDenied(resp)
         self.assertGreater(body["retry_after_us"], 0)

@@ -333,6 +333,14 @@ class ClusterTest(unittest.TestCase):
         slowest = max(a[4] for a in answers)
         self.assertLess(slowest, bound, f"an answer took {slowest:.1f} s")
         CLUSTER.await_healthy()
+        for server in servers:  # /healthz: the cluster whole again, no node left lost.
+            health, deadline = None, time.monotonic() + 30
+            while health != (200, "ok") and time.monotonic() < deadline:
+                time.sleep(0.05)
+                response = server.request("GET", "/healthz")
+                answer = json.loads(response.body)
+                health = (response.status, answer["status"])
+            self.assertEqual((health, answer["mode"]), ((200, "ok"), "cluster"), answer)
         own = collections.Counter(a[1] for a in answers if a[0] == 200 and not a[3])
         left = self.counts_left(servers[1], domain, users, ips)
         diff = {u: (limits["user"] - left[u]) - own[u] for u in users}

@@ -119,6 +119,11 @@ class SentinelTest(unittest.TestCase):
         # Both now count on the new master, one quota again.
         first = a.check("ann", domain="fleet")[1]["remaining"]
         self.assertEqual(b.check("ann", domain="fleet")[1]["remaining"], first - 1)
+        # /healthz: the new master up, the old one forgotten (not left lost).
+        for server in (a, b):
+            self.wait_for("/healthz ok after the failover", lambda: server.request(
+                "GET", "/healthz").body == b'{"status":"ok","store":"redis","mode":"sentinel",'
+                b'"redis":"up","on_failure":"allow"}')
 
 
 def main():

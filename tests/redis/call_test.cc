@@ -86,18 +86,21 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
 
 // Beside their framing, a call keeps its caller's keys (the reply's size, the local fallback's
 // keys) and its limits or capacities (the local fallback's).
-TEST(ClockOffsetTest, RedisClockLessOursFromTime) {
-  // TIME answered 1,700,000,000 s and 250,000 us; read at 1,700,000,000.100000 s here.
-  const auto now =
-      std::chrono::system_clock::time_point(std::chrono::microseconds(kEpoch + 100'000));
+TEST(RedisClockTest, TimesOnRedisClockFollowTheSteadyClockFromTime) {
+  // TIME answered 1,700,000,000 s and 250,000 us, arrived at `now` on the steady clock.
+  const SteadyTime now = SteadyTime(std::chrono::hours(1000));
   const ReplyPtr time = ReadResp("*2\r\n$10\r\n1700000000\r\n$6\r\n250000\r\n");
   ASSERT_NE(time, nullptr);
-  EXPECT_EQ(ClockOffset(*time, now), 150'000);
+  const std::optional<RedisClock> clock = ReadRedisClock(*time, now);
+  ASSERT_TRUE(clock.has_value());
+  EXPECT_EQ(clock->At(now), 1'700'000'000'250'000);
+  EXPECT_EQ(clock->At(now + std::chrono::milliseconds(300)), 1'700'000'000'550'000);
+  EXPECT_EQ(clock->At(now - std::chrono::seconds(1)), 1'699'999'999'250'000);
   for (std::string_view bytes : {"+OK\r\n", "*1\r\n$1\r\n1\r\n", "*2\r\n$1\r\nx\r\n$1\r\n1\r\n",
                                  "*2\r\n$2\r\n-1\r\n$1\r\n1\r\n", "*2\r\n:1\r\n:1\r\n"}) {
     const ReplyPtr reply = ReadResp(bytes);
     ASSERT_NE(reply, nullptr) << bytes;
-    EXPECT_EQ(ClockOffset(*reply, now), std::nullopt) << bytes;
+    EXPECT_FALSE(ReadRedisClock(*reply, now).has_value()) << bytes;
   }
 }
 

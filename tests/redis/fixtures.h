@@ -5,9 +5,12 @@
 // timeouts and expiries).
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -34,6 +37,43 @@ inline RedisStoreOptions OptionsFor(const std::string& url) {
 }
 
 inline RedisStoreOptions OptionsFor(const RedisServer& server) { return OptionsFor(server.url()); }
+
+// Freezes `server` (SIGSTOP), sends it `calls` script calls of cost 1 for `limit` and `key` at
+// `now` (set options.batch to 1: each its own), each of which must be answered by the policy
+// at its deadline, wakes it, and returns what a query finds once Redis has read what it had
+// been sent: whether it charged them.
+inline absl::StatusOr<Decision> QueryAfterCallsWhileFrozen(RedisServer& server,
+                                                           RedisStore& redis, const Limit& limit,
+                                                           const std::string& key, int calls,
+                                                           Timestamp now) {
+  using namespace std::chrono_literals;
+  server.Pause();
+  std::vector<std::promise<absl::StatusOr<Decision>>> done(static_cast<size_t>(calls));
+  std::vector<Decision> each(static_cast<size_t>(calls));
+  const LimitedKey request{&limit, key};
+  for (size_t i = 0; i < done.size(); ++i) {
+    redis.DecideAllAsync({&request, 1}, 1, now, {&each[i], 1},
+                         [&done, i](absl::StatusOr<Decision> d) { done[i].set_value(std::move(d)); });
+  }
+  for (auto& d : done) {
+    absl::StatusOr<Decision> answer = d.get_future().get();
+    EXPECT_TRUE(absl::IsDeadlineExceeded(answer.status()) || absl::IsUnavailable(answer.status()))
+        << answer.status();
+  }
+  server.Resume();
+  // Served again: a query (cost 0) shows what is charged.
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> query;
+  do {
+    query = redis.Decide(limit, key, 0, now);
+    std::this_thread::sleep_for(20ms);
+  } while (!query.ok() && std::chrono::steady_clock::now() - start < 10s);
+  if (!query.ok()) {
+    return query;
+  }
+  std::this_thread::sleep_for(200ms);  // Redis has read what it had been sent by now.
+  return redis.Decide(limit, key, 0, now);
+}
 
 // Every failure policy, for a test run under each (INSTANTIATE_TEST_SUITE_P), named as the
 // flag says ("deny") by PolicyName.

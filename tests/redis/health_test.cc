@@ -78,5 +78,28 @@ TEST_F(HealthLogTest, AFlapThatEndsAsItWasSaidSaysNothingMore) {
   EXPECT_EQ(log_.due(), std::nullopt);
 }
 
+// What a health probe reads (sluiced's /healthz): the servers lost now, by kind, at once
+// (a change held back from the log is counted all the same).
+TEST(HealthLogCountsTest, CountsTheServersLostNowByKind) {
+  HealthLog log(RedisLogSink{});
+  const HealthLog::Time t0 = HealthLog::Time() + 1h;
+  EXPECT_EQ(log.counts().lost + log.counts().refusing, 0);
+  log.Lost("a:1", "refused", false, t0);
+  log.Lost("b:1", "OOM command not allowed", true, t0);
+  log.Lost("c:1", "refused", false, t0);
+  EXPECT_EQ(log.counts().lost, 2);
+  EXPECT_EQ(log.counts().refusing, 1);
+  log.Connected("a:1", t0 + 1s);
+  log.Connected("b:1", t0 + 1s);  // Still refusing until it decides.
+  EXPECT_EQ(log.counts().lost, 1);
+  EXPECT_EQ(log.counts().refusing, 1);
+  log.Answered("b:1", t0 + 2s);
+  log.Lost("a:1", "closed", false, t0 + 2s);  // Within kQuiet: held back, counted.
+  EXPECT_EQ(log.counts().lost, 2);
+  EXPECT_EQ(log.counts().refusing, 0);
+  log.Moved("c:1", "moved");  // Sentinel: the old master is no longer used.
+  EXPECT_EQ(log.counts().lost, 1);
+}
+
 }  // namespace
 }  // namespace sluice::internal

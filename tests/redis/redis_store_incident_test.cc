@@ -176,34 +176,8 @@ TEST(RedisFrozenTest, CallsAnsweredAtTheirDeadlineAreNotChargedWhenRedisWakes) {
   const Limit limit = MustLimit({.limit = 1000, .period = 1h});
   ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
 
-  server.Pause();
-  constexpr int kCalls = 20;
-  std::vector<std::promise<absl::StatusOr<Decision>>> done(kCalls);
-  std::vector<Decision> each(kCalls);
-  const LimitedKey request{&limit, "k"};
-  for (int i = 0; i < kCalls; ++i) {
-    redis->DecideAllAsync({&request, 1}, 1, At(kEpoch), {&each[static_cast<size_t>(i)], 1},
-                          [&done, i](absl::StatusOr<Decision> d) {
-                            done[static_cast<size_t>(i)].set_value(std::move(d));
-                          });
-  }
-  for (auto& d : done) {
-    absl::StatusOr<Decision> answer = d.get_future().get();
-    EXPECT_TRUE(absl::IsDeadlineExceeded(answer.status()) || absl::IsUnavailable(answer.status()))
-        << answer.status();
-  }
-  server.Resume();
-
-  // Served again: a query (cost 0) shows what is charged.
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Decision> query;
-  do {
-    query = redis->Decide(limit, "k", 0, At(kEpoch));
-    std::this_thread::sleep_for(20ms);
-  } while (!query.ok() && std::chrono::steady_clock::now() - start < 10s);
-  ASSERT_TRUE(query.ok()) << query.status();
-  std::this_thread::sleep_for(200ms);  // Redis has read what it had been sent by now.
-  query = redis->Decide(limit, "k", 0, At(kEpoch));
+  const absl::StatusOr<Decision> query =
+      testing::QueryAfterCallsWhileFrozen(server, *redis, limit, "k", 20, At(kEpoch));
   ASSERT_TRUE(query.ok()) << query.status();
   EXPECT_EQ(query->remaining, 999);  // The one decided before the freeze alone.
 }

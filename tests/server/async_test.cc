@@ -10,12 +10,15 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 #include "server/grpc/envoy_service.h"
 #include "server/http/api.h"
@@ -297,6 +300,30 @@ TEST_F(AsyncServiceTest, AStoreFailureEndsTheRequestWithItsError) {
   EXPECT_NE(metrics_.Render().find("sluice_store_errors_total 1\n"), std::string::npos);
 }
 
+// The failures' line is said at most every 10 s of the server's (wall) clock: a step back of
+// that clock is no reason for silence. Before, after a step back of an hour no line was said
+// for an hour.
+TEST_F(AsyncServiceTest, AStoreFailureIsSaidAfterTheClockStepsBack) {
+  std::ostringstream log;
+  const std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "store-failures", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  auto fail = [&] {
+    service_.CheckAsync(Request({{"user", "alice"}}), [](absl::StatusOr<CheckResult>) {});
+    EXPECT_TRUE(store_.AnswerOne(absl::UnavailableError("redis: connection refused")));
+  };
+  fail();
+  fail();  // Within 10 s of the first line: counted, not said.
+  clock_.Advance(-Micros(3'600'000'000));
+  fail();
+  spdlog::set_default_logger(before);
+  const std::string lines = log.str();
+  EXPECT_NE(lines.find("the store failed 1 decision(s); the last"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("the store failed 2 decision(s) since the last such line"),
+            std::string::npos)
+      << lines;
+}
+
 // Random requests of every kind, each answered from another thread, equal the synchronous
 // service's answers over a MemoryStore, one for one.
 TEST_F(AsyncServiceTest, RandomRequestsMatchTheSynchronousService) {
@@ -405,7 +432,7 @@ TEST_F(AsyncServiceTest, HttpHandleReturnsBeforeTheStoreAnswers) {
   ASSERT_TRUE(build.has_value());
   const HttpResponse response = std::move(*build)();
   EXPECT_EQ(response.result(), http::status::ok);
-  EXPECT_EQ(response["RateLimit-Remaining"], "2") << response.body();
+  EXPECT_EQ(response["RateLimit"], R"("api.user";r=2;t=60)") << response.body();
 }
 
 // gRPC: 64 calls wait for the store at once (none holds a gRPC thread), then all complete.

@@ -328,7 +328,8 @@ class EnvoyFullStoreTest : public ::testing::Test {
     ASSERT_GT(refused, 0) << "the store never filled";
   }
 
-  MemoryStore store_{{.max_keys = 64}};  // One key per shard index.
+  // Two keys per shard index: the keys of one descriptor's limits hash alike, so share one.
+  MemoryStore store_{{.max_keys = 128}};
   ManualClock clock_;
   Metrics metrics_;
   RateLimitService service_;

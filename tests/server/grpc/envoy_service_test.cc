@@ -1,5 +1,6 @@
 #include "server/grpc/envoy_service.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -152,13 +153,51 @@ TEST_F(GrpcServiceTest, ShadowModes) {
   const rls::RateLimitResponse banned = MustAsk(Request({{"banned", "b"}}));
   EXPECT_EQ(banned.overall_code(), rls::RateLimitResponse::OK);
   EXPECT_EQ(banned.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
-  // The headers of the descriptor closest to its limit.
-  ASSERT_EQ(banned.response_headers_to_add_size(), 3);
+  // The headers of the descriptor closest to its limit, by default as envoyproxy/ratelimit
+  // names them; no reset for a request no wait lets through.
+  ASSERT_EQ(banned.response_headers_to_add_size(), 2);
   EXPECT_EQ(banned.response_headers_to_add(0).key(), "RateLimit-Limit");
   EXPECT_EQ(banned.response_headers_to_add(0).value(), "0");
   EXPECT_EQ(banned.response_headers_to_add(1).key(), "RateLimit-Remaining");
   EXPECT_EQ(banned.response_headers_to_add(1).value(), "0");
-  EXPECT_EQ(banned.response_headers_to_add(2).key(), "RateLimit-Reset");
+}
+
+std::map<std::string, std::string> Headers(const rls::RateLimitResponse& response) {
+  std::map<std::string, std::string> headers;
+  for (const auto& header : response.response_headers_to_add()) {
+    EXPECT_TRUE(headers.emplace(header.key(), header.value()).second) << header.key();
+  }
+  return headers;
+}
+
+// The Envoy API tells the same figures as the HTTP API (rate_limit_headers.h), in the format
+// chosen: draft-06 under envoyproxy/ratelimit's names by default, renamed by --header-*.
+TEST_F(GrpcServiceTest, ResponseHeadersInEveryFormat) {
+  StartWith({.response_headers = true,
+             .headers = {.format = HeaderFormat::kDraft06, .limit_name = "A-Limit"},
+             .clock = &clock_});
+  auto request = Request({{"user", "u"}, {"smooth", "s"}});
+  EXPECT_EQ(Headers(MustAsk(request)),
+            (std::map<std::string, std::string>{{"A-Limit", "2"},
+                                                {"RateLimit-Remaining", "1"},
+                                                {"RateLimit-Reset", "60"}}));
+  grpc_ = {};
+  envoy_.reset();
+  StartWith({.response_headers = true, .headers = {}, .clock = &clock_});
+  EXPECT_EQ(Headers(MustAsk(request)),
+            (std::map<std::string, std::string>{
+                {"RateLimit-Policy", R"("per_user";q=2;w=60, "api.smooth";q=4;w=1)"},
+                {"RateLimit", R"("per_user";r=0;t=60)"}}));
+  grpc_ = {};
+  envoy_.reset();
+  StartWith({.response_headers = true,
+             .headers = {.format = HeaderFormat::kXRateLimit},
+             .clock = &clock_});
+  const auto over = Headers(MustAsk(request));  // The user's third in the minute: over.
+  EXPECT_EQ(over, (std::map<std::string, std::string>{{"X-RateLimit-Limit", "2"},
+                                                      {"X-RateLimit-Remaining", "0"},
+                                                      {"X-RateLimit-Used", "2"},
+                                                      {"X-RateLimit-Reset", "1700000100"}}));
 }
 
 TEST_F(GrpcServiceTest, ErrorsAreGrpcErrorsNeverUnknown) {

@@ -93,10 +93,8 @@ TEST_F(HttpApiTest, CheckAnswersWithTheFiguresAndTheStandardHeaders) {
   clock_.Advance(Micros{250'000});
   const HttpResponse first = Post("/v1/check", kBob);
   EXPECT_EQ(first.result(), http::status::ok);
-  EXPECT_EQ(Header(first, "RateLimit-Limit"), "2");
-  EXPECT_EQ(Header(first, "RateLimit-Remaining"), "1");
-  EXPECT_EQ(Header(first, "RateLimit-Reset"), "1");  // 0.75 s, rounded up.
-  EXPECT_EQ(Header(first, "RateLimit-Policy"), "2;w=1");
+  EXPECT_EQ(Header(first, "RateLimit-Policy"), R"("api.user";q=2;w=1)");
+  EXPECT_EQ(Header(first, "RateLimit"), R"("api.user";r=1;t=1)");  // 0.75 s, rounded up.
   EXPECT_EQ(Header(first, "Retry-After"), "(none)");
   const nlohmann::json body = Body(first);
   EXPECT_EQ(body["allowed"], true);
@@ -231,8 +229,11 @@ TEST_F(HttpApiTest, EnvoyJsonEndpoint) {
 TEST_F(HttpApiTest, AuthTakesDescriptorsFromHeadersAndThePeer) {
   const HttpResponse first = Send(http::verb::get, "/v1/auth", "", {{"X-Api-Key", "k1"}});
   EXPECT_EQ(first.result(), http::status::ok);
-  EXPECT_EQ(Header(first, "RateLimit-Limit"), "1");  // The peer's limit is the closest.
-  EXPECT_EQ(Header(first, "RateLimit-Policy"), "1;w=60, 5;w=1, 100;w=86400");
+  EXPECT_EQ(Header(first, "RateLimit-Policy"),
+            R"("api.remote_address";q=1;w=60, "api.api_key[0]";q=5;w=1, )"
+            R"("api.api_key[1]";q=100;w=86400)");
+  // The peer's limit is the closest.
+  EXPECT_EQ(Header(first, "RateLimit"), R"("api.remote_address";r=0;t=40)");
   const HttpResponse second = Send(http::verb::get, "/v1/auth", "", {{"X-Api-Key", "k1"}});
   EXPECT_EQ(second.result(), http::status::forbidden);
   EXPECT_EQ(Header(second, "Retry-After"), "40");  // kStart is 20 s into its minute.
@@ -246,7 +247,7 @@ TEST_F(HttpApiTest, AuthAdmitsADomainThatDefinesNoAuth) {
     const HttpResponse answer =
         Send(http::verb::get, "/v1/auth?domain=other", "", {{"X-Api-Key", "k1"}});
     EXPECT_EQ(answer.result(), http::status::ok);
-    EXPECT_EQ(Header(answer, "RateLimit-Limit"), "(none)");
+    EXPECT_EQ(Header(answer, "RateLimit"), "(none)");
   }
 }
 
@@ -294,10 +295,11 @@ TEST_F(HttpApiTest, OperationalEndpoints) {
   EXPECT_EQ(Header(wrong, "Allow"), "GET, HEAD");
 }
 
-// envoyproxy/ratelimit's /healthcheck: "OK" while the daemon's health says so, else 500 and
-// why; /healthz, a liveness probe, stays 200 either way.
+// envoyproxy/ratelimit's /healthcheck: "OK" while the daemon's health says sluiced serves,
+// else 500 and why. /healthz: the store's report, 200 while decisions can be made ("ok", or
+// "degraded" when the failure policy makes them), else 503 and why.
 TEST_F(HttpApiTest, HealthCheckAnswersAsTheHealthItIsGiven) {
-  absl::Status health = absl::OkStatus();
+  HttpApi::HealthReport health{.store = {{"store", "redis"}, {"redis", "up"}}};
   HttpApi api(service_, metrics_, clock_, nullptr, [&health] { return health; });
   auto get = [&api](std::string target) {
     const HttpRequest request{http::verb::get, target, 11};
@@ -309,11 +311,26 @@ TEST_F(HttpApiTest, HealthCheckAnswersAsTheHealthItIsGiven) {
   EXPECT_EQ(ok.result(), http::status::ok);
   EXPECT_EQ(ok.body(), "OK");
   EXPECT_EQ(Header(ok, "Content-Type"), "text/plain; charset=utf-8");
-  health = absl::UnavailableError("no connection to Redis is ready");
+  EXPECT_EQ(get("/healthz").body(), R"({"status":"ok","store":"redis","redis":"up"})");
+
+  health.serving = absl::UnavailableError("stopping");  // Decisions are still made.
   HttpResponse down = get("/healthcheck");
   EXPECT_EQ(down.result(), http::status::internal_server_error);
-  EXPECT_EQ(down.body(), "no connection to Redis is ready\n");
+  EXPECT_EQ(down.body(), "stopping\n");
   EXPECT_EQ(get("/healthz").result(), http::status::ok);
+
+  health.store = {{"store", "redis"}, {"redis", "lost"}};
+  health.degraded = true;  // The failure policy decides.
+  health.serving = absl::OkStatus();
+  HttpResponse degraded = get("/healthz");
+  EXPECT_EQ(degraded.result(), http::status::ok);
+  EXPECT_EQ(degraded.body(), R"({"status":"degraded","store":"redis","redis":"lost"})");
+
+  health.decisions = absl::UnavailableError("no connection to Redis is ready");
+  HttpResponse unavailable = get("/healthz");
+  EXPECT_EQ(unavailable.result(), http::status::service_unavailable);
+  EXPECT_EQ(Body(unavailable)["status"], "unavailable");
+  EXPECT_EQ(Body(unavailable)["error"], "no connection to Redis is ready");
   // Without a health function (the api of the tests above), always OK.
   EXPECT_EQ(Send(http::verb::get, "/healthcheck").body(), "OK");
   EXPECT_EQ(Send(http::verb::post, "/healthcheck").result(), http::status::method_not_allowed);

@@ -134,6 +134,39 @@ TEST(RuleFileLimitsTest, NestingPastTheDepthLimitIsNamed) {
   EXPECT_EQ(Error(deep), "loaded");
 }
 
+// A chain of `links` anchors under a key of the root mapping, each but the first a list nested
+// 62 deep around an alias of the one before: 64 levels as written, 62 more for each link when
+// walked (RemoveNulls, load.cc, recurses through them). m0 is on line 4, m1 on line 5.
+std::string AnchorChain(int links) {
+  std::string text = "domain: d\ndescriptors: []\nchain:\n  m0: &m0 x\n";
+  for (int i = 1; i < links; ++i) {
+    text += fmt::format("  m{0}: &m{0} {1}*m{2}{3}\n", i, std::string(62, '['), i - 1,
+                        std::string(62, ']'));
+  }
+  return text;
+}
+
+TEST(RuleFileLimitsTest, NestingThroughAliasesPastTheDepthLimitIsRefused) {
+  // m1 alone: 64 levels, the limit (and refused later, as a key no rules file has).
+  EXPECT_THAT(Error(AnchorChain(2)), HasSubstr("rules.yaml:3:1: unknown key 'chain'"));
+  // Before: the depth was bounded as written only; 200 links nest 12,000 levels within the
+  // node limit, through which each walk of the tree recursed.
+  for (const int links : {3, 200}) {
+    EXPECT_EQ(Error(AnchorChain(links)),
+              "rules.yaml:6:73: an alias that nests deeper than 64 levels of mappings and lists "
+              "(the depth limit; an alias counts as the levels of what it names: 62 here, under "
+              "64)")
+        << links;
+  }
+  // An alias of a deep anchor is as deep as the anchor plus where it is.
+  EXPECT_EQ(Error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                  "requests_per_unit: 1}\n    metadata:\n      a: &a " +
+                  std::string(60, '[') + std::string(60, ']') + "\n      b: *a\n      c: [*a]\n"),
+            "rules.yaml:8:11: an alias that nests deeper than 64 levels of mappings and lists "
+            "(the depth limit; an alias counts as the levels of what it names: 60 here, under "
+            "5)");
+}
+
 TEST(RuleFileLimitsTest, AnAliasToANodeThatContainsItIsACycle) {
   EXPECT_EQ(Error("domain: d\ndescriptors: &a\n  - key: k\n    descriptors: *a\n"),
             "rules.yaml:4:18: an alias to a node that contains it (a cycle)");
