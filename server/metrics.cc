@@ -102,8 +102,7 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_global_shadow_mode_total",
           "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
   counter("sluice_caller_limits_refused_total",
-          "Requests refused because callers had 1,024 distinct limits in use.",
-          caller_limits_refused_);
+          "Requests refused: callers had 1,024 limits in use.", caller_limits_refused_);
   counter("sluice_unknown_domain_total",
           "Requests to a domain no rule knows (admitted; the log says which at debug level).",
           unknown_domain_);
