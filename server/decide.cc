@@ -434,6 +434,11 @@ internal::Task<absl::Status> RateLimitService::Deciding::BorrowFromPools(int64_t
   }
   if (can_borrow && !borrowing.empty()) {
     const absl::StatusOr<Decision> with_pools = co_await StoreCall(kept, cost, pools);
+    // A pool whose key finds no room in a full store lends nothing: the denial stands (an
+    // error here would fail the request, and Envoy's default would admit it).
+    if (absl::IsResourceExhausted(with_pools.status())) {
+      co_return absl::OkStatus();
+    }
     const absl::StatusOr<bool> pooled = AdmittedBy(with_pools);
     if (!pooled.ok()) {
       co_return pooled.status();

@@ -155,7 +155,8 @@ absl::StatusOr<RateLimitService::Planned> RateLimitService::PlanOverride(
 }
 
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
-    const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases) {
+    const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases,
+    absl::Status* refused) {
   std::vector<Planned> planned;
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     const RequestDescriptor& descriptor = request.descriptors[d];
@@ -170,6 +171,10 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     // descriptor is still limited, and the request answered.
     if (descriptor.limit && descriptor.limit->unit != Unit::kUnknown) {
       absl::StatusOr<Planned> p = PlanOverride(domain, *descriptor.limit, counting);
+      if (refused != nullptr && absl::IsResourceExhausted(p.status())) {
+        *refused = p.status();
+        continue;
+      }
       if (!p.ok()) {
         return p.status();
       }

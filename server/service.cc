@@ -241,14 +241,15 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     co_return std::move(results);
   }
   const Timestamp now = clock_.Now();
-  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request);
+  // A descriptor whose new key found no room in a full store, or whose override found no room
+  // among the caller limits, fails alone: failing the request would let Envoy's default
+  // (failure_mode_deny: false) admit another descriptor over its limit.
+  absl::Status no_room;
+  absl::StatusOr<std::vector<Planned>> plan = Plan(*domain, request, nullptr, &no_room);
   if (!plan.ok()) {
     co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
-  // A descriptor whose new key found no room in a full store fails alone: failing the request
-  // would let Envoy's default (failure_mode_deny: false) admit a descriptor over its limit.
-  absl::Status no_room;
   // Each descriptor on its own, with its own cost.
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     std::vector<Planned> group;

@@ -289,9 +289,13 @@ class RateLimitService {
   // The limits that apply to `request`'s descriptors in `domain`, keys built, IP addresses
   // grouped, `replaces` applied; and, when `leases` is given, the concurrency limits there
   // (else they are left out: Envoy's API cannot give a lease back).
-  // ResourceExhausted when an override would pass kMaxCallerLimits (CallerLimits).
+  // ResourceExhausted when an override would pass kMaxCallerLimits (CallerLimits); or, when
+  // `refused` is given, that descriptor is left out of the plan and *refused says why, so that
+  // the other descriptors are still decided (the Envoy API: failing the whole request would
+  // let Envoy's default admit a descriptor over its limit).
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request,
-                                            std::vector<PlannedLease>* leases = nullptr);
+                                            std::vector<PlannedLease>* leases = nullptr,
+                                            absl::Status* refused = nullptr);
   absl::StatusOr<Planned> PlanOverride(const Domain& domain, const LimitOverride& override,
                                        bool counting);
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,

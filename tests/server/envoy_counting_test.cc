@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
+#include "server/caller_limits.h"
 #include "server/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/rules.h"
@@ -376,6 +377,64 @@ descriptors:
     auto results = Ask({{"two", "victim"}});
     ASSERT_TRUE(results.ok()) << i << ": " << results.status();
     EXPECT_TRUE(results->front().over_limit) << i;
+  }
+}
+
+// An elastic limit over, whose pool's key is new and finds no room: the denial stands (an
+// error would fail the request, and Envoy's default would admit it).
+TEST_F(EnvoyFullStoreTest, AnElasticLimitThatCannotBorrowForWantOfRoomStaysDenied) {
+  Load(R"(
+domain: api
+pools:
+  spare: {requests_per_unit: 100, unit: minute}
+descriptors:
+  - key: job
+    mode: elastic
+    pool: spare
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)");
+  ASSERT_FALSE(Ask({{"job", "victim"}})->front().over_limit);  // Its one, without the pool.
+  Fill();
+  for (int i = 0; i < 20; ++i) {
+    auto results = Ask({{"job", "victim"}});
+    ASSERT_TRUE(results.ok()) << i << ": " << results.status();
+    EXPECT_TRUE(results->front().over_limit) << i;
+  }
+}
+
+// Callers' overrides have taken every place CallerLimits has (server/caller_limits.h): a new
+// override is refused, and fails its descriptor alone; another descriptor over its limit keeps
+// the request over. (Counting every hit, an override shares its rule's count: no limit of its
+// own to refuse.)
+TEST(EnvoyCallerLimitsTest, ARefusedOverrideFailsItsDescriptorAlone) {
+  MemoryStore store;
+  ManualClock clock(At(kStart));
+  Metrics metrics;
+  RateLimitService service(store, clock, metrics, nullptr, {.count_over_limit = false});
+  service.SetRules(testing::MustParseRules(kRules, metrics.rules(), store));
+  auto ask = [&](std::vector<RequestDescriptor> descriptors) {
+    return service.ShouldRateLimit({.domain = "api", .descriptors = std::move(descriptors)});
+  };
+  auto override = [](int64_t n) {
+    return RequestDescriptor{.entries = {{"ten", "x"}},
+                             .limit = LimitOverride{.requests_per_unit = n, .unit = Unit::kHour},
+                             .cost = 1};
+  };
+  const RequestDescriptor victim{.entries = {{"three", "victim"}}, .cost = 1};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(ask({victim})->front().over_limit) << i;
+  }
+  for (int64_t n = 1000; n < 1000 + static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(ask({override(n)}).ok()) << n;
+  }
+  const auto refused = ask({override(5000)});
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  for (bool victim_first : {true, false}) {
+    auto results = victim_first ? ask({victim, override(5000)}) : ask({override(5000), victim});
+    ASSERT_TRUE(results.ok()) << results.status();
+    EXPECT_TRUE((*results)[victim_first ? 0 : 1].over_limit);
   }
 }
 
