@@ -8,6 +8,8 @@
 #include "fmt/compile.h"
 #include "fmt/format.h"
 
+#include "sluice/duration.h"
+
 namespace sluice::server {
 namespace {
 
@@ -15,10 +17,6 @@ constexpr int64_t kMicrosPerSecond = 1'000'000;
 // The largest structured-field Integer (RFC 9651 3.3.1: at most 15 digits); Limit accepts up
 // to 10^15, one more.
 constexpr int64_t kMaxSfInteger = 999'999'999'999'999;
-
-int64_t CeilSeconds(Micros d) {
-  return d.count() <= 0 ? 0 : (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond;
-}
 
 int64_t SfInteger(int64_t value) { return std::clamp<int64_t>(value, 0, kMaxSfInteger); }
 

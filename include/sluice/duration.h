@@ -3,6 +3,7 @@
 // Durations as people write them in flags and config files: an integer and a unit, "100us",
 // "250ms", "1s", "1m", "1h", "1d" (and "0" for none).
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -21,5 +22,9 @@ absl::StatusOr<Micros> ParseDuration(std::string_view text);
 std::string FormatDuration(Micros d);
 // Appends FormatDuration(d) to `out`, without a string of its own.
 void AppendDuration(std::string& out, Micros d);
+
+// `d` in whole seconds, rounded up, and 0 for 0 or less: what HTTP's Retry-After and the
+// RateLimit headers carry (a client told 0 would come back before the limit lets it).
+int64_t CeilSeconds(Micros d);
 
 }  // namespace sluice

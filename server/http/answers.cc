@@ -41,9 +41,6 @@ http::status StatusFor(const absl::Status& status) {
   }
 }
 
-// Whole seconds, rounded up.
-int64_t CeilSeconds(Micros d) { return (d.count() + kMicrosPerSecond - 1) / kMicrosPerSecond; }
-
 // The answer of a check is written directly rather than built as a JSON document first: it
 // is the hot path, and a document costs an allocation per field.
 //

@@ -70,4 +70,9 @@ void AppendDuration(std::string& out, Micros d) {
   }
 }
 
+int64_t CeilSeconds(Micros d) {
+  constexpr int64_t kMicrosPerSecond = 1'000'000;
+  return d.count() <= 0 ? 0 : d.count() / kMicrosPerSecond + (d.count() % kMicrosPerSecond != 0);
+}
+
 }  // namespace sluice

@@ -28,6 +28,15 @@ TEST(DurationTest, RejectsMalformedTextNamingIt) {
             "duration '9999999999999d' is too long");
 }
 
+TEST(DurationTest, CeilSecondsRoundsUpAndNeverBelowZero) {
+  EXPECT_EQ(CeilSeconds(0us), 0);
+  EXPECT_EQ(CeilSeconds(-1500ms), 0);
+  EXPECT_EQ(CeilSeconds(1us), 1);
+  EXPECT_EQ(CeilSeconds(1s), 1);
+  EXPECT_EQ(CeilSeconds(1s + 1us), 2);
+  EXPECT_EQ(CeilSeconds(Micros::max()), Micros::max().count() / 1'000'000 + 1);  // No overflow.
+}
+
 TEST(DurationTest, FormatsTheShortestExactSpelling) {
   EXPECT_EQ(FormatDuration(90s), "90s");
   EXPECT_EQ(FormatDuration(1500us), "1500us");
