@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -55,24 +56,46 @@ class Redis:
         self.port = free_port()
         self.options = list(options)
         self.proc = None
-        self.start()
+        self.start(first=True)
 
-    def start(self):
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.workdir, "--logfile",
-             os.path.join(self.workdir, "redis.log"), *self.options])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError("redis-server did not start")
+    def start(self, first=False):
+        """Starts redis-server on self.port, and waits until it is the one answering there:
+        tests run side by side, and another's redis-server may have taken the port since
+        free_port() saw it free (this one then fails to bind, while the other answers PING,
+        and is killed, frozen or filled by its own test). At first start, another port is
+        tried; on a restart the port must stay."""
+        for _ in range(5):
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.workdir, "--logfile",
+                 os.path.join(self.workdir, "redis.log"), *self.options])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if self._answering_pid() == self.proc.pid:
+                    return
+                time.sleep(0.02)
+            self.proc.kill()
+            self.proc.wait()
+            if not first:
+                break
+            self.port = free_port()
+        raise AssertionError(f"redis-server did not start on port {self.port}")
+
+    def _answering_pid(self):
+        """The process id of the redis-server answering on self.port, or None."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+                found = re.search(rb"process_id:(\d+)", reply)
+                return int(found.group(1)) if found else None
+        except OSError:
+            return None
 
     def stop(self):
         self.proc.terminate()
