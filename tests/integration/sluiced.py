@@ -56,6 +56,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def listens(pid, port):
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux's /proc)."""
+    inodes = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == "0100007F:%04X" % port and fields[3] == "0A":  # 0A: LISTEN.
+                inodes.add("socket:[%s]" % fields[9])
+    fds = "/proc/%d/fd" % pid
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            if os.readlink(os.path.join(fds, name)) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 class Response:
     def __init__(self, status, headers, body):
         self.status = status
@@ -127,8 +149,11 @@ class Sluiced:
         raise AssertionError(f"sluiced did not start in 120 s: {self.output()[-2000:]}")
 
     def start(self, timeout=120.0):
-        """Starts sluiced on a free port and waits until /healthz answers; returns self."""
-        for attempt in range(3):  # Another process may take the free port first: try another.
+        """Starts sluiced on a free port and waits until it answers /healthz there; returns
+        self. A test running beside this one may take the port first: this sluiced then exits
+        (and another port is tried) while the other answers, so an answer counts only once this
+        process holds the listening socket."""
+        for attempt in range(3):
             if attempt > 0:
                 self.out.close()
                 self.err.close()
@@ -142,7 +167,8 @@ class Sluiced:
                 if self.proc.poll() is not None:
                     break
                 try:
-                    if self.request("GET", "/healthz", timeout=1).status == 200:
+                    if (self.request("GET", "/healthz", timeout=1).status == 200
+                            and listens(self.proc.pid, self.port)):
                         self.timeouts = 0
                         return self
                 except OSError:
