@@ -77,26 +77,12 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
+#include "sluice/failure_policy.h"
 #include "sluice/give_back.h"
 #include "sluice/memory_store.h"
 #include "sluice/store.h"
 
 namespace sluice {
-
-// What a decision gets when Redis cannot decide it: when Redis cannot be reached in time (a
-// lost connection, a timeout) or answers that it cannot decide now (OOM, READONLY, MASTERDOWN,
-// LOADING, BUSY, CLUSTERDOWN, NOREPLICAS, MISCONF, NOAUTH, NOPERM), to the whole script call
-// or to a command the script runs (src/redis/errors.h reads them). Any other error is the
-// call's own (Internal: a key of another type, a script error), which no policy decides.
-enum class FailurePolicy : uint8_t {
-  kAllow,  // Fail open: allowed, with every figure 0 (nothing is known).
-  kDeny,   // Fail closed: the call returns the error (Unavailable, DeadlineExceeded).
-  kLocal,  // Decide in a MemoryStore inside this process, with the same limits, until Redis is
-           // back.
-};
-
-std::string_view FailurePolicyName(FailurePolicy policy);                 // "allow", ...
-absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);  // The inverse.
 
 // What the store tells an operator (RedisStoreOptions::log): a Redis server lost or refusing to
 // decide (kWarning), and back (kInfo).
@@ -163,6 +149,12 @@ struct RedisStoreOptions {
   std::chrono::milliseconds backoff_min{10};
   std::chrono::milliseconds backoff_max{250};
 
+  // What a decision gets when Redis cannot decide it (sluice/failure_policy.h): when Redis
+  // cannot be reached in time (a lost connection, a timeout) or answers that it cannot decide
+  // now (OOM, READONLY, MASTERDOWN, LOADING, BUSY, CLUSTERDOWN, NOREPLICAS, MISCONF, NOAUTH,
+  // NOPERM), to the whole script call or to a command the script runs (src/redis/errors.h
+  // reads them). Any other error is the call's own (Internal: a key of another type, a script
+  // error), which no policy decides.
   FailurePolicy on_failure = FailurePolicy::kDeny;
   // Hears, once per change and never per call, a Redis server lost with the reason (refused,
   // AUTH refused with Redis's error, a timeout, OOM or READONLY answered) and back; a change

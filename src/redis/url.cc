@@ -82,32 +82,6 @@ absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_vi
   return endpoint;
 }
 
-}  // namespace
-
-std::string_view FailurePolicyName(FailurePolicy policy) {
-  switch (policy) {
-    case FailurePolicy::kAllow:
-      return "allow";
-    case FailurePolicy::kDeny:
-      return "deny";
-    case FailurePolicy::kLocal:
-      return "local";
-  }
-  return "?";
-}
-
-absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
-  for (FailurePolicy p : {FailurePolicy::kAllow, FailurePolicy::kDeny, FailurePolicy::kLocal}) {
-    if (name == FailurePolicyName(p)) {
-      return p;
-    }
-  }
-  return absl::InvalidArgumentError(
-      fmt::format("unknown failure policy '{}': use allow, deny or local", name));
-}
-
-namespace {
-
 constexpr std::string_view kSentinelPassword = "sentinel_password=";
 
 // What follows a scheme: hosts, a socket's path, or sentinels and a master's name.

@@ -1,0 +1,152 @@
+#include "src/memcached/connection.h"
+
+#include <libmemcached-1.0/memcached.h>
+
+#include <algorithm>
+
+#include "fmt/format.h"
+
+namespace sluice::internal {
+namespace {
+
+// libmemcached's answer as a status, with the server's own words when it has them.
+absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view op,
+                      std::string_view key) {
+  const std::string message = fmt::format("memcached {} '{}': {}", op, key,
+                                          memcached_last_error_message(mc) != nullptr
+                                              ? memcached_last_error_message(mc)
+                                              : memcached_strerror(mc, rc));
+  switch (rc) {
+    case MEMCACHED_TIMEOUT:
+      return absl::DeadlineExceededError(message);
+    case MEMCACHED_CONNECTION_FAILURE:
+    case MEMCACHED_HOST_LOOKUP_FAILURE:
+    case MEMCACHED_WRITE_FAILURE:
+    case MEMCACHED_READ_FAILURE:
+    case MEMCACHED_UNKNOWN_READ_FAILURE:
+    case MEMCACHED_ERRNO:
+    case MEMCACHED_SERVER_MARKED_DEAD:
+    case MEMCACHED_SERVER_TEMPORARILY_DISABLED:
+    case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
+    case MEMCACHED_SERVER_ERROR:  // "SERVER_ERROR out of memory storing object" (-M)
+    case MEMCACHED_NO_SERVERS:
+    case MEMCACHED_PARTIAL_READ:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemcachedConnection>> MemcachedConnection::MakePrototype(
+    const MemcachedStoreOptions& options) {
+  memcached_st* mc = memcached_create(nullptr);
+  if (mc == nullptr) {
+    return absl::ResourceExhaustedError("memcached: cannot allocate a client");
+  }
+  std::unique_ptr<MemcachedConnection> connection(new MemcachedConnection(mc));
+  for (const MemcachedEndpoint& server : options.servers) {
+    if (memcached_return_t rc = memcached_server_add(mc, server.host.c_str(), server.port);
+        rc != MEMCACHED_SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("memcached server {}:{}: {}", server.host,
+                                                    server.port, memcached_strerror(mc, rc)));
+    }
+  }
+  const auto timeout_ms = static_cast<uint64_t>(std::max<int64_t>(1, options.timeout.count()));
+  const auto retry_s = static_cast<uint64_t>(
+      std::max<int64_t>(1, (options.retry_after_failure.count() + 999) / 1000));
+  const std::pair<memcached_behavior_t, uint64_t> behaviors[] = {
+      // ketama: a server added or lost moves about 1/n of the keys.
+      {MEMCACHED_BEHAVIOR_KETAMA, 1},
+      {MEMCACHED_BEHAVIOR_SUPPORT_CAS, 1},
+      {MEMCACHED_BEHAVIOR_TCP_NODELAY, 1},
+      // Non-blocking sockets, so that the connect and poll timeouts apply.
+      {MEMCACHED_BEHAVIOR_NO_BLOCK, 1},
+      {MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, timeout_ms},
+      {MEMCACHED_BEHAVIOR_POLL_TIMEOUT, timeout_ms},
+      {MEMCACHED_BEHAVIOR_SND_TIMEOUT, timeout_ms * 1000},
+      {MEMCACHED_BEHAVIOR_RCV_TIMEOUT, timeout_ms * 1000},
+      // One failure marks a server failed until retry_after_failure: its calls fail at once
+      // (the policy decides) rather than each waiting out a timeout. Not ejected from the
+      // ring: its keys must not move to a server that lacks their state.
+      {MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 1},
+      {MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, retry_s},
+      {MEMCACHED_BEHAVIOR_AUTO_EJECT_HOSTS, 0},
+      // The text protocol checks keys; ours are printable already (keys.h).
+      {MEMCACHED_BEHAVIOR_VERIFY_KEY, 1},
+  };
+  for (const auto& [behavior, value] : behaviors) {
+    if (memcached_return_t rc = memcached_behavior_set(mc, behavior, value);
+        rc != MEMCACHED_SUCCESS) {
+      return absl::InternalError(
+          fmt::format("memcached: setting behaviour {}: {}", static_cast<int>(behavior),
+                      memcached_strerror(mc, rc)));
+    }
+  }
+  return connection;
+}
+
+std::unique_ptr<MemcachedConnection> MemcachedConnection::Clone() const {
+  memcached_st* mc = memcached_clone(nullptr, mc_);
+  if (mc == nullptr) {
+    return nullptr;
+  }
+  return std::unique_ptr<MemcachedConnection>(new MemcachedConnection(mc));
+}
+
+MemcachedConnection::~MemcachedConnection() { memcached_free(mc_); }
+
+absl::StatusOr<std::optional<MemcachedItem>> MemcachedConnection::Gets(std::string_view key) {
+  const char* keys[] = {key.data()};
+  const size_t lengths[] = {key.size()};
+  if (memcached_return_t rc = memcached_mget(mc_, keys, lengths, 1); rc != MEMCACHED_SUCCESS) {
+    return StatusOf(mc_, rc, "gets", key);
+  }
+  std::optional<MemcachedItem> item;
+  memcached_return_t rc = MEMCACHED_SUCCESS;
+  // Read to the end of the reply, so that the connection is ready for the next command.
+  while (memcached_result_st* result = memcached_fetch_result(mc_, nullptr, &rc)) {
+    item = MemcachedItem{
+        .value = std::string(memcached_result_value(result), memcached_result_length(result)),
+        .cas = memcached_result_cas(result)};
+    memcached_result_free(result);
+  }
+  if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND) {
+    return StatusOf(mc_, rc, "gets", key);
+  }
+  return item;
+}
+
+absl::StatusOr<bool> MemcachedConnection::Add(std::string_view key, std::string_view value,
+                                              int64_t exptime_s) {
+  const memcached_return_t rc = memcached_add(mc_, key.data(), key.size(), value.data(),
+                                              value.size(), static_cast<time_t>(exptime_s), 0);
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED) {
+    return true;
+  }
+  if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
+    return false;
+  }
+  return StatusOf(mc_, rc, "add", key);
+}
+
+absl::StatusOr<bool> MemcachedConnection::Cas(std::string_view key, std::string_view value,
+                                              int64_t exptime_s, uint64_t cas) {
+  const memcached_return_t rc = memcached_cas(mc_, key.data(), key.size(), value.data(),
+                                              value.size(), static_cast<time_t>(exptime_s), 0, cas);
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED) {
+    return true;
+  }
+  if (rc == MEMCACHED_DATA_EXISTS || rc == MEMCACHED_NOTFOUND) {
+    return false;
+  }
+  return StatusOf(mc_, rc, "cas", key);
+}
+
+bool IsMemcachedUnavailable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsAborted(status);
+}
+
+}  // namespace sluice::internal
