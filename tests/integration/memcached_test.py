@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""sluiced on the Memcached store (--store memcached://): a fleet of servers enforces one limit.
+
+Starts Debian's memcached on free loopback ports and sluiced processes on them: two servers
+share one quota exactly; keys spread over two memcached servers; when memcached is killed,
+each failure policy answers as configured, within the timeout, and service resumes within
+seconds of its restart; an event loop waiting for memcached keeps serving; bad URLs are refused
+at start. Python 3 standard library only.
+
+    python3 tests/integration/memcached_test.py --sluiced build/bin/sluiced
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import sluiced
+
+RULES = """
+domain: fleet
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 5}
+"""
+
+
+class Memcached:
+    """A memcached of the test's own, killed and started again (empty) on the same port."""
+
+    def __init__(self):
+        self.port = sluiced.free_port()
+        self.proc = None
+        self.start()
+
+    def start(self):
+        user = ["-u", "root"] if os.geteuid() == 0 else []
+        self.proc = subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(self.port),
+                                      "-U", "0", "-m", "64", "-t", "2", *user])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"version\r\n")
+                    if s.recv(32).startswith(b"VERSION"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError("memcached did not start")
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
+    def items(self):
+        """The number of items it holds now (stats curr_items)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                data += s.recv(65536)
+        for line in data.decode().splitlines():
+            if line.startswith("STAT curr_items "):
+                return int(line.split()[2])
+        raise AssertionError("no curr_items in memcached's stats")
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+
+class MemcachedCase(unittest.TestCase):
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(prefix="sluice-memcached-test.")
+        with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        self.memcached = [Memcached()]
+        self.servers = []
+
+    def tearDown(self):
+        codes = [server.stop() for server in self.servers if server.proc.poll() is None]
+        for m in self.memcached:
+            m.kill()
+        # A clean exit, also under the sanitizers (which exit 66 after reporting).
+        self.assertEqual(codes, [0] * len(codes))
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def url(self):
+        return "memcached://" + ",".join(m.address for m in self.memcached)
+
+    def start(self, *flags):
+        """A sluiced on the memcached servers; waiting 30 s for them unless `flags` say."""
+        server = sluiced.Sluiced(self.workdir, "--store", self.url(),
+                                 *sluiced.with_redis_timeout(flags))
+        self.servers.append(server)
+        return server
+
+
+class MemcachedStoreTest(MemcachedCase):
+    def test_two_servers_share_one_limit(self):
+        a, b = self.start(), self.start()
+        self.assertIn("Memcached store memcached://127.0.0.1", a.output())
+        answers = [server.check("ann", domain="fleet") for server in (a, b, a, b, a)]
+        self.assertEqual([status for status, _ in answers], [200] * 5)
+        self.assertEqual(sorted(answer["remaining"] for _, answer in answers), [0, 1, 2, 3, 4])
+        for server in (a, b):
+            status, answer = server.check("ann", domain="fleet")
+            self.assertEqual(status, 429, answer)
+        status, answer = b.check("bob", domain="fleet")
+        self.assertEqual((status, answer["remaining"]), (200, 4))
+
+    def test_keys_spread_over_two_memcached_servers(self):
+        self.memcached.append(Memcached())
+        server = self.start()
+        for i in range(40):
+            self.assertEqual(server.check(f"user{i}", domain="fleet")[0], 200)
+        counts = [m.items() for m in self.memcached]
+        self.assertEqual(sum(counts), 40)
+        self.assertTrue(all(c >= 5 for c in counts), counts)  # ketama: about half each.
+
+    def test_memcached_killed_each_policy_answers_and_service_resumes(self):
+        deny = self.start("--redis-timeout", "2s")
+        allow = self.start("--redis-on-failure", "allow")
+        local = self.start("--redis-on-failure", "local")
+        for server in (deny, allow, local):
+            self.assertEqual(server.check("ann", domain="fleet")[0], 200)
+
+        self.memcached[0].kill()
+        began = time.monotonic()
+        status, answer = deny.check("ann", domain="fleet")
+        self.assertLess(time.monotonic() - began, 5)  # Within the timeout (2 s), with room.
+        self.assertEqual(status, 503, answer)
+        self.assertIn("memcached", answer["error"])
+        for _ in range(7):
+            self.assertEqual(allow.check("ann", domain="fleet")[0], 200)  # Fail open.
+        # Local: a limiter in the process with the same rule, 5 per hour, from scratch.
+        statuses = [local.check("ann", domain="fleet")[0] for _ in range(6)]
+        self.assertEqual(statuses, [200] * 5 + [429])
+        self.assertEqual(local.metric("sluice_memcached_fallbacks_total"), 6)
+
+        self.memcached[0].start()  # Empty: a new memcached has not seen ann.
+        back = time.monotonic()
+        while time.monotonic() - back < 60:  # A watchdog; retried after 1 s.
+            status, answer = deny.check("carl", domain="fleet")
+            if status == 200:
+                break
+            time.sleep(0.01)
+        self.assertEqual((status, answer["remaining"]), (200, 4))
+        self.assertLess(time.monotonic() - back, 3)
+
+    def test_a_loop_waiting_for_memcached_keeps_serving(self):
+        server = self.start("--redis-timeout", "60s")
+        self.assertEqual(server.check("warm", domain="fleet")[0], 200)
+        self.memcached[0].proc.send_signal(signal.SIGSTOP)
+        answers = {}
+        users = [f"u{i}" for i in range(8)]
+        threads = [threading.Thread(
+            target=lambda u=u: answers.__setitem__(u, server.check(u, domain="fleet",
+                                                                  timeout=120)))
+            for u in users]
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(0.3)
+            # One event loop (--threads 1): it answers while eight decisions wait.
+            health = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=30)
+            self.assertEqual(health.status, 200)
+            self.assertEqual(answers, {}, "answered while memcached was stopped")
+        finally:
+            self.memcached[0].proc.send_signal(signal.SIGCONT)
+        for t in threads:
+            t.join(timeout=120)
+        self.assertEqual(sorted(status for status, _ in answers.values()), [200] * 8)
+
+    def test_bad_urls_are_refused_at_start(self):
+        for url in ("memcached://", "memcached://h:0", "memcached://u@h:1"):
+            proc = subprocess.run([sluiced.BINARY, "--store", url, "--http", "127.0.0.1:0"],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(proc.returncode, 0, url)
+            self.assertIn("memcached URL", proc.stderr + proc.stdout, url)
+
+
+if __name__ == "__main__":
+    sluiced.main()
