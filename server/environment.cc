@@ -347,7 +347,8 @@ absl::Status Reader::Store() {
   if (const std::optional<std::string> backend = Get("BACKEND_TYPE")) {
     if (absl::AsciiStrToLower(*backend) == "memcache") {
       return Malformed("BACKEND_TYPE", *backend,
-                       "sluiced has no memcache store yet: use BACKEND_TYPE=redis");
+                       "sluiced has no memcache store for these variables yet (MEMCACHE_HOST_PORT is "
+                       "not read): use BACKEND_TYPE=redis, or --store memcached://host:port");
     }
     if (absl::AsciiStrToLower(*backend) != "redis") {
       return Malformed("BACKEND_TYPE", *backend, "expected redis");

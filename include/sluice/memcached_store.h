@@ -24,7 +24,9 @@
 // Aborted ("cas retries exhausted", naming the limit and key), which the failure policy
 // decides as it does an unreachable server. Nothing is ever admitted without a successful
 // write of the state that admits it. One writer wins each round, so a hot key progresses; a
-// caller may lose several rounds in a row when many write one key at once.
+// caller may lose several rounds in a row when many write one key at once, so each retry
+// first waits a random 0 to 10 us x 2^retry (at most 640 us), and none starts once the call's
+// timeout has passed (DeadlineExceeded, also for the policy).
 //
 // Several limits in one request (DecideAll): their items may live on different servers and
 // Memcached has no multi-key transaction. Each limit is first read and decided without
@@ -43,8 +45,8 @@
 //
 // Expiry: every item is written with an exptime of its state's reset_after plus
 // expiry_margin, in whole seconds (at least 1), so that Memcached drops a key once it has
-// fully reset; a horizon past Memcached's 30 days of relative exptime is written as 30 days
-// and renewed by the next write. Memcached may also evict an item early when it runs out of
+// fully reset; a horizon past Memcached's 30 days of relative exptime is written with no
+// expiry (exptime 0). Memcached may also evict an item early when it runs out of
 // memory (LRU): that key then starts afresh, a fresh quota. Size the servers so that they do
 // not evict (stats evictions), or run them with -M (refuse writes instead of evicting: the
 // failure policy then decides).
@@ -91,10 +93,9 @@ struct MemcachedStoreOptions {
   std::vector<MemcachedEndpoint> servers = {};  // At least one.
   // Threads that run DecideAllAsync's calls (each blocks while Memcached answers).
   int threads = 4;
-  // How long one Memcached operation (connect, gets, cas) may take. A decision makes a few
-  // (a gets and a cas per limit, more when retried): it fails with DeadlineExceeded once
-  // `timeout` has passed since it began and its current operation ends, so it answers within
-  // about twice the timeout.
+  // How long one Memcached operation (connect, gets, cas) may take; also the call's deadline
+  // for starting a cas retry (past it, DeadlineExceeded). A decision makes a gets and a cas
+  // per limit, so one limit's answers within about twice the timeout.
   std::chrono::milliseconds timeout{100};
   // How long a server that failed is left alone before it is tried again.
   std::chrono::milliseconds retry_after_failure{1000};

@@ -1,5 +1,9 @@
 #include "src/memcached/cas_loop.h"
 
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
 #include <utility>
 
 #include "fmt/format.h"
@@ -20,6 +24,31 @@ absl::StatusOr<bool> WriteState(MemcachedConnection& connection, const ItemTarge
     return connection.Cas(target.item_key, value, exptime, *read.cas);
   }
   return connection.Add(target.item_key, value, exptime);
+}
+
+// Before the retry after the `attempt`th lost write: a random wait of up to 10 us x 2^attempt
+// (at most 640 us), so that writers that collided spread out instead of colliding again in
+// step. Without it, 16 calls in flight on one hot key lost 32 rounds in a row about once per
+// thousand calls (bench/memcached/run.sh); the jitter's randomness decides no figure.
+void BackOff(int attempt) {
+  thread_local std::minstd_rand random(
+      static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id())));
+  const int ceiling_us = 10 << std::min(attempt, 6);
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(std::uniform_int_distribution<int>(0, ceiling_us)(random)));
+}
+
+// The retry `attempt` may start: OK, or DeadlineExceeded once the call's deadline has passed.
+absl::Status BeforeRetry(const ItemTarget& target, const CasSettings& settings, int attempt) {
+  settings.counters->conflicts.fetch_add(1, std::memory_order_relaxed);
+  BackOff(attempt - 1);
+  if (std::chrono::steady_clock::now() >= settings.deadline) {
+    return absl::DeadlineExceededError(fmt::format(
+        "memcached: the call's timeout passed while {} on item '{}' was being retried after {} "
+        "cas conflicts",
+        target.limit->ToString(), target.item_key, attempt));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Exhausted(const ItemTarget& target, const CasSettings& settings) {
@@ -54,7 +83,9 @@ absl::StatusOr<Decision> ChargeState(MemcachedConnection& connection, const Item
   ReadItem read = std::move(first);
   for (int attempt = 0; attempt <= settings.retries; ++attempt) {
     if (attempt > 0) {
-      settings.counters->conflicts.fetch_add(1, std::memory_order_relaxed);
+      if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
+        return s;
+      }
       absl::StatusOr<ReadItem> again = ReadState(connection, target);
       if (!again.ok()) {
         return again.status();
@@ -83,7 +114,9 @@ absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& ta
                            const Charge& charge, Timestamp now, const CasSettings& settings) {
   for (int attempt = 0; attempt <= settings.retries; ++attempt) {
     if (attempt > 0) {
-      settings.counters->conflicts.fetch_add(1, std::memory_order_relaxed);
+      if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
+        return s;
+      }
     }
     absl::StatusOr<ReadItem> read = ReadState(connection, target);
     if (!read.ok()) {

@@ -4,11 +4,13 @@
 // the item, run the algorithm (sluice/algorithms.h) or the give-back (sluice/give_back.h) on
 // its state here, and write the new state back only if the item is as it was read (cas; add
 // for a key with no item). A write that loses to another writer reads and tries again, at most
-// `retries` times, then fails with Aborted naming the limit, the key and the bound.
+// `retries` times, then fails with Aborted naming the limit, the key and the bound; or, when
+// the call's deadline has passed, with DeadlineExceeded.
 //
 // Thread-compatible, as the MemcachedConnection they are given; the counters are atomic.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,6 +40,9 @@ struct CasSettings {
   int retries = 32;
   Micros expiry_margin{0};
   CasCounters* counters = nullptr;  // Required.
+  // A retry that would start after this fails with DeadlineExceeded instead (each operation
+  // is bounded by libmemcached's own timeout): the call's deadline.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 // One limit on one key, in the store's naming (src/memcached/keys.h).

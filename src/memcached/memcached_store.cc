@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cassert>
 #include <mutex>
 #include <utility>
@@ -145,8 +146,10 @@ absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connecti
   if (absl::Status s = Check(options_.key_prefix, requests, cost, now, targets); !s.ok()) {
     return s;
   }
+  internal::CasSettings settings = settings_;
+  settings.deadline = std::chrono::steady_clock::now() + options_.timeout;
   absl::StatusOr<Decision> result =
-      internal::DecideTargets(connection, targets, cost, now, each, settings_, give_backs_);
+      internal::DecideTargets(connection, targets, cost, now, each, settings, give_backs_);
   if (!result.ok() && internal::IsMemcachedUnavailable(result.status())) {
     return Fallback(result.status(), requests, cost, now, each);
   }

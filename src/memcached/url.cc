@@ -1,11 +1,12 @@
 // ParseMemcachedUrl (sluice/memcached_store.h).
 
-#include <charconv>
 #include <string>
 
 #include "fmt/format.h"
 
 #include "sluice/memcached_store.h"
+#include "src/core/host_port.h"
+#include "src/core/status.h"
 
 namespace sluice {
 namespace {
@@ -16,37 +17,13 @@ absl::StatusOr<MemcachedEndpoint> ParseServer(std::string_view url, std::string_
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("memcached URL '{}': {}", url, why));
   };
-  MemcachedEndpoint server;
-  std::string_view port;
-  if (text.starts_with('[')) {  // [IPv6]:port
-    const size_t close = text.find(']');
-    if (close == std::string_view::npos) {
-      return bad("an IPv6 address needs its closing ']'");
-    }
-    server.host = std::string(text.substr(1, close - 1));
-    text.remove_prefix(close + 1);
-    if (!text.empty() && !text.starts_with(':')) {
-      return bad("expected ':port' after ']'");
-    }
-    port = text.empty() ? "" : text.substr(1);
-  } else {
-    const size_t colon = text.find(':');
-    server.host = std::string(text.substr(0, colon));
-    port = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  absl::StatusOr<internal::HostPort> parsed = internal::ParseHostPort(text, MemcachedEndpoint{}.port);
+  if (!parsed.ok()) {
+    return bad(internal::Message(parsed.status()));
   }
-  if (server.host.empty()) {
-    return bad("a server with no host");
-  }
+  MemcachedEndpoint server{.host = std::move(parsed->host), .port = parsed->port};
   if (server.host.find_first_of("/@?#") != std::string::npos) {
     return bad(fmt::format("'{}' is not a host (no user, path or query is taken)", server.host));
-  }
-  if (!port.empty()) {
-    unsigned value = 0;
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || end != port.data() + port.size() || value < 1 || value > 65535) {
-      return bad(fmt::format("port '{}' is not a number from 1 to 65535", port));
-    }
-    server.port = static_cast<uint16_t>(value);
   }
   return server;
 }
