@@ -217,6 +217,62 @@ TEST(MemcachedStoreTest, ThreadsOfTwoStoresOnOneHotKeyAdmitExactlyTheLimit) {
             << " b=" << b->Stats().cas_conflicts << " over " << 4 * 240 << " calls\n";
 }
 
+// Threads of two stores asking a global limit and a user's limit together, two threads per
+// user: a request whose user's limit is taken by the other thread between the dry run and its
+// charge gives its global charge back. Never past either limit, and what each limit holds
+// afterwards is exactly what was admitted: every give-back was made.
+TEST(MemcachedStoreTest, RacingRequestsOfTwoLimitsGiveBackWhatTheyDoNotUse) {
+  MemcachedServer server;
+  MemcachedStoreOptions options = MemcachedOptionsFor({&server});
+  options.cas_retries = 10'000;
+  options.timeout = 10s;
+  auto a = MustMemcached(options);
+  auto b = MustMemcached(options);
+  const Limit global = MustLimit({.limit = 1000, .period = 1h});  // Never the one that denies.
+  const Limit user =
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1h, .burst = 10});
+  constexpr int kThreads = 6;
+  constexpr int kUsers = kThreads / 2;
+  std::vector<std::atomic<int>> admitted(kUsers);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      MemcachedStore& store = t % 2 == 0 ? *a : *b;
+      const std::string name = fmt::format("u{}", t % kUsers);
+      const LimitedKey requests[] = {{&global, "g"}, {&user, name}};
+      for (int i = 0; i < 30; ++i) {
+        Decision each[2];
+        absl::StatusOr<Decision> d = store.DecideAll(requests, 1, At(kEpoch), each);
+        if (!d.ok()) {
+          errors.fetch_add(1);
+        } else if (d->allowed) {
+          admitted[static_cast<size_t>(t % kUsers)].fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  int total = 0;
+  for (int u = 0; u < kUsers; ++u) {
+    const int mine = admitted[static_cast<size_t>(u)].load();
+    EXPECT_LE(mine, 10);
+    total += mine;
+    absl::StatusOr<Decision> left = a->Decide(user, fmt::format("u{}", u), 0, At(kEpoch));
+    ASSERT_TRUE(left.ok());
+    EXPECT_EQ(left->remaining, 10 - mine) << "user " << u;
+  }
+  EXPECT_GE(total, 20);  // Requests denied in passing by charges given back: a few, not most.
+  absl::StatusOr<Decision> left = a->Decide(global, "g", 0, At(kEpoch));
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->remaining, 1000 - total);  // Every global charge of a denied request is back.
+  std::cout << "[ admitted ] " << total << " of 30; give-backs " << a->Stats().give_backs << "+"
+            << b->Stats().give_backs << "\n";
+}
+
 TEST(MemcachedStoreTest, ACostZeroQueryAndADenialWriteNothing) {
   MemcachedServer server;
   auto store = MustMemcached(MemcachedOptionsFor({&server}));
