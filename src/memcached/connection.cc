@@ -9,13 +9,22 @@
 namespace sluice::internal {
 namespace {
 
-// libmemcached's answer as a status, with the server's own words when it has them.
+// The server `key` lives on, "host:port", for messages.
+std::string ServerOf(memcached_st* mc, std::string_view key) {
+  memcached_return_t rc = MEMCACHED_SUCCESS;
+  const memcached_instance_st* server = memcached_server_by_key(mc, key.data(), key.size(), &rc);
+  if (server == nullptr) {
+    return "?";
+  }
+  return fmt::format("{}:{}", memcached_server_name(server), memcached_server_port(server));
+}
+
+// libmemcached's answer as a status naming the server, the operation and the item.
+// (memcached_last_error_message would add a pointer and libmemcached's source line.)
 absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view op,
                       std::string_view key) {
-  const std::string message = fmt::format("memcached {} '{}': {}", op, key,
-                                          memcached_last_error_message(mc) != nullptr
-                                              ? memcached_last_error_message(mc)
-                                              : memcached_strerror(mc, rc));
+  const std::string message = fmt::format("memcached {}: {} '{}': {}", ServerOf(mc, key), op,
+                                          key, memcached_strerror(mc, rc));
   switch (rc) {
     case MEMCACHED_TIMEOUT:
       return absl::DeadlineExceededError(message);
