@@ -273,6 +273,29 @@ TEST(MemcachedStoreTest, RacingRequestsOfTwoLimitsGiveBackWhatTheyDoNotUse) {
             << b->Stats().give_backs << "\n";
 }
 
+// Whose clock: each store decides at its caller's time. A server 2 ms ahead opens the next
+// window 2 ms early, where a fresh window's quota is admitted; the server behind then sees
+// time that ran backwards, which counts as no time passed: it is denied until the window the
+// other opened ends, and the state stays whole.
+TEST(MemcachedStoreTest, ASkewedClockMovesAWindowsEdgeAndNoMore) {
+  MemcachedServer server;
+  auto behind = MustMemcached(MemcachedOptionsFor({&server}));
+  auto ahead = MustMemcached(MemcachedOptionsFor({&server}));
+  const Limit l = MustLimit({.limit = 5, .period = 1s});
+  const int64_t edge = kEpoch / 1'000'000 * 1'000'000 + 1'000'000;  // A window's end.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(behind->Decide(l, "skew", 1, At(edge - 1'000))->allowed);
+  }
+  EXPECT_FALSE(behind->Decide(l, "skew", 1, At(edge - 999))->allowed);
+  for (int i = 0; i < 5; ++i) {  // 2 ms ahead: the next window, its own quota.
+    ASSERT_TRUE(ahead->Decide(l, "skew", 1, At(edge + 1'000))->allowed);
+  }
+  absl::StatusOr<Decision> late = behind->Decide(l, "skew", 1, At(edge - 500));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_FALSE(late->allowed);
+  EXPECT_EQ(late->retry_after, 999'000us);  // Until the window the other clock opened ends.
+}
+
 TEST(MemcachedStoreTest, ACostZeroQueryAndADenialWriteNothing) {
   MemcachedServer server;
   auto store = MustMemcached(MemcachedOptionsFor({&server}));
