@@ -359,11 +359,7 @@ absl::Status Daemon::OpenStore() {
   options->tls = flags_.redis_tls;
   options->tls.enabled = tls;
   options->tls.verify_hostname = !flags_.redis_tls_skip_verify;
-  // Redis lost (and why) and back, once per change (issue 19: an outage was silent).
-  options->log = [](RedisLogLevel level, std::string_view line) {
-    spdlog::log(level == RedisLogLevel::kWarning ? spdlog::level::warn : spdlog::level::info, "{}",
-                line);
-  };
+  options->log = StoreLogToSpdlog();  // Redis lost (and why) and back, once per change.
   absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
   if (!redis.ok()) {
     return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),

@@ -162,5 +162,10 @@ absl::Status ParseStoreFailure(const Flags& flags, std::chrono::milliseconds& ti
                                FailurePolicy& policy);
 // /metrics' lines for the Memcached store (daemon_memcached.cc).
 std::string MemcachedMetrics(const MemcachedStoreStats& stats);
+// A shared store's servers lost and back, into sluiced's log (issue 19: an outage was silent).
+StoreLogSink StoreLogToSpdlog();
+// /healthz's store part for Memcached (daemon_memcached.cc).
+HttpApi::HealthReport MemcachedHealth(const MemcachedStoreStats& stats,
+                                      std::string_view on_failure);
 
 }  // namespace sluice::server

@@ -22,8 +22,7 @@ namespace sluice::server {
 // for the store keeps trying a master that failed over, though its slots are served.
 HttpApi::HealthReport Daemon::StoreHealth() const {
   if (memcached_ != nullptr) {
-    // No probe of its own: a server's failure shows in the decisions (the failure policy).
-    return {.store = {{"store", "memcached"}, {"on_failure", flags_.redis_on_failure}}};
+    return MemcachedHealth(memcached_->Stats(), flags_.redis_on_failure);
   }
   if (redis_ == nullptr) {
     return {.store = {{"store", "memory"}}};

@@ -2,7 +2,11 @@
 // failure policy and timeout Redis takes (--redis-on-failure, --redis-timeout), its health and
 // its metrics.
 
+#include <string>
+#include <string_view>
+
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 
 #include "server/daemon.h"
 #include "src/core/status.h"
@@ -18,6 +22,7 @@ absl::Status Daemon::OpenMemcached() {
       !s.ok()) {
     return s;
   }
+  options->log = StoreLogToSpdlog();  // A server lost (and why) and back, once per change.
   options->local = {.max_keys = flags_.max_keys, .max_leases = flags_.max_leases};
   if (flags_.cache_key_prefix) {
     options->key_prefix = *flags_.cache_key_prefix;
@@ -30,6 +35,40 @@ absl::Status Daemon::OpenMemcached() {
   memcached_ = store->get();
   store_ = *std::move(store);
   return absl::OkStatus();
+}
+
+StoreLogSink StoreLogToSpdlog() {
+  return [](StoreLogLevel level, std::string_view line) {
+    spdlog::log(level == StoreLogLevel::kWarning ? spdlog::level::warn : spdlog::level::info,
+                "{}", line);
+  };
+}
+
+// As Redis's (daemon_health.cc), from what the store's calls found (no call per probe): a
+// server lost leaves its keys to the failure policy: allow and local decide them (degraded),
+// deny fails them. Unavailable (503) once every server is lost, as a Redis cluster's: while
+// some answer, the others' keys are decided and the lost one is retried every second.
+// Refusing (out of memory under -M) is degraded only, as Redis's OOM: only a write shows it
+// storing again.
+HttpApi::HealthReport MemcachedHealth(const MemcachedStoreStats& stats,
+                                      std::string_view on_failure) {
+  const std::string_view state = stats.servers_lost > 0       ? "lost"
+                                 : stats.servers_refusing > 0 ? "refusing"
+                                                              : "up";
+  HttpApi::HealthReport report{
+      .degraded = state != "up",
+      .store = {{"store", "memcached"},
+                {"memcached", std::string(state)},
+                {"servers", std::to_string(stats.servers)},
+                {"servers_lost", std::to_string(stats.servers_lost + stats.servers_refusing)},
+                {"on_failure", std::string(on_failure)}}};
+  if (on_failure == "deny" && stats.servers_lost >= stats.servers) {
+    report.decisions = absl::UnavailableError(fmt::format(
+        "{} Memcached server(s) lost (the log says why); under --redis-on-failure deny, "
+        "decisions fail until one is back",
+        stats.servers_lost));
+  }
+  return report;
 }
 
 std::string MemcachedMetrics(const MemcachedStoreStats& stats) {

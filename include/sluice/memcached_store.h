@@ -80,6 +80,7 @@
 #include "sluice/failure_policy.h"
 #include "sluice/memory_store.h"
 #include "sluice/store.h"
+#include "sluice/store_log.h"
 
 namespace sluice {
 
@@ -105,6 +106,11 @@ struct MemcachedStoreOptions {
   // Memcached refusing a write (out of memory with -M), or cas retries exhausted. Any other
   // error (an item that does not hold a sluice state) is the call's own.
   FailurePolicy on_failure = FailurePolicy::kDeny;
+  // Hears a server lost (refused, lost, timed out; out of memory under -M: kWarning) and back
+  // (kInfo), as the store's calls find them: once per change, never per call; a change
+  // repeated within 30 s is held back and counted (src/core/health_log.h, shared with Redis).
+  // Called on the store's threads: it must not block nor call the store. Empty: nothing said.
+  StoreLogSink log = {};
   std::string key_prefix = "sluice:";
   // Added to every item's expiry beyond its reset_after (and rounded up to whole seconds).
   std::chrono::milliseconds expiry_margin{1000};
@@ -117,6 +123,13 @@ struct MemcachedStoreOptions {
 absl::StatusOr<MemcachedStoreOptions> ParseMemcachedUrl(std::string_view url);
 
 struct MemcachedStoreStats {
+  int servers = 0;  // Servers in the ring.
+  // Servers lost now, as the store's last call to each found it (no call is made to find out;
+  // a health probe may read them): those whose operations fail (refused, lost, timed out),
+  // and those that answered that they cannot store (out of memory under -M). Each is back once
+  // an operation on it is answered.
+  int servers_lost = 0;
+  int servers_refusing = 0;
   uint64_t calls = 0;              // Decisions asked of the store.
   uint64_t failures = 0;           // Decisions Memcached did not answer (error, timeout).
   uint64_t fallbacks = 0;          // Failures decided by the failure policy (allow or local).

@@ -81,13 +81,15 @@
 #include "sluice/give_back.h"
 #include "sluice/memory_store.h"
 #include "sluice/store.h"
+#include "sluice/store_log.h"
 
 namespace sluice {
 
 // What the store tells an operator (RedisStoreOptions::log): a Redis server lost or refusing to
 // decide (kWarning), and back (kInfo).
-enum class RedisLogLevel : uint8_t { kInfo, kWarning };
-using RedisLogSink = std::function<void(RedisLogLevel level, std::string_view line)>;
+// (The shared store log's names, sluice/store_log.h, kept under Redis's names for callers.)
+using RedisLogLevel = StoreLogLevel;
+using RedisLogSink = StoreLogSink;
 
 // Where one Redis server listens: a host and port, or a unix socket.
 struct RedisEndpoint {
@@ -159,7 +161,7 @@ struct RedisStoreOptions {
   // Hears, once per change and never per call, a Redis server lost with the reason (refused,
   // AUTH refused with Redis's error, a timeout, OOM or READONLY answered) and back; a change
   // repeated within 30 s is held back and counted, and the state is said once the 30 s have
-  // passed (src/redis/health.h). Called on the store's I/O thread: it must not block nor call
+  // passed (src/core/health_log.h). Called on the store's I/O thread: it must not block nor call
   // the store. Empty: nothing is said.
   RedisLogSink log = {};
   std::string key_prefix = "sluice:";

@@ -3,6 +3,8 @@
 #include <libmemcached-1.0/memcached.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 
 #include "fmt/format.h"
 
@@ -46,15 +48,56 @@ absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view 
   }
 }
 
+// Why the server cannot decide, for the health log: libmemcached's words and the system's
+// (no key, no operation: one line per cause, not per call). Empty when `rc` is not the
+// server's fault, or only says that the server was marked failed by an earlier failure (which
+// was reported then).
+std::string LostReason(memcached_st* mc, memcached_return_t rc) {
+  switch (rc) {
+    case MEMCACHED_TIMEOUT:
+    case MEMCACHED_CONNECTION_FAILURE:
+    case MEMCACHED_HOST_LOOKUP_FAILURE:
+    case MEMCACHED_WRITE_FAILURE:
+    case MEMCACHED_READ_FAILURE:
+    case MEMCACHED_UNKNOWN_READ_FAILURE:
+    case MEMCACHED_ERRNO:
+    case MEMCACHED_PARTIAL_READ:
+    case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
+    case MEMCACHED_SERVER_ERROR:
+      break;
+    default:
+      return "";
+  }
+  const int error = memcached_last_error_errno(mc);
+  return error == 0 ? std::string(memcached_strerror(mc, rc))
+                    : fmt::format("{} ({})", memcached_strerror(mc, rc), std::strerror(error));
+}
+
 }  // namespace
 
+absl::Status MemcachedConnection::Failed(int code, std::string_view op, std::string_view key) {
+  const auto rc = static_cast<memcached_return_t>(code);
+  if (std::string reason = LostReason(mc_, rc); !reason.empty()) {
+    const bool refusing =
+        rc == MEMCACHED_SERVER_ERROR || rc == MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE;
+    health_.Lost(ServerOf(mc_, key), reason, refusing, std::chrono::steady_clock::now());
+  }
+  return StatusOf(mc_, rc, op, key);
+}
+
+void MemcachedConnection::Answered(std::string_view key) {
+  if (health_.Watching()) [[unlikely]] {
+    health_.Answered(ServerOf(mc_, key), std::chrono::steady_clock::now());
+  }
+}
+
 absl::StatusOr<std::unique_ptr<MemcachedConnection>> MemcachedConnection::MakePrototype(
-    const MemcachedStoreOptions& options) {
+    const MemcachedStoreOptions& options, ServerHealth& health) {
   memcached_st* mc = memcached_create(nullptr);
   if (mc == nullptr) {
     return absl::ResourceExhaustedError("memcached: cannot allocate a client");
   }
-  std::unique_ptr<MemcachedConnection> connection(new MemcachedConnection(mc));
+  std::unique_ptr<MemcachedConnection> connection(new MemcachedConnection(mc, health));
   for (const MemcachedEndpoint& server : options.servers) {
     if (memcached_return_t rc = memcached_server_add(mc, server.host.c_str(), server.port);
         rc != MEMCACHED_SUCCESS) {
@@ -101,7 +144,7 @@ std::unique_ptr<MemcachedConnection> MemcachedConnection::Clone() const {
   if (mc == nullptr) {
     return nullptr;
   }
-  return std::unique_ptr<MemcachedConnection>(new MemcachedConnection(mc));
+  return std::unique_ptr<MemcachedConnection>(new MemcachedConnection(mc, health_));
 }
 
 MemcachedConnection::~MemcachedConnection() { memcached_free(mc_); }
@@ -110,7 +153,7 @@ absl::StatusOr<std::optional<MemcachedItem>> MemcachedConnection::Gets(std::stri
   const char* keys[] = {key.data()};
   const size_t lengths[] = {key.size()};
   if (memcached_return_t rc = memcached_mget(mc_, keys, lengths, 1); rc != MEMCACHED_SUCCESS) {
-    return StatusOf(mc_, rc, "gets", key);
+    return Failed(rc, "gets", key);
   }
   std::optional<MemcachedItem> item;
   memcached_return_t rc = MEMCACHED_SUCCESS;
@@ -122,8 +165,9 @@ absl::StatusOr<std::optional<MemcachedItem>> MemcachedConnection::Gets(std::stri
     memcached_result_free(result);
   }
   if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND) {
-    return StatusOf(mc_, rc, "gets", key);
+    return Failed(rc, "gets", key);
   }
+  Answered(key);
   return item;
 }
 
@@ -131,26 +175,41 @@ absl::StatusOr<bool> MemcachedConnection::Add(std::string_view key, std::string_
                                               int64_t exptime_s) {
   const memcached_return_t rc = memcached_add(mc_, key.data(), key.size(), value.data(),
                                               value.size(), static_cast<time_t>(exptime_s), 0);
-  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED) {
-    return true;
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED || rc == MEMCACHED_NOTSTORED ||
+      rc == MEMCACHED_DATA_EXISTS) {
+    Answered(key);
+    return rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED;
   }
-  if (rc == MEMCACHED_NOTSTORED || rc == MEMCACHED_DATA_EXISTS) {
-    return false;
-  }
-  return StatusOf(mc_, rc, "add", key);
+  return Failed(rc, "add", key);
 }
 
 absl::StatusOr<bool> MemcachedConnection::Cas(std::string_view key, std::string_view value,
                                               int64_t exptime_s, uint64_t cas) {
   const memcached_return_t rc = memcached_cas(mc_, key.data(), key.size(), value.data(),
                                               value.size(), static_cast<time_t>(exptime_s), 0, cas);
-  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED) {
-    return true;
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED || rc == MEMCACHED_DATA_EXISTS ||
+      rc == MEMCACHED_NOTFOUND) {
+    Answered(key);
+    return rc == MEMCACHED_SUCCESS || rc == MEMCACHED_STORED;
   }
-  if (rc == MEMCACHED_DATA_EXISTS || rc == MEMCACHED_NOTFOUND) {
-    return false;
+  return Failed(rc, "cas", key);
+}
+
+void MemcachedConnection::Probe(std::string_view key) {
+  const char* keys[] = {key.data()};
+  const size_t lengths[] = {key.size()};
+  memcached_return_t rc = memcached_mget(mc_, keys, lengths, 1);
+  if (rc == MEMCACHED_SUCCESS) {
+    while (memcached_result_st* result = memcached_fetch_result(mc_, nullptr, &rc)) {
+      memcached_result_free(result);
+    }
   }
-  return StatusOf(mc_, rc, "cas", key);
+  const auto now = std::chrono::steady_clock::now();
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_END || rc == MEMCACHED_NOTFOUND) {
+    health_.Connected(ServerOf(mc_, key), now);
+  } else if (std::string reason = LostReason(mc_, rc); !reason.empty()) {
+    health_.Lost(ServerOf(mc_, key), reason, false, now);
+  }
 }
 
 bool IsMemcachedUnavailable(const absl::Status& status) {

@@ -8,6 +8,7 @@
 // Thread-compatible: one thread at a time per Connection (libmemcached's rule for a
 // memcached_st).
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 
 #include "sluice/memcached_store.h"
+#include "src/memcached/server_health.h"
 
 struct memcached_st;
 
@@ -30,9 +32,10 @@ struct MemcachedItem {
 class MemcachedConnection {
  public:
   // A prototype with `options`' servers, ketama distribution and timeouts; connects lazily.
+  // It and its clones tell `health` (which must outlive them) of each server lost and back.
   // InvalidArgument when libmemcached refuses a server.
   static absl::StatusOr<std::unique_ptr<MemcachedConnection>> MakePrototype(
-      const MemcachedStoreOptions& options);
+      const MemcachedStoreOptions& options, ServerHealth& health);
   // A connection set of its own, with the prototype's servers and settings. Null when
   // libmemcached cannot allocate one.
   std::unique_ptr<MemcachedConnection> Clone() const;
@@ -49,9 +52,19 @@ class MemcachedConnection {
   absl::StatusOr<bool> Cas(std::string_view key, std::string_view value, int64_t exptime_s,
                            uint64_t cas);
 
+  // Reads `key` (a probe: src/memcached/watcher.h) and tells the health what it found of the
+  // key's server: connected when it answers, lost when it cannot (why). (Not `version`, which
+  // libmemcached asks a server once and then answers from memory.)
+  void Probe(std::string_view key);
+
  private:
-  explicit MemcachedConnection(memcached_st* mc) : mc_(mc) {}
+  MemcachedConnection(memcached_st* mc, ServerHealth& health) : mc_(mc), health_(health) {}
+  // libmemcached's failure `rc` as a status; the server lost when it is the server's fault.
+  absl::Status Failed(int rc, std::string_view op, std::string_view key);
+  void Answered(std::string_view key);  // `key`'s server answered: back if it was lost.
+
   memcached_st* mc_;
+  ServerHealth& health_;
 };
 
 // Whether `status` says the servers could not decide (unreachable, timeout, marked failed,

@@ -15,6 +15,7 @@
 #include "src/memcached/connection.h"
 #include "src/memcached/decide_all.h"
 #include "src/memcached/keys.h"
+#include "src/memcached/watcher.h"
 #include "src/memcached/workers.h"
 
 namespace sluice {
@@ -26,8 +27,10 @@ using internal::MemcachedConnection;
 // callers of the synchronous calls), the `local` policy's store and the counters.
 class MemcachedStore::Impl {
  public:
-  Impl(MemcachedStoreOptions options, std::unique_ptr<MemcachedConnection> prototype)
+  Impl(MemcachedStoreOptions options, std::unique_ptr<internal::ServerHealth> health,
+       std::unique_ptr<MemcachedConnection> prototype)
       : options_(std::move(options)),
+        health_(std::move(health)),
         prototype_(std::move(prototype)),
         local_(options_.local),
         settings_{.retries = options_.cas_retries,
@@ -66,7 +69,11 @@ class MemcachedStore::Impl {
   }
 
   MemcachedStoreStats Stats() const {
-    return {.calls = calls_.load(std::memory_order_relaxed),
+    const internal::HealthLog::Counts lost = health_->counts();
+    return {.servers = static_cast<int>(options_.servers.size()),
+            .servers_lost = lost.lost,
+            .servers_refusing = lost.refusing,
+            .calls = calls_.load(std::memory_order_relaxed),
             .failures = failures_.load(std::memory_order_relaxed),
             .fallbacks = fallbacks_.load(std::memory_order_relaxed),
             .cas_conflicts = cas_counters_.conflicts.load(std::memory_order_relaxed),
@@ -81,7 +88,9 @@ class MemcachedStore::Impl {
                                     int64_t cost, Timestamp now, std::span<Decision> each);
 
   const MemcachedStoreOptions options_;
+  const std::unique_ptr<internal::ServerHealth> health_;  // Before the connections that use it.
   const std::unique_ptr<MemcachedConnection> prototype_;
+  internal::Watcher watcher_{options_, *health_};  // Probes the servers lost.
   MemoryStore local_;
   internal::CasCounters cas_counters_;
   internal::GiveBackCounters give_backs_;
@@ -200,13 +209,14 @@ absl::StatusOr<std::unique_ptr<MemcachedStore>> MemcachedStore::Create(
                   [](char c) { return c <= ' ' || c > '~'; })) {
     return bad("key_prefix must be at most 100 printable bytes without spaces");
   }
+  auto health = std::make_unique<internal::ServerHealth>(options.log);
   absl::StatusOr<std::unique_ptr<MemcachedConnection>> prototype =
-      MemcachedConnection::MakePrototype(options);
+      MemcachedConnection::MakePrototype(options, *health);
   if (!prototype.ok()) {
     return prototype.status();
   }
-  return std::unique_ptr<MemcachedStore>(
-      new MemcachedStore(std::make_unique<Impl>(std::move(options), *std::move(prototype))));
+  return std::unique_ptr<MemcachedStore>(new MemcachedStore(
+      std::make_unique<Impl>(std::move(options), std::move(health), *std::move(prototype))));
 }
 
 MemcachedStore::MemcachedStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

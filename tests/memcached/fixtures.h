@@ -36,8 +36,9 @@ inline std::unique_ptr<MemcachedStore> MustMemcached(MemcachedStoreOptions optio
 
 // Whether `server` holds an item named `item_key`.
 inline bool Holds(const MemcachedServer& server, const std::string& item_key) {
-  auto connection = internal::MemcachedConnection::MakePrototype(
-      MemcachedOptionsFor({&server}));
+  internal::ServerHealth health({});
+  auto connection =
+      internal::MemcachedConnection::MakePrototype(MemcachedOptionsFor({&server}), health);
   if (!connection.ok()) {
     return false;
   }

@@ -1,14 +1,18 @@
 // MemcachedStore when servers fail: keys spread over two servers by ketama; one killed, its
 // keys go to the failure policy within the timeout while the other's are decided exactly; the
-// server restarted, its keys are decided again within about retry_after_failure. And each
-// policy (deny, allow, local) when the only server is gone.
+// server restarted, its keys are decided again within about retry_after_failure; the log hears
+// it lost once and back once, and Stats counts it lost meanwhile. And each policy (deny,
+// allow, local) when the only server is gone.
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "gtest/gtest.h"
 
 #include "sluice/memcached_store.h"
@@ -34,8 +38,16 @@ TEST(MemcachedFailuresTest, KeysSpreadOverTwoServersAndOneLostLeavesTheOtherExac
   MemcachedStoreOptions options = MemcachedOptionsFor({&first, &second});
   options.timeout = 200ms;
   options.retry_after_failure = 1s;
+  std::mutex mu;
+  std::vector<std::string> lines;  // Guarded by mu.
+  options.log = [&](StoreLogLevel level, std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.push_back(std::string(level == StoreLogLevel::kWarning ? "W " : "I ") +
+                    std::string(line));
+  };
   auto store = MustMemcached(options);
   const Limit limit = MustLimit({.limit = 3, .period = 1h});
+  const std::string lost = fmt::format("W Memcached at 127.0.0.1:{} lost: ", second.port());
   std::vector<std::string> on_first;
   std::vector<std::string> on_second;
   for (int i = 0; i < 40; ++i) {
@@ -65,6 +77,13 @@ TEST(MemcachedFailuresTest, KeysSpreadOverTwoServersAndOneLostLeavesTheOtherExac
     EXPECT_EQ(d->remaining, 1);
   }
   EXPECT_GT(store->Stats().failures, 0u);
+  EXPECT_EQ(store->Stats().servers, 2);
+  EXPECT_EQ(store->Stats().servers_lost, 1);
+  {
+    std::lock_guard lock(mu);
+    ASSERT_FALSE(lines.empty());
+    EXPECT_EQ(lines[0].substr(0, lost.size()), lost) << lines[0];
+  }
 
   // Back: an empty server (its items died with it), tried again after retry_after_failure.
   second.Start();
@@ -81,6 +100,14 @@ TEST(MemcachedFailuresTest, KeysSpreadOverTwoServersAndOneLostLeavesTheOtherExac
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_LT(Clock::now() - restarted, 3s);
   EXPECT_EQ(d->remaining, 2);  // A fresh key: the restarted server lost its state.
+  EXPECT_EQ(store->Stats().servers_lost, 0);
+  std::lock_guard lock(mu);
+  // One line lost, one back (and at most one more, should the cause change: the calls' and
+  // the watcher's probes may name it differently), never one per call.
+  const std::string back = fmt::format("I Memcached at 127.0.0.1:{} is back after ", second.port());
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_LE(lines.size(), 3u) << fmt::format("{}", fmt::join(lines, "\n"));
+  EXPECT_EQ(lines.back().substr(0, back.size()), back) << lines.back();
 }
 
 TEST(MemcachedFailuresTest, EachPolicyDecidesWhenTheOnlyServerIsGone) {

@@ -282,7 +282,8 @@ TEST(MemcachedStoreTest, AnItemThatIsNotAStateIsAnErrorNoPolicyDecides) {
   options.on_failure = FailurePolicy::kAllow;
   auto store = MustMemcached(options);
   const Limit l = MustLimit({.limit = 5, .period = 1s});
-  auto raw = internal::MemcachedConnection::MakePrototype(options);
+  internal::ServerHealth health({});
+  auto raw = internal::MemcachedConnection::MakePrototype(options, health);
   ASSERT_TRUE(raw.ok());
   for (const std::string& value : {std::string("garbage"), std::string("\x01\x00", 2),
                                    std::string(40, '\xff')}) {
