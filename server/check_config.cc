@@ -31,7 +31,8 @@ int CheckConfig(const Flags& flags, const std::string& path) {
   const LimitChecker check_limit = flags.store == "memory" ? &MemoryStore::Supports
                                    : memcached             ? &MemcachedStore::Supports
                                                            : &RedisStore::Supports;
-  const RuleLoadOptions options{.merge_domains = flags.merge_domains};
+  const RuleLoadOptions options{.merge_domains = flags.merge_domains,
+                                .no_leases = memcached ? MemcachedStore::kNoLeases : ""};
   absl::StatusOr<std::vector<std::string>> files = RuleSet::Files(path);
   if (!files.ok()) {
     return fail(internal::Message(files.status()));

@@ -394,7 +394,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
   return RuleSet::Load(
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
-      RuleLoadOptions{.merge_domains = flags_.merge_domains});
+      RuleLoadOptions{.merge_domains = flags_.merge_domains,
+                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : ""});
 }
 
 std::string Daemon::Version() const {

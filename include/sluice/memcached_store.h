@@ -146,6 +146,9 @@ class MemcachedStore final : public Store {
   // sliding_log of at most MemoryStore::kMaxSlidingLogLimit and sliding_buckets of at most
   // kMaxBuckets buckets; CheckLimit refuses larger ones.
   static constexpr int64_t kMaxBuckets = 10'000;
+  // Why LeaseAll is Unimplemented; sluiced refuses a rules file with a concurrency rule with it.
+  static constexpr const char* kNoLeases =
+      "the Memcached store keeps no leases (concurrency limits): use the memory or Redis store";
 
   // Sets up the connections (which open on first use) and starts the threads. Does not wait
   // for Memcached. InvalidArgument for bad options (no server, a bad prefix, a count out of

@@ -266,8 +266,7 @@ absl::StatusOr<Decision> MemcachedStore::LeaseAll(LeaseOp op, std::span<const Le
   if (absl::Status s = ValidateLeases(op, keys, id, ttl); !s.ok()) {
     return s;
   }
-  return absl::UnimplementedError(
-      "the memcached store keeps no leases (concurrency limits): use the memory or Redis store");
+  return absl::UnimplementedError(kNoLeases);
 }
 
 absl::Status MemcachedStore::CheckLimit(const Limit& limit) const { return Supports(limit); }

@@ -5,7 +5,8 @@ Starts Debian's memcached on free loopback ports and sluiced processes on them: 
 share one quota exactly; keys spread over two memcached servers; when memcached is killed,
 each failure policy answers as configured, within the timeout, and service resumes within
 seconds of its restart; an event loop waiting for memcached keeps serving; bad URLs are refused
-at start. Python 3 standard library only.
+at start, and so is a rules file with a concurrency rule (also by --check-config). Python 3
+standard library only.
 
     python3 tests/integration/memcached_test.py --sluiced build/bin/sluiced
 """
@@ -179,6 +180,22 @@ class MemcachedStoreTest(MemcachedCase):
                                   capture_output=True, text=True, timeout=60)
             self.assertNotEqual(proc.returncode, 0, url)
             self.assertIn("memcached URL", proc.stderr + proc.stdout, url)
+
+    def test_a_concurrency_rule_is_refused_at_start_and_by_check_config(self):
+        path = os.path.join(self.workdir, "jobs.yaml")
+        with open(path, "w") as f:
+            f.write("domain: jobs\ndescriptors:\n  - key: mailer\n    concurrency: 3\n")
+        why = ("jobs.yaml:4:18: rule 'jobs.mailer': a concurrency limit needs leases, and the "
+               "Memcached store keeps no leases")
+        for args in (["--config", path, "--http", "127.0.0.1:0"], ["--check-config", path]):
+            proc = subprocess.run([sluiced.BINARY, "--store", self.url(), *args],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(proc.returncode, 0, args)
+            self.assertIn(why, proc.stderr + proc.stdout, args)
+        # The memory store keeps leases: the same file is valid there.
+        proc = subprocess.run([sluiced.BINARY, "--check-config", path], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
 
 
 if __name__ == "__main__":
