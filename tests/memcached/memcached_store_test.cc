@@ -309,7 +309,7 @@ TEST(MemcachedStoreTest, LeasesAreUnimplementedAndSayWhy) {
   Decision each[1];
   absl::StatusOr<Decision> d = store->LeaseAll(LeaseOp::kTake, keys, "id", 1s, At(kEpoch), each);
   EXPECT_TRUE(absl::IsUnimplemented(d.status())) << d.status();
-  EXPECT_NE(d.status().message().find("memcached"), std::string_view::npos);
+  EXPECT_NE(d.status().message().find("Memcached"), std::string_view::npos);
 }
 
 TEST(MemcachedStoreTest, RefusesOptionsAndLimitsItCannotKeep) {
