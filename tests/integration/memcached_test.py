@@ -4,7 +4,8 @@
 Starts Debian's memcached on free loopback ports and sluiced processes on them: two servers
 share one quota exactly; keys spread over two memcached servers; when memcached is killed,
 each failure policy answers as configured, within the timeout, and service resumes within
-seconds of its restart; an event loop waiting for memcached keeps serving; bad URLs are refused
+seconds of its restart; an event loop waiting for memcached keeps serving; eight client threads
+of two servers on one hot key get exactly the limit admitted; bad URLs are refused
 at start, and so is a rules file with a concurrency rule (also by --check-config). Python 3
 standard library only.
 
@@ -29,6 +30,12 @@ domain: fleet
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: user
+    value: hot_counter
+    rate_limit: {unit: hour, requests_per_unit: 60}
+  - key: user
+    value: hot_gcra
+    rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: 10, burst: 40}
 """
 
 
@@ -180,6 +187,48 @@ class MemcachedStoreTest(MemcachedCase):
                                   capture_output=True, text=True, timeout=60)
             self.assertNotEqual(proc.returncode, 0, url)
             self.assertIn("memcached URL", proc.stderr + proc.stdout, url)
+
+    def test_threads_of_two_servers_on_one_hot_key_admit_exactly_the_limit(self):
+        """Two sluiced, four client threads each, on one key of a fixed window (60 per hour)
+        and one of gcra (burst 40, then one per 6 minutes): every thread asks until it is
+        denied three times, so the admitted total must be the limit exactly: none over, and
+        none short (a call that lost all its cas retries fails, 503 under deny, charging
+        nothing; the threads go on until the limit denies them)."""
+        sluiced.away_from_edge(3600, 120)  # The fixed window cannot end during the test.
+        servers = [self.start(), self.start()]
+        for user, limit in (("hot_counter", 60), ("hot_gcra", 40)):
+            admitted, denied, failed = [], [], []
+
+            def client(server):
+                denials = 0
+                for _ in range(1000):  # A watchdog: 60 admissions and 3 denials are needed.
+                    status, answer = server.check(user, domain="fleet")
+                    if status == 200:
+                        admitted.append(answer["remaining"])
+                    elif status == 429:
+                        denied.append(1)
+                        denials += 1
+                        if denials == 3:
+                            return
+                    else:
+                        failed.append((status, answer))
+
+            threads = [threading.Thread(target=client, args=(server,))
+                       for server in servers for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(len(admitted), limit, (user, failed[:3]))
+            if user == "hot_counter":  # Each admission took its own place in the one quota.
+                # (gcra's remaining also counts the time passed, a fraction of a request.)
+                self.assertEqual(sorted(admitted), list(range(limit)), user)
+            self.assertEqual(len(denied), 8 * 3, user)
+            for server in servers:  # And the limit still holds.
+                self.assertEqual(server.check(user, domain="fleet")[0], 429, user)
+            print(f"{user}: {len(admitted)} admitted, {len(denied)} denied, "
+                  f"{len(failed)} failed (cas retries exhausted), cas conflicts "
+                  f"{sum(s.metric('sluice_memcached_cas_conflicts_total') for s in servers)}")
 
     def test_a_concurrency_rule_is_refused_at_start_and_by_check_config(self):
         path = os.path.join(self.workdir, "jobs.yaml")
