@@ -21,15 +21,12 @@ std::string ServerOf(memcached_st* mc, std::string_view key) {
   return fmt::format("{}:{}", memcached_server_name(server), memcached_server_port(server));
 }
 
-// libmemcached's answer as a status naming the server, the operation and the item.
-// (memcached_last_error_message would add a pointer and libmemcached's source line.)
-absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view op,
-                      std::string_view key) {
-  const std::string message = fmt::format("memcached {}: {} '{}': {}", ServerOf(mc, key), op,
-                                          key, memcached_strerror(mc, rc));
+// What libmemcached's failure `rc` is: the servers' (a timeout; unreachable, marked failed or
+// refusing a write: the failure policy decides), or the call's own (Internal).
+absl::StatusCode CodeOf(memcached_return_t rc) {
   switch (rc) {
     case MEMCACHED_TIMEOUT:
-      return absl::DeadlineExceededError(message);
+      return absl::StatusCode::kDeadlineExceeded;
     case MEMCACHED_CONNECTION_FAILURE:
     case MEMCACHED_HOST_LOOKUP_FAILURE:
     case MEMCACHED_WRITE_FAILURE:
@@ -42,6 +39,22 @@ absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view 
     case MEMCACHED_SERVER_ERROR:  // "SERVER_ERROR out of memory storing object" (-M)
     case MEMCACHED_NO_SERVERS:
     case MEMCACHED_PARTIAL_READ:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// libmemcached's answer as a status naming the server, the operation and the item.
+// (memcached_last_error_message would add a pointer and libmemcached's source line.)
+absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view op,
+                      std::string_view key) {
+  const std::string message = fmt::format("memcached {}: {} '{}': {}", ServerOf(mc, key), op,
+                                          key, memcached_strerror(mc, rc));
+  switch (CodeOf(rc)) {
+    case absl::StatusCode::kDeadlineExceeded:
+      return absl::DeadlineExceededError(message);
+    case absl::StatusCode::kUnavailable:
       return absl::UnavailableError(message);
     default:
       return absl::InternalError(message);
@@ -53,20 +66,9 @@ absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view 
 // server's fault, or only says that the server was marked failed by an earlier failure (which
 // was reported then).
 std::string LostReason(memcached_st* mc, memcached_return_t rc) {
-  switch (rc) {
-    case MEMCACHED_TIMEOUT:
-    case MEMCACHED_CONNECTION_FAILURE:
-    case MEMCACHED_HOST_LOOKUP_FAILURE:
-    case MEMCACHED_WRITE_FAILURE:
-    case MEMCACHED_READ_FAILURE:
-    case MEMCACHED_UNKNOWN_READ_FAILURE:
-    case MEMCACHED_ERRNO:
-    case MEMCACHED_PARTIAL_READ:
-    case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
-    case MEMCACHED_SERVER_ERROR:
-      break;
-    default:
-      return "";
+  if (CodeOf(rc) == absl::StatusCode::kInternal || rc == MEMCACHED_SERVER_MARKED_DEAD ||
+      rc == MEMCACHED_SERVER_TEMPORARILY_DISABLED || rc == MEMCACHED_NO_SERVERS) {
+    return "";
   }
   const int error = memcached_last_error_errno(mc);
   return error == 0 ? std::string(memcached_strerror(mc, rc))

@@ -10,7 +10,7 @@ its version every second). One log line when memcached is lost and one when it i
 """
 
 import sluiced
-from health_test import eventually
+from health_test import assert_said_lost_and_back_once, eventually
 from memcached_test import MemcachedCase
 
 
@@ -57,17 +57,9 @@ class MemcachedHealthTest(MemcachedCase):
         for policy, server in servers.items():
             self.assertEqual(eventually(lambda: self.state(server), up, policy, seconds=60),
                              up, policy)
-        address = self.memcached[0].address
         for policy, server in servers.items():
-            log = server.output()
-            self.assertEqual(log.count(f"Memcached at {address} lost:"), 1, (policy, log))
-            self.assertEqual(log.count(f"Memcached at {address} is back after"), 1,
-                             (policy, log))
-            # A change of cause may be said once more (the connection lost, then refused):
-            # never a line per call or per probe.
-            self.assertLessEqual(log.count(f"Memcached at {address} is still lost"), 1,
-                                 (policy, log))
-
+            assert_said_lost_and_back_once(self, server,
+                                           f"Memcached at {self.memcached[0].address}", policy)
 
 if __name__ == "__main__":
     sluiced.main()
