@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis format tidy clean
+.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis bench-memcached format tidy clean
 
 all: build
 
@@ -97,6 +97,10 @@ bench-redis: build
 
 bench-grpc: build
 	bench/grpc/run.sh
+
+# RedisStore beside MemcachedStore: decisions/s and p99, counter and gcra, cold keys and a hot key.
+bench-memcached: build
+	bench/memcached/run.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

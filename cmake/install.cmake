@@ -1,6 +1,7 @@
 # The library installed (`cmake --install build --prefix DIR`): headers in include/sluice, static
-# libraries, a CMake package (find_package(sluice CONFIG): sluice::sluice, and sluice::redis with
-# COMPONENTS redis) and pkg-config files (sluice.pc, sluice-redis.pc). docs/library.md shows both
+# libraries, a CMake package (find_package(sluice CONFIG): sluice::sluice, sluice::redis with
+# COMPONENTS redis, sluice::memcached with COMPONENTS memcached) and pkg-config files (sluice.pc,
+# sluice-redis.pc, sluice-memcached.pc). docs/library.md shows both
 # from a separate project; tests/install builds one against an install tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -16,8 +17,8 @@ set_target_properties(sluice_library PROPERTIES EXPORT_NAME sluice)
 set_target_properties(sluice_core PROPERTIES EXPORT_NAME core)
 set_target_properties(sluice_memory PROPERTIES EXPORT_NAME memory)
 
-set(SLUICE_PUBLIC_HEADERS algorithms.h clock.h decision.h duration.h give_back.h limit.h
-    limiter.h memory_store.h store.h)
+set(SLUICE_PUBLIC_HEADERS algorithms.h clock.h decision.h duration.h failure_policy.h give_back.h
+    limit.h limiter.h memory_store.h store.h store_log.h)
 list(TRANSFORM SLUICE_PUBLIC_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/include/sluice/)
 install(FILES ${SLUICE_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sluice
         COMPONENT library)
@@ -38,6 +39,18 @@ if(SLUICE_REDIS)
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library)
   install(EXPORT sluiceRedisTargets NAMESPACE sluice:: DESTINATION ${SLUICE_CMAKE_DIR}
+          COMPONENT library)
+endif()
+
+# The Memcached store, a component of its own: its users need libmemcached and OpenSSL too.
+if(SLUICE_MEMCACHED)
+  set_target_properties(sluice_memcached PROPERTIES EXPORT_NAME memcached)
+  install(FILES ${PROJECT_SOURCE_DIR}/include/sluice/memcached_store.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sluice COMPONENT library)
+  install(TARGETS sluice_memcached EXPORT sluiceMemcachedTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library)
+  install(EXPORT sluiceMemcachedTargets NAMESPACE sluice:: DESTINATION ${SLUICE_CMAKE_DIR}
           COMPONENT library)
 endif()
 
@@ -73,5 +86,11 @@ if(SLUICE_REDIS)
   configure_file(${CMAKE_CURRENT_LIST_DIR}/sluice-redis.pc.in ${PROJECT_BINARY_DIR}/sluice-redis.pc
                  @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/sluice-redis.pc DESTINATION ${SLUICE_PKGCONFIG_DIR}
+          COMPONENT library)
+endif()
+if(SLUICE_MEMCACHED)
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/sluice-memcached.pc.in
+                 ${PROJECT_BINARY_DIR}/sluice-memcached.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/sluice-memcached.pc DESTINATION ${SLUICE_PKGCONFIG_DIR}
           COMPONENT library)
 endif()

@@ -6,6 +6,7 @@
 #include "fmt/format.h"
 
 #include "server/metrics.h"
+#include "sluice/memcached_store.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
 #include "src/core/status.h"
@@ -17,14 +18,21 @@ int CheckConfig(const Flags& flags, const std::string& path) {
     fmt::print(stderr, "sluiced: {}\nsluiced: {}: the check failed\n", message, path);
     return 2;
   };
-  if (flags.store != "memory") {
+  const bool memcached = flags.store.starts_with("memcached://");
+  if (memcached) {
+    if (absl::StatusOr<MemcachedStoreOptions> url = ParseMemcachedUrl(flags.store); !url.ok()) {
+      return fail(fmt::format("--store: {}", internal::Message(url.status())));
+    }
+  } else if (flags.store != "memory") {
     if (absl::StatusOr<RedisStoreOptions> url = ParseRedisUrl(flags.store); !url.ok()) {
       return fail(fmt::format("--store: {}", internal::Message(url.status())));
     }
   }
-  const LimitChecker check_limit =
-      flags.store == "memory" ? &MemoryStore::Supports : &RedisStore::Supports;
-  const RuleLoadOptions options{.merge_domains = flags.merge_domains};
+  const LimitChecker check_limit = flags.store == "memory" ? &MemoryStore::Supports
+                                   : memcached             ? &MemcachedStore::Supports
+                                                           : &RedisStore::Supports;
+  const RuleLoadOptions options{.merge_domains = flags.merge_domains,
+                                .no_leases = memcached ? MemcachedStore::kNoLeases : ""};
   absl::StatusOr<std::vector<std::string>> files = RuleSet::Files(path);
   if (!files.ok()) {
     return fail(internal::Message(files.status()));

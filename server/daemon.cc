@@ -295,8 +295,25 @@ int Daemon::Drain(Micros drain) {
   return 0;
 }
 
-// The store --store names: the memory store, or Redis (connecting in the background: until
-// it answers, the failure policy decides).
+absl::Status ParseStoreFailure(const Flags& flags, std::chrono::milliseconds& timeout,
+                               FailurePolicy& policy) {
+  absl::StatusOr<Micros> parsed_timeout = ParseDuration(flags.redis_timeout);
+  if (!parsed_timeout.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-timeout: {}", internal::Message(parsed_timeout.status())));
+  }
+  absl::StatusOr<FailurePolicy> parsed_policy = ParseFailurePolicy(flags.redis_on_failure);
+  if (!parsed_policy.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-on-failure: {}", internal::Message(parsed_policy.status())));
+  }
+  timeout = std::chrono::ceil<std::chrono::milliseconds>(*parsed_timeout);
+  policy = *parsed_policy;
+  return absl::OkStatus();
+}
+
+// The store --store names: the memory store, Memcached, or Redis (connecting in the
+// background: until it answers, the failure policy decides).
 absl::Status Daemon::OpenStore() {
   if (flags_.store == "memory") {
     auto memory = std::make_unique<MemoryStore>(
@@ -305,9 +322,13 @@ absl::Status Daemon::OpenStore() {
     store_ = std::move(memory);
     return absl::OkStatus();
   }
+  if (flags_.store.starts_with("memcached://")) {
+    return OpenMemcached();  // daemon_memcached.cc
+  }
   if (!flags_.store.starts_with("redis") && !flags_.store.starts_with("unix://")) {
     return absl::InvalidArgumentError(fmt::format(
-        "--store '{}': expected memory or redis://[user:password@]host:port[/db] (or rediss:// "
+        "--store '{}': expected memory, memcached://host:port[,host:port...] or "
+        "redis://[user:password@]host:port[/db] (or rediss:// "
         "over TLS, redis+cluster://, rediss+cluster://, redis+sentinel://host:port,.../master, "
         "unix:///path/to/redis.sock[?db=N])",
         RedactRedisUrl(flags_.store)));
@@ -316,18 +337,10 @@ absl::Status Daemon::OpenStore() {
   if (!options.ok()) {
     return options.status();
   }
-  absl::StatusOr<Micros> timeout = ParseDuration(flags_.redis_timeout);
-  if (!timeout.ok()) {
-    return absl::InvalidArgumentError(
-        fmt::format("--redis-timeout: {}", internal::Message(timeout.status())));
+  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure);
+      !s.ok()) {
+    return s;
   }
-  absl::StatusOr<FailurePolicy> policy = ParseFailurePolicy(flags_.redis_on_failure);
-  if (!policy.ok()) {
-    return absl::InvalidArgumentError(
-        fmt::format("--redis-on-failure: {}", internal::Message(policy.status())));
-  }
-  options->timeout = std::chrono::ceil<std::chrono::milliseconds>(*timeout);
-  options->on_failure = *policy;
   options->connections = flags_.redis_connections;
   absl::StatusOr<Micros> deny_ttl = ParseDuration(flags_.redis_deny_cache_ttl);
   if (!deny_ttl.ok() || *deny_ttl < std::chrono::milliseconds(1)) {
@@ -346,11 +359,7 @@ absl::Status Daemon::OpenStore() {
   options->tls = flags_.redis_tls;
   options->tls.enabled = tls;
   options->tls.verify_hostname = !flags_.redis_tls_skip_verify;
-  // Redis lost (and why) and back, once per change (issue 19: an outage was silent).
-  options->log = [](RedisLogLevel level, std::string_view line) {
-    spdlog::log(level == RedisLogLevel::kWarning ? spdlog::level::warn : spdlog::level::info, "{}",
-                line);
-  };
+  options->log = StoreLogToSpdlog();  // Redis lost (and why) and back, once per change.
   absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
   if (!redis.ok()) {
     return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),
@@ -365,6 +374,10 @@ std::string Daemon::StoreDescription() const {
   if (memory_ != nullptr) {
     return fmt::format("memory store (max {} keys, {} leases)", flags_.max_keys,
                        flags_.max_leases);
+  }
+  if (memcached_ != nullptr) {
+    return fmt::format("Memcached store {} (timeout {}, on failure {})", flags_.store,
+                       flags_.redis_timeout, flags_.redis_on_failure);
   }
   return fmt::format(
       "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {}{})",
@@ -381,7 +394,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
   return RuleSet::Load(
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
-      RuleLoadOptions{.merge_domains = flags_.merge_domains});
+      RuleLoadOptions{.merge_domains = flags_.merge_domains,
+                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : ""});
 }
 
 std::string Daemon::Version() const {
@@ -540,6 +554,10 @@ std::string Daemon::StoreMetrics() const {
         stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
         stats.shares_taken, stats.shares_refused, stats.share_units_returned,
         stats.share_units_lapsed) + MemoryStoreMetrics(stats.local);
+  }
+  if (memcached_ != nullptr) {
+    const MemcachedStoreStats stats = memcached_->Stats();
+    return MemcachedMetrics(stats) + MemoryStoreMetrics(stats.local);
   }
   return MemoryStoreMetrics(memory_->Stats());
 }

@@ -31,6 +31,7 @@
 #include "server/rules/rules.h"
 #include "server/service.h"
 #include "server/stats/statsd.h"
+#include "sluice/memcached_store.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
 
@@ -110,6 +111,7 @@ class Daemon {
   void StopListeners(Micros drain);
 
   absl::Status OpenStore();
+  absl::Status OpenMemcached();  // daemon_memcached.cc
   std::string StoreDescription() const;
   std::string StoreMetrics() const;
   // For /healthz (the store and whether decisions can be made) and /healthcheck (OK while
@@ -132,6 +134,7 @@ class Daemon {
   std::unique_ptr<Store> store_;
   MemoryStore* memory_ = nullptr;  // store_, when it is the memory store.
   RedisStore* redis_ = nullptr;    // store_, when it is Redis.
+  MemcachedStore* memcached_ = nullptr;  // store_, when it is Memcached.
   AsioTimers timers_;              // Acquire's waits; outlives the service.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
@@ -152,5 +155,17 @@ class Daemon {
   // counted, reading the members above.
   std::unique_ptr<StatsdSink> statsd_;
 };
+
+// --redis-timeout and --redis-on-failure, which the Memcached store takes as Redis does.
+// InvalidArgument naming the flag.
+absl::Status ParseStoreFailure(const Flags& flags, std::chrono::milliseconds& timeout,
+                               FailurePolicy& policy);
+// /metrics' lines for the Memcached store (daemon_memcached.cc).
+std::string MemcachedMetrics(const MemcachedStoreStats& stats);
+// A shared store's servers lost and back, into sluiced's log (issue 19: an outage was silent).
+StoreLogSink StoreLogToSpdlog();
+// /healthz's store part for Memcached (daemon_memcached.cc).
+HttpApi::HealthReport MemcachedHealth(const MemcachedStoreStats& stats,
+                                      std::string_view on_failure);
 
 }  // namespace sluice::server

@@ -21,6 +21,9 @@ namespace sluice::server {
 // and a failed probe keeps decisions away; and a cluster's node lost while others answer,
 // for the store keeps trying a master that failed over, though its slots are served.
 HttpApi::HealthReport Daemon::StoreHealth() const {
+  if (memcached_ != nullptr) {
+    return MemcachedHealth(memcached_->Stats(), flags_.redis_on_failure);
+  }
   if (redis_ == nullptr) {
     return {.store = {{"store", "memory"}}};
   }

@@ -76,7 +76,7 @@ constexpr std::string_view kComposite[] = {
     "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
     "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "LOCAL_CACHE_SIZE_IN_BYTES"};
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "LOCAL_CACHE_SIZE_IN_BYTES", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_TLS"};
 // clang-format on
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
@@ -112,6 +112,14 @@ class Reader {
   absl::StatusOr<bool> Switch(std::string_view name, bool fallback) const;
   void Add(std::string_view flag, std::string value, std::string variables, bool required,
            bool only_defaults);
+  // Those of `names` that are set are not read: said to be ignored, with `why`.
+  void Unread(std::initializer_list<std::string_view> names, std::string_view why) {
+    for (std::string_view name : names) {
+      if (Set(name)) {
+        out_.ignored.push_back(fmt::format("{} ({})", name, why));
+      }
+    }
+  }
 
   absl::Status Listeners();
   absl::Status LogLevel();
@@ -119,6 +127,7 @@ class Reader {
   absl::Status PoolSize();
   absl::Status LocalCache();
   absl::Status Store();
+  absl::Status Memcache();
   absl::StatusOr<std::string> StoreUrl(std::string_view type, bool unix_socket, bool tls);
   absl::StatusOr<std::string> SentinelUrl(const std::string& url, bool tls);
   std::string DescribeStore(bool tcp) const;  // tcp: a cluster or sentinels, TCP whatever.
@@ -183,7 +192,7 @@ absl::StatusOr<EnvSettings> Reader::Read() {
     const std::string& name = entry.first;  // (Clang's lambdas cannot capture a binding.)
     const bool prefixed = std::any_of(std::begin(kIgnoredPrefixes), std::end(kIgnoredPrefixes),
                                       [&](std::string_view p) { return name.starts_with(p); });
-    if (prefixed && !entry.second.empty()) {
+    if (prefixed && !entry.second.empty() && !Contains(kComposite, name)) {
       out_.ignored.push_back(name);
     }
   }
@@ -344,14 +353,13 @@ absl::Status Reader::Store() {
   if (given_("--store") || !(set || out_.theirs)) {
     return absl::OkStatus();
   }
-  if (const std::optional<std::string> backend = Get("BACKEND_TYPE")) {
-    if (absl::AsciiStrToLower(*backend) == "memcache") {
-      return Malformed("BACKEND_TYPE", *backend,
-                       "sluiced has no memcache store yet: use BACKEND_TYPE=redis");
-    }
-    if (absl::AsciiStrToLower(*backend) != "redis") {
-      return Malformed("BACKEND_TYPE", *backend, "expected redis");
-    }
+  const std::optional<std::string> backend = Get("BACKEND_TYPE");
+  if (backend && absl::AsciiStrToLower(*backend) == "memcache") {
+    return Memcache();
+  }
+  Unread({"MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_TLS"}, "BACKEND_TYPE is not memcache");
+  if (backend && absl::AsciiStrToLower(*backend) != "redis") {
+    return Malformed("BACKEND_TYPE", *backend, "expected redis or memcache");
   }
   const std::string type = absl::AsciiStrToLower(Get("REDIS_TYPE").value_or("single"));
   if (type != "single" && type != "cluster" && type != "sentinel") {
@@ -373,6 +381,22 @@ absl::Status Reader::Store() {
   return RedisTls(*tls);
 }
 
+// BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT as --store memcached://...; Redis's variables of
+// the store are not read (their timeout and failure policy are: the Memcached store's too).
+absl::Status Reader::Memcache() {
+  absl::StatusOr<std::string> store =
+      env::MemcacheStore(Get("MEMCACHE_HOST_PORT"), Get("MEMCACHE_SRV"), Get("MEMCACHE_TLS"));
+  if (!store.ok()) {
+    return store.status();
+  }
+  Unread({"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS",
+          "REDIS_SENTINEL_AUTH"}, "BACKEND_TYPE is memcache");
+  Add("--store", *store,
+      fmt::format("BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT={}", *Get("MEMCACHE_HOST_PORT")),
+      false, false);
+  return absl::OkStatus();
+}
+
 // The store's URL from REDIS_URL, REDIS_AUTH and REDIS_TLS.
 absl::StatusOr<std::string> Reader::StoreUrl(std::string_view type, bool unix_socket, bool tls) {
   const std::string url = Get("REDIS_URL").value_or("/var/run/nutcracker/ratelimit.sock");
@@ -382,20 +406,14 @@ absl::StatusOr<std::string> Reader::StoreUrl(std::string_view type, bool unix_so
     if (tls && !url.starts_with("rediss")) {
       return Malformed("REDIS_TLS", *Get("REDIS_TLS"), "REDIS_URL is a URL without TLS");
     }
-    for (std::string_view name :
-         {"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH"}) {
-      if (Set(name)) {
-        out_.ignored.push_back(fmt::format("{} (REDIS_URL is a whole URL)", name));
-      }
-    }
+    Unread({"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH"},
+           "REDIS_URL is a whole URL");
     return url;
   }
   if (type == "sentinel") {
     return SentinelUrl(url, tls);
   }
-  if (Set("REDIS_SENTINEL_AUTH")) {
-    out_.ignored.emplace_back("REDIS_SENTINEL_AUTH (REDIS_TYPE is not SENTINEL)");
-  }
+  Unread({"REDIS_SENTINEL_AUTH"}, "REDIS_TYPE is not SENTINEL");
   if (type == "cluster") {  // Theirs reaches a cluster over TCP whatever the socket type.
     std::string hosts = url;
     hosts.erase(std::remove(hosts.begin(), hosts.end(), ' '), hosts.end());

@@ -24,6 +24,31 @@ std::string UrlEscape(std::string_view text) {
   return out;
 }
 
+absl::StatusOr<std::string> MemcacheStore(const std::optional<std::string>& host_port,
+                                          const std::optional<std::string>& srv,
+                                          const std::optional<std::string>& tls) {
+  if (srv) {
+    return Malformed("MEMCACHE_SRV", *srv,
+                     "sluiced does not discover Memcached servers by DNS SRV records: list them "
+                     "in MEMCACHE_HOST_PORT (host:port,host:port), or --store "
+                     "memcached://host:port,host:port");
+  }
+  if (tls && GoBool(*tls).value_or(true)) {
+    return Malformed("MEMCACHE_TLS", *tls,
+                     "sluiced's Memcached store has no TLS (libmemcached speaks none)");
+  }
+  if (!host_port) {
+    return Malformed("BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT is not set (host:port,...)");
+  }
+  std::string list = *host_port;
+  list.erase(std::remove(list.begin(), list.end(), ' '), list.end());
+  if (list.empty() || list.front() == ',' || list.back() == ',' ||
+      list.find(",,") != std::string::npos) {
+    return Malformed("MEMCACHE_HOST_PORT", *host_port, "an empty entry: expected host:port,...");
+  }
+  return "memcached://" + list;
+}
+
 std::string JoinHostPort(std::string_view host, int port) {
   return host.find(':') == std::string_view::npos ? fmt::format("{}:{}", host, port)
                                                   : fmt::format("[{}]:{}", host, port);

@@ -44,6 +44,14 @@ std::optional<Micros> GoDuration(std::string_view text);
 // "host:port", "[v6::host]:port": as --http, --grpc, --debug and --statsd read it.
 std::string JoinHostPort(std::string_view host, int port);
 
+// BACKEND_TYPE=memcache's store: MEMCACHE_HOST_PORT's "host:port,host:port" as
+// "memcached://host:port,host:port" (spaces dropped). InvalidArgument naming the variable when
+// it is unset or has an empty entry, when MEMCACHE_SRV is set (DNS SRV discovery: not
+// supported) or MEMCACHE_TLS is true (libmemcached speaks no TLS).
+absl::StatusOr<std::string> MemcacheStore(const std::optional<std::string>& host_port,
+                                          const std::optional<std::string>& srv,
+                                          const std::optional<std::string>& tls);
+
 // A user or password for a URL: percent-escaped but for the characters that need none.
 std::string UrlEscape(std::string_view text);
 

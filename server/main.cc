@@ -19,6 +19,7 @@
 #include "server/daemon.h"
 #include "server/environment.h"
 #include "sluice/duration.h"
+#include "sluice/memcached_store.h"
 #include "sluice/redis_store.h"
 #include "sluice_build/version.h"
 #include "src/core/status.h"
@@ -200,13 +201,16 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--debug", flags.debug,
                  "Debug listen address HOST:PORT for /rlconfig (default: none)");
   app.add_option("--store", flags.store,
-                 "memory, or redis://[user:pass@]host:port[/db] (redis+cluster://, "
+                 "memory, memcached://host:port[,host:port...] (docs/memcached.md), or "
+                 "redis://[user:pass@]host:port[/db] (redis+cluster://, "
                  "redis+sentinel://host:port,host:port/master: docs/redis.md)")
       ->capture_default_str();
-  app.add_option("--redis-timeout", flags.redis_timeout, "How long a decision waits for Redis")
+  app.add_option("--redis-timeout", flags.redis_timeout,
+                 "How long a decision waits for Redis (or Memcached)")
       ->capture_default_str();
   app.add_option("--redis-on-failure", flags.redis_on_failure,
-                 "When Redis does not answer in time: allow, deny (an error) or local")
+                 "When Redis (or Memcached) does not answer in time: allow, deny (an error) or "
+                 "local")
       ->capture_default_str();
   app.add_option("--redis-connections", flags.redis_connections, "Connections to Redis")
       ->capture_default_str();
@@ -243,7 +247,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--cache-key-prefix", flags.cache_key_prefix,
-                 "Redis store: the prefix of every key (default sluice:)");
+                 "Redis and Memcached stores: the prefix of every key (default sluice:)");
   app.add_flag("--merge-domains", flags.merge_domains,
                "Rules: a file naming a domain already loaded adds to it (else an error)");
   app.add_flag("--health-needs-rules", flags.health_needs_rules,
@@ -259,7 +263,12 @@ void AddFlags(CLI::App& app, Flags& flags) {
 // Sets one flag from the environment, as if given on the command line, through the flag's own
 // checks. Errors name the variables.
 absl::Status ApplyFlag(CLI::Option& option, const EnvFlag& env) {
-  if (env.flag == "--store" && env.value != "memory") {
+  if (env.flag == "--store" && env.value.starts_with("memcached://")) {
+    if (absl::StatusOr<MemcachedStoreOptions> url = ParseMemcachedUrl(env.value); !url.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: {}", env.variables, internal::Message(url.status())));
+    }
+  } else if (env.flag == "--store" && env.value != "memory") {
     if (absl::StatusOr<RedisStoreOptions> url = ParseRedisUrl(env.value); !url.ok()) {
       return absl::InvalidArgumentError(
           fmt::format("{}: {}", env.variables, internal::Message(url.status())));

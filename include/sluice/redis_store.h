@@ -77,31 +77,19 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
+#include "sluice/failure_policy.h"
 #include "sluice/give_back.h"
 #include "sluice/memory_store.h"
 #include "sluice/store.h"
+#include "sluice/store_log.h"
 
 namespace sluice {
 
-// What a decision gets when Redis cannot decide it: when Redis cannot be reached in time (a
-// lost connection, a timeout) or answers that it cannot decide now (OOM, READONLY, MASTERDOWN,
-// LOADING, BUSY, CLUSTERDOWN, NOREPLICAS, MISCONF, NOAUTH, NOPERM), to the whole script call
-// or to a command the script runs (src/redis/errors.h reads them). Any other error is the
-// call's own (Internal: a key of another type, a script error), which no policy decides.
-enum class FailurePolicy : uint8_t {
-  kAllow,  // Fail open: allowed, with every figure 0 (nothing is known).
-  kDeny,   // Fail closed: the call returns the error (Unavailable, DeadlineExceeded).
-  kLocal,  // Decide in a MemoryStore inside this process, with the same limits, until Redis is
-           // back.
-};
-
-std::string_view FailurePolicyName(FailurePolicy policy);                 // "allow", ...
-absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);  // The inverse.
-
 // What the store tells an operator (RedisStoreOptions::log): a Redis server lost or refusing to
 // decide (kWarning), and back (kInfo).
-enum class RedisLogLevel : uint8_t { kInfo, kWarning };
-using RedisLogSink = std::function<void(RedisLogLevel level, std::string_view line)>;
+// (The shared store log's names, sluice/store_log.h, kept under Redis's names for callers.)
+using RedisLogLevel = StoreLogLevel;
+using RedisLogSink = StoreLogSink;
 
 // Where one Redis server listens: a host and port, or a unix socket.
 struct RedisEndpoint {
@@ -163,11 +151,17 @@ struct RedisStoreOptions {
   std::chrono::milliseconds backoff_min{10};
   std::chrono::milliseconds backoff_max{250};
 
+  // What a decision gets when Redis cannot decide it (sluice/failure_policy.h): when Redis
+  // cannot be reached in time (a lost connection, a timeout) or answers that it cannot decide
+  // now (OOM, READONLY, MASTERDOWN, LOADING, BUSY, CLUSTERDOWN, NOREPLICAS, MISCONF, NOAUTH,
+  // NOPERM), to the whole script call or to a command the script runs (src/redis/errors.h
+  // reads them). Any other error is the call's own (Internal: a key of another type, a script
+  // error), which no policy decides.
   FailurePolicy on_failure = FailurePolicy::kDeny;
   // Hears, once per change and never per call, a Redis server lost with the reason (refused,
   // AUTH refused with Redis's error, a timeout, OOM or READONLY answered) and back; a change
   // repeated within 30 s is held back and counted, and the state is said once the 30 s have
-  // passed (src/redis/health.h). Called on the store's I/O thread: it must not block nor call
+  // passed (src/core/health_log.h). Called on the store's I/O thread: it must not block nor call
   // the store. Empty: nothing is said.
   RedisLogSink log = {};
   std::string key_prefix = "sluice:";

@@ -169,6 +169,10 @@ std::optional<ConcurrencyLimit> FileParser::ParseConcurrency(const YAML::Node& n
     }
     return std::nullopt;
   }
+  if (!no_leases_.empty()) {
+    Fail(capacity, fmt::format("rule '{}': a concurrency limit needs leases, and {}", path,
+                               no_leases_));
+  }
   ConcurrencyLimit concurrency;
   concurrency.name = path + ":concurrency";
   concurrency.capacity = Integer(capacity, "concurrency", 1, kMaxConcurrency);

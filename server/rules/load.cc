@@ -148,7 +148,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
         return absl::InvalidArgumentError(fmt::format("{}:1:1: the file is empty", file));
       }
       RemoveNulls(root);
-      FileParser parser(file, counters, check_limit, options.limits, budget);
+      FileParser parser(file, counters, check_limit, options.limits, budget, options.no_leases);
       const std::string name = parser.DomainName(root);
       const auto known = std::find_if(rules->domains_.begin(), rules->domains_.end(),
                                       [&](const auto& domain) { return domain->name == name; });

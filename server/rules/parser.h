@@ -34,14 +34,16 @@ struct ConfigError {
 class FileParser {
  public:
   // `counters`, `check_limit`, `limits` and `budget` must outlive the parser. Each descriptor
-  // and rule limit read is counted in `budget` against `limits`.
+  // and rule limit read is counted in `budget` against `limits`. `no_leases`: why a
+  // `concurrency:` rule is refused (RuleLoadOptions::no_leases); empty: it is not.
   FileParser(std::string file, CounterRegistry& counters, const LimitChecker& check_limit,
-             const RuleFileLimits& limits, YamlBudget& budget)
+             const RuleFileLimits& limits, YamlBudget& budget, std::string no_leases = {})
       : file_(std::move(file)),
         counters_(counters),
         check_limit_(check_limit),
         limits_(limits),
-        budget_(budget) {}
+        budget_(budget),
+        no_leases_(std::move(no_leases)) {}
 
   // The name of the domain of the file whose YAML is `root`: a mapping of known keys with a
   // non-empty `domain`. Throws ConfigError.
@@ -129,6 +131,7 @@ class FileParser {
   const LimitChecker& check_limit_;  // The store's verdict, asked for every limit.
   const RuleFileLimits& limits_;
   YamlBudget& budget_;  // Shared by the files of one load.
+  const std::string no_leases_;  // Why a concurrency rule is refused; empty: it is not.
 };
 
 }  // namespace sluice::server

@@ -274,6 +274,9 @@ struct RuleLoadOptions {
   // an error, as theirs.
   bool merge_domains = false;
   RuleFileLimits limits;
+  // Not empty: the store keeps no leases (Memcached), so a `concurrency:` rule is refused at
+  // load, naming the rule and this reason, rather than failing every request it matches.
+  std::string no_leases;
 };
 
 class RuleSet {

@@ -7,7 +7,7 @@
 //                   policy, and RedisStore's own functions;
 //   cluster.cc      the slot map (CLUSTER SLOTS) and the redirections (MOVED, ASK, TRYAGAIN);
 //   connection.cc   one connection: handshake, pipelined script calls, replies, and what
-//                   they say of the server (errors.h, health.h);
+//                   they say of the server (errors.h, src/core/health_log.h);
 //   multislot.cc    a request over several cluster slots, decided slot by slot;
 //   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
@@ -48,7 +48,7 @@
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/deny_cache.h"
-#include "src/redis/health.h"
+#include "src/core/health_log.h"
 #include "src/redis/shares.h"
 
 namespace sluice {
@@ -228,7 +228,7 @@ class RedisStore::Impl {
   bool stopping_ = false;
   std::string sha_;                               // The script's, from SCRIPT LOAD.
   std::string last_error_ = "not connected yet";  // For NoConnection's message.
-  internal::HealthLog health_{options_.log};      // Lost and back; its Flush is OnTimer's.
+  internal::HealthLog health_{"Redis", options_.log};      // Lost and back; its Flush is OnTimer's.
   // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
   // otherwise.
   std::unique_ptr<Sentinel> sentinel_;

@@ -9,6 +9,8 @@
 #include "fmt/format.h"
 
 #include "sluice/redis_store.h"
+#include "src/core/host_port.h"
+#include "src/core/status.h"
 
 namespace sluice {
 namespace internal {
@@ -51,62 +53,12 @@ absl::StatusOr<RedisEndpoint> ParseEndpoint(std::string_view url, std::string_vi
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("redis URL '{}': {}", url, why));
   };
-  RedisEndpoint endpoint{.host = "", .port = default_port};
-  std::string_view port;
-  if (text.starts_with('[')) {  // [IPv6]:port
-    const size_t close = text.find(']');
-    if (close == std::string_view::npos) {
-      return bad("an IPv6 address needs its closing ']'");
-    }
-    endpoint.host = std::string(text.substr(1, close - 1));
-    text.remove_prefix(close + 1);
-    if (!text.empty() && !text.starts_with(':')) {
-      return bad("expected ':port' after ']'");
-    }
-    port = text.empty() ? "" : text.substr(1);
-  } else {
-    const size_t colon = text.find(':');
-    endpoint.host = std::string(text.substr(0, colon));
-    port = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  absl::StatusOr<internal::HostPort> server = internal::ParseHostPort(text, default_port);
+  if (!server.ok()) {
+    return bad(internal::Message(server.status()));
   }
-  if (endpoint.host.empty()) {
-    return bad("no host");
-  }
-  if (!port.empty()) {
-    const std::optional<unsigned> value = WholeNumber(port);
-    if (!value || *value < 1 || *value > 65535) {
-      return bad(fmt::format("port '{}' is not a number from 1 to 65535", port));
-    }
-    endpoint.port = static_cast<uint16_t>(*value);
-  }
-  return endpoint;
+  return RedisEndpoint{.host = std::move(server->host), .port = server->port};
 }
-
-}  // namespace
-
-std::string_view FailurePolicyName(FailurePolicy policy) {
-  switch (policy) {
-    case FailurePolicy::kAllow:
-      return "allow";
-    case FailurePolicy::kDeny:
-      return "deny";
-    case FailurePolicy::kLocal:
-      return "local";
-  }
-  return "?";
-}
-
-absl::StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
-  for (FailurePolicy p : {FailurePolicy::kAllow, FailurePolicy::kDeny, FailurePolicy::kLocal}) {
-    if (name == FailurePolicyName(p)) {
-      return p;
-    }
-  }
-  return absl::InvalidArgumentError(
-      fmt::format("unknown failure policy '{}': use allow, deny or local", name));
-}
-
-namespace {
 
 constexpr std::string_view kSentinelPassword = "sentinel_password=";
 

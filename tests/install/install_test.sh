@@ -21,25 +21,30 @@ fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
 
 step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
-for f in include/sluice/limiter.h include/sluice/redis_store.h lib/cmake/sluice/sluiceConfig.cmake \
-         lib/cmake/sluice/sluiceConfigVersion.cmake lib/pkgconfig/sluice.pc lib/pkgconfig/sluice-redis.pc; do
+for f in include/sluice/limiter.h include/sluice/redis_store.h include/sluice/memcached_store.h \
+         include/sluice/store_log.h lib/cmake/sluice/sluiceConfig.cmake \
+         lib/cmake/sluice/sluiceConfigVersion.cmake lib/pkgconfig/sluice.pc lib/pkgconfig/sluice-redis.pc \
+         lib/pkgconfig/sluice-memcached.pc; do
   [[ -f $prefix/$f ]] || fail "$f is not installed"
 done
 
-# Each compiler builds each source once and each way builds each library once: the Redis
-# consumer with find_package under g++ and with pkg-config under clang++ (a build is ~5 s).
+# Each compiler builds each source once and each way builds each library once: the Redis and
+# Memcached consumers with find_package under g++ and with pkg-config under clang++ (a build is
+# ~5 s).
 # No -O: the consumer's speed does not matter, its build's does.
 for cxx in g++ clang++; do
   redis=$([[ $cxx == g++ ]] && echo ON || echo OFF)
-  step "find_package(sluice CONFIG$([[ $redis == ON ]] && echo ' COMPONENTS redis')) with $cxx"
+  step "find_package(sluice CONFIG$([[ $redis == ON ]] && echo ' COMPONENTS redis memcached')) with $cxx"
   dir=$tmp/cmake-$cxx
   cmake -S "$consumer" -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
-        -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_REDIS=$redis >"$tmp/configure.log" 2>&1 ||
+        -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_REDIS=$redis -DCONSUMER_MEMCACHED=$redis \
+        >"$tmp/configure.log" 2>&1 ||
     { cat "$tmp/configure.log"; fail "configuring the consumer with $cxx"; }
   cmake --build "$dir" || fail "building the consumer (find_package) with $cxx"
   "$dir/consumer" || fail "the consumer (find_package, $cxx)"
   if [[ $redis == ON ]]; then
     "$dir/consumer_redis" || fail "the Redis consumer (find_package, $cxx)"
+    "$dir/consumer_memcached" || fail "the Memcached consumer (find_package, $cxx)"
   fi
 
   export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
@@ -54,6 +59,11 @@ for cxx in g++ clang++; do
     "$cxx" -std=c++20 "${warnings[@]}" -o "$tmp/pc-redis-$cxx" "$consumer/redis.cc" \
       $(pkg-config --cflags --libs sluice-redis) || fail "building the Redis consumer (pkg-config) with $cxx"
     "$tmp/pc-redis-$cxx" || fail "the Redis consumer (pkg-config, $cxx)"
+    step "pkg-config sluice-memcached with $cxx"
+    # shellcheck disable=SC2046
+    "$cxx" -std=c++20 "${warnings[@]}" -o "$tmp/pc-memcached-$cxx" "$consumer/memcached.cc" \
+      $(pkg-config --cflags --libs sluice-memcached) || fail "building the Memcached consumer (pkg-config) with $cxx"
+    "$tmp/pc-memcached-$cxx" || fail "the Memcached consumer (pkg-config, $cxx)"
   fi
   unset PKG_CONFIG_PATH
 done
@@ -76,7 +86,7 @@ targets=$(ninja -C "$tmp/library-only" -t targets all)
 for t in libsluice_core.a libsluice_memory.a; do
   grep -q "^src/[a-z]*/$t:" <<<"$targets" || fail "SLUICE_LIBRARY_ONLY has no $t"
 done
-if grep -E '^bin/|sluice_redis|grpc' <<<"$targets" | head -3 | grep -q .; then
-  fail "SLUICE_LIBRARY_ONLY builds more than the library: $(grep -E '^bin/|sluice_redis|grpc' <<<"$targets" | head -3)"
+if grep -E '^bin/|sluice_redis|sluice_memcached|grpc' <<<"$targets" | head -3 | grep -q .; then
+  fail "SLUICE_LIBRARY_ONLY builds more than the library: $(grep -E '^bin/|sluice_redis|sluice_memcached|grpc' <<<"$targets" | head -3)"
 fi
 step "ok"

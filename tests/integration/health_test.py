@@ -27,6 +27,16 @@ def eventually(probe, expected, what, seconds=30):
     return value
 
 
+def assert_said_lost_and_back_once(test, server, who, context):
+    """`server`'s log said `who` ("Redis at HOST:PORT") lost once and back once. A change of
+    cause may be said once more (the connection closed, then refused): never a line per
+    reconnection, call or probe."""
+    log = server.output()
+    test.assertEqual(log.count(f"{who} lost:"), 1, (context, log))
+    test.assertEqual(log.count(f"{who} is back after"), 1, (context, log))
+    test.assertLessEqual(log.count(f"{who} is still lost"), 1, (context, log))
+
+
 class HealthTest(RedisCase):
     def healthz(self, server):
         """(status, body) of GET /healthz."""
@@ -79,16 +89,9 @@ class HealthTest(RedisCase):
         for policy, server in servers.items():
             self.assertEqual(eventually(lambda: self.state(server), (200, "ok", "up", 200),
                                         policy, seconds=60), (200, "ok", "up", 200))
-        port = self.redis.port
         for policy, server in servers.items():
-            log = server.output()
-            self.assertEqual(log.count(f"Redis at 127.0.0.1:{port} lost:"), 1, (policy, log))
-            self.assertEqual(log.count(f"Redis at 127.0.0.1:{port} is back after"), 1,
-                             (policy, log))
-            # A change of cause may be said once more (closed the connection, then refused):
-            # never a line per reconnection.
-            self.assertLessEqual(log.count(f"Redis at 127.0.0.1:{port} is still lost"), 1,
-                                 (policy, log))
+            assert_said_lost_and_back_once(self, server, f"Redis at 127.0.0.1:{self.redis.port}",
+                                           policy)
 
 
 if __name__ == "__main__":

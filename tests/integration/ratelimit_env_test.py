@@ -6,7 +6,8 @@ then SUBDIRECTORY ratelimit, then config/ with a YAML file), starts a redis-serv
 and sluiced with no flags but what the case says, its settings in the environment only. Then
 /healthcheck (200 "OK", 500 while Redis is down), POST /json, the debug port's /rlconfig, a
 swap of the symlink reloaded, a flag beside its variable winning, a malformed variable
-refused, switches (SHADOW_MODE, MERGE_DOMAIN_CONFIG) reaching their flags. Python 3
+refused, switches (SHADOW_MODE, MERGE_DOMAIN_CONFIG) reaching their flags, and their
+BACKEND_TYPE=memcache on a memcached of its own (MEMCACHE_HOST_PORT). Python 3
 standard library only.
 
     python3 tests/integration/ratelimit_env_test.py --sluiced build/bin/sluiced
@@ -24,6 +25,7 @@ import unittest
 
 import http_fixture
 import sluiced
+from memcached_test import Memcached
 from redis_test import Redis
 
 RULES = """domain: rl
@@ -228,6 +230,22 @@ class RatelimitEnvironmentTest(unittest.TestCase):
         eventually(lambda: get(port, "/healthcheck"), (200, "OK"), "/healthcheck with Redis")
         self.assertEqual(process.stop(), 0, process.output()[-2000:])
 
+    def test_their_memcache_backend(self):
+        memcached = Memcached()
+        try:
+            variables = self.their_variables(BACKEND_TYPE="memcache",
+                                             MEMCACHE_HOST_PORT=memcached.address,
+                                             REDIS_URL="127.0.0.1:1",
+                                             REDIS_TIMEOUT=sluiced.REDIS_TIMEOUT)
+            process = self.start(variables)
+            self.assertIsNotNone(process, self.processes[-1].output()[-2000:])
+            self.assert_serves_the_rules(variables, process)
+            self.assertIn('"store":"memcached"', get(int(variables["PORT"]), "/healthz")[1])
+            self.assertIn("REDIS_URL (BACKEND_TYPE is memcache)", process.output())
+            self.assertEqual(memcached.items(), 1)  # The key's state is in memcached.
+        finally:
+            memcached.kill()
+
     def test_their_environment_over_a_unix_socket(self):
         socket_path = os.path.join(self.workdir, "redis.sock")
         self.redis = Redis(self.workdir, "--unixsocket", socket_path, "--unixsocketperm", "700")
@@ -278,7 +296,9 @@ class RatelimitEnvironmentTest(unittest.TestCase):
                  ({"SHADOW_MODE": "maybe"}, "SHADOW_MODE=maybe"),
                  ({"REDIS_TIMEOUT": "soon"}, "REDIS_TIMEOUT=soon"),
                  ({"REDIS_TYPE": "SENTINEL"}, "with REDIS_TYPE=SENTINEL, expected master-name"),
-                 ({"BACKEND_TYPE": "memcache"}, "memcache")]
+                 ({"BACKEND_TYPE": "memcache"}, "MEMCACHE_HOST_PORT is not set"),
+                 ({"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "_memcache._tcp.example"},
+                  "MEMCACHE_SRV=_memcache._tcp.example: sluiced does not discover")]
         for extra, message in cases:
             variables = self.their_variables(REDIS_SOCKET_TYPE="tcp", REDIS_URL="127.0.0.1:1",
                                              **extra)

@@ -295,6 +295,21 @@ class Sluiced:
         return text
 
 
+def assert_one_limit_shared(test, a, b, domain="fleet"):
+    """Checks that sluiced `a` and `b`, on one shared store, enforce one limit of 5 per hour on
+    descriptor user: five admissions in turn, each taking its own place in the one quota, then
+    denials from both; another user's quota untouched."""
+    answers = [server.check("ann", domain=domain) for server in (a, b, a, b, a)]
+    test.assertEqual([status for status, _ in answers], [200] * 5)
+    # Each admission took its own place in the one quota: 4, 3, 2, 1, 0 left.
+    test.assertEqual(sorted(answer["remaining"] for _, answer in answers), [0, 1, 2, 3, 4])
+    for server in (a, b):
+        status, answer = server.check("ann", domain=domain)
+        test.assertEqual(status, 429, answer)
+    status, answer = b.check("bob", domain=domain)
+    test.assertEqual((status, answer["remaining"]), (200, 4))
+
+
 def main(verbosity=1):
     """Runs the calling test file's tests against the sluiced of --sluiced PATH: the one
     entry point of the integration tests that take nothing else."""

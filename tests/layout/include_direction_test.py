@@ -20,6 +20,8 @@ ALLOWED = {
     "src/memory": ["include/sluice", "src/core", "src/memory"],
     "src/tls": ["src/tls"],
     "src/redis": ["include/sluice", "src/core", "src/redis", "src/tls"],
+    # The Memcached store's items hold the memory store's state encoding (src/memory/snapshot.h).
+    "src/memcached": ["include/sluice", "src/core", "src/memory", "src/memcached"],
     "server": ["include/sluice", "src/core", "src/tls", "server"],
     "tools": ["include/sluice", "src/core", "tools"],
 }

@@ -1,7 +1,7 @@
-// HealthLog (src/redis/health.h) on an injected time: lost and back once per change, a server
+// HealthLog (src/core/health_log.h) on an injected time: lost and back once per change, a server
 // that comes and goes held back, and its state said once the quiet time has passed.
 
-#include "src/redis/health.h"
+#include "src/core/health_log.h"
 
 #include <chrono>
 #include <string>
@@ -19,8 +19,8 @@ using namespace std::chrono_literals;
 
 class HealthLogTest : public ::testing::Test {
  protected:
-  HealthLog log_{[this](RedisLogLevel level, std::string_view line) {
-    lines_.push_back(std::string(level == RedisLogLevel::kWarning ? "W " : "I ") +
+  HealthLog log_{"Redis", [this](StoreLogLevel level, std::string_view line) {
+    lines_.push_back(std::string(level == StoreLogLevel::kWarning ? "W " : "I ") +
                      std::string(line));
   }};
   std::vector<std::string> lines_;
@@ -81,7 +81,7 @@ TEST_F(HealthLogTest, AFlapThatEndsAsItWasSaidSaysNothingMore) {
 // What a health probe reads (sluiced's /healthz): the servers lost now, by kind, at once
 // (a change held back from the log is counted all the same).
 TEST(HealthLogCountsTest, CountsTheServersLostNowByKind) {
-  HealthLog log(RedisLogSink{});
+  HealthLog log("Redis", StoreLogSink{});
   const HealthLog::Time t0 = HealthLog::Time() + 1h;
   EXPECT_EQ(log.counts().lost + log.counts().refusing, 0);
   log.Lost("a:1", "refused", false, t0);

@@ -21,6 +21,7 @@
 #include "tests/redis/fixtures.h"
 #include "tests/testing/random.h"
 #include "tests/testing/redis_server.h"
+#include "tests/testing/several_limits.h"
 #include "tests/testing/util.h"
 
 namespace sluice {
@@ -400,41 +401,11 @@ TEST(RedisStoreTest, DecidesSeveralLimitsAllOrNothingAsTheMemoryStore) {
   std::unique_ptr<RedisStore> redis = MustStore(OptionsFor(server));
   testing::Random rnd(testing::Seed(11));
   testing::Client client(server.port());
-  for (int round = 0; round < 30; ++round) {
-    client.Run({"FLUSHALL"});
-    MemoryStore memory;
-    std::vector<Limit> limits;
-    const int count = static_cast<int>(rnd.Between(2, 4));
-    while (static_cast<int>(limits.size()) < count) {
-      const Limit l = rnd.LimitFor(*redis, static_cast<Algorithm>(rnd.Between(
-                                               0, static_cast<int>(Algorithm::kLeakyBucket))));
-      if (std::find(limits.begin(), limits.end(), l) == limits.end()) {
-        limits.push_back(l);
-      }
-    }
-    std::vector<LimitedKey> requests;
-    for (const Limit& l : limits) {
-      requests.push_back({&l, "{user}:one"});
-    }
-    int64_t t = kEpoch;
-    for (int i = 0; i < 60; ++i) {
-      t += rnd.Gap(limits[static_cast<size_t>(rnd.Between(0, count - 1))]);
-      const int64_t cost = rnd.Cost(limits[0]);
-      std::vector<Decision> got_each(limits.size());
-      std::vector<Decision> want_each(limits.size());
-      absl::StatusOr<Decision> got = redis->DecideAll(requests, cost, At(t), got_each);
-      absl::StatusOr<Decision> want = memory.DecideAll(requests, cost, At(t), want_each);
-      ASSERT_TRUE(got.ok() && want.ok()) << got.status() << want.status();
-      ASSERT_EQ(*got, *want) << "round " << round << " step " << i;
-      ASSERT_EQ(got_each, want_each) << "round " << round << " step " << i;
-    }
-  }
-  // The same limit on the same key twice cannot be decided all or nothing.
-  const Limit l = MustLimit({.limit = 1, .period = 1s});
-  const LimitedKey twice[] = {{&l, "k"}, {&l, "k"}};
-  Decision each[2];
-  EXPECT_TRUE(absl::IsInvalidArgument(redis->DecideAll(twice, 1, At(kEpoch), each).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(redis->Decide(l, "k", -1, At(kEpoch)).status()));
+  testing::ExpectSeveralLimitsAsTheMemoryStore(*redis, rnd, /*rounds=*/30, /*steps=*/60,
+                                               [&client](int) {
+                                                 client.Run({"FLUSHALL"});
+                                                 return std::string("{user}:one");
+                                               });
 }
 
 }  // namespace

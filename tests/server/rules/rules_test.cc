@@ -203,6 +203,18 @@ descriptors:
   EXPECT_EQ(exporter->concurrency->lease_ttl, std::chrono::minutes(5));
 }
 
+TEST(RuleParseTest, AConcurrencyRuleIsRefusedWhereTheStoreKeepsNoLeases) {
+  CounterRegistry counters;
+  const auto rules = RuleSet::Parse(
+      {{"rules.yaml", "domain: jobs\ndescriptors:\n  - key: mailer\n    concurrency: 3\n"}},
+      counters, [](const Limit& limit) { return CheckingStore().CheckLimit(limit); },
+      RuleLoadOptions{.no_leases = "the store keeps none"});
+  ASSERT_FALSE(rules.ok());
+  EXPECT_EQ(rules.status().message(),
+            "rules.yaml:4:18: rule 'jobs.mailer': a concurrency limit needs leases, and the "
+            "store keeps none");
+}
+
 TEST(RuleParseTest, AShareIsKeptWithItsLimit) {
   CounterRegistry counters;
   const auto rules = ParseText(R"(

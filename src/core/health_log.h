@@ -1,16 +1,17 @@
 #pragma once
 
-// What RedisStore tells an operator about the Redis servers it uses: a server lost (with the
-// reason: connection refused, AUTH refused naming Redis's error, a timeout, OOM or READONLY
-// answered) and back, said once per change of state, never per call. A line of a kind said
+// What a shared store (RedisStore, MemcachedStore) tells an operator about the servers it uses:
+// a server lost (with the reason: connection refused, AUTH refused naming Redis's error, a
+// timeout, OOM or READONLY answered, memcached out of memory) and back, said once per change of state, never per call. A line of a kind said
 // within kQuiet before (a server that comes and goes, a reconnection that fails for one reason
 // then another) is held back and counted; once kQuiet has passed, the state the server is then
 // in is said, with the count, unless it is the state said last. So the last line said of a
 // server is its state, at most kQuiet late, and a server flapping says a few lines a minute.
 //
-// Not thread-safe: the store's I/O thread alone uses it, but for counts(), which any thread
-// may read (a health probe: what the store knows, without asking Redis). Time is passed in;
-// the store calls Flush by a timer at due().
+// Not thread-safe: one thread at a time uses it (the Redis store's I/O thread; the Memcached
+// store's threads under a mutex), but for counts(), which any thread may read (a health probe:
+// what the store knows, without asking the servers). Time is passed in; the store calls Flush
+// by a timer at due() (or as calls come).
 
 #include <atomic>
 #include <chrono>
@@ -20,7 +21,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "sluice/redis_store.h"
+#include "sluice/store_log.h"
 
 namespace sluice::internal {
 
@@ -29,8 +30,9 @@ class HealthLog {
   using Time = std::chrono::steady_clock::time_point;
   static constexpr std::chrono::seconds kQuiet{30};
 
-  // `sink` hears the lines; empty: nothing is said (the state is still kept).
-  explicit HealthLog(RedisLogSink sink) : sink_(std::move(sink)) {}
+  // `sink` hears the lines, which name the servers as `what`'s ("Redis", "Memcached"); empty:
+  // nothing is said (the state is still kept).
+  HealthLog(std::string what, StoreLogSink sink) : what_(std::move(what)), sink_(std::move(sink)) {}
 
   // `server` cannot be used: lost (a connection failed: `refusing` false), or it answers that
   // it cannot decide (an error reply: `refusing` true).
@@ -79,7 +81,8 @@ class HealthLog {
   static std::string Kind(const Server& server);
   void Count();  // counts() after a change.
 
-  RedisLogSink sink_;
+  std::string what_;
+  StoreLogSink sink_;
   std::unordered_map<std::string, Server> servers_;
   std::atomic<int> lost_{0};
   std::atomic<int> refusing_{0};

@@ -1,4 +1,4 @@
-#include "src/redis/health.h"
+#include "src/core/health_log.h"
 
 #include <utility>
 
@@ -56,7 +56,7 @@ void HealthLog::Moved(std::string_view from, std::string_view line) {
   servers_.erase(std::string(from));
   Count();
   if (sink_) {
-    sink_(RedisLogLevel::kInfo, line);
+    sink_(StoreLogLevel::kInfo, line);
   }
 }
 
@@ -115,11 +115,11 @@ void HealthLog::Settle(const std::string& name, Server& server, Time now) {
     ++server.held_back;
     return;
   }
-  std::string line = !server.lost ? fmt::format("Redis at {} is back after {} ({})", name,
+  std::string line = !server.lost ? fmt::format("{} at {} is back after {} ({})", what_, name,
                                                 Lasted(now - server.since), server.reason)
                      : server.said_lost
-                         ? fmt::format("Redis at {} is still lost: {}", name, server.reason)
-                         : fmt::format("Redis at {} {}: {}", name,
+                         ? fmt::format("{} at {} is still lost: {}", what_, name, server.reason)
+                         : fmt::format("{} at {} {}: {}", what_, name,
                                        server.refusing ? "cannot decide" : "lost", server.reason);
   if (server.held_back > 0) {
     line +=
@@ -133,7 +133,7 @@ void HealthLog::Settle(const std::string& name, Server& server, Time now) {
   server.said_reason = server.reason;
   server.held_back = 0;
   if (sink_) {
-    sink_(server.lost ? RedisLogLevel::kWarning : RedisLogLevel::kInfo, line);
+    sink_(server.lost ? StoreLogLevel::kWarning : StoreLogLevel::kInfo, line);
   }
 }
 

@@ -1,0 +1,68 @@
+#pragma once
+
+// The gets/cas loops a MemcachedStore decision is made of, one limit and one key each: read
+// the item, run the algorithm (sluice/algorithms.h) or the give-back (sluice/give_back.h) on
+// its state here, and write the new state back only if the item is as it was read (cas; add
+// for a key with no item). A write that loses to another writer reads and tries again, at most
+// `retries` times, then fails with Aborted naming the limit, the key and the bound; or, when
+// the call's deadline has passed, with DeadlineExceeded.
+//
+// Thread-compatible, as the MemcachedConnection they are given; the counters are atomic.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+#include "sluice/algorithms.h"
+#include "sluice/give_back.h"
+#include "sluice/limit.h"
+#include "src/memcached/connection.h"
+
+namespace sluice::internal {
+
+// A limit's item as read: its state (a new key's when there is no item) and cas unique.
+struct ReadItem {
+  AnyState state;
+  std::optional<uint64_t> cas;  // nullopt: no item (write with add).
+};
+
+struct CasCounters {
+  std::atomic<uint64_t> conflicts{0};  // Writes that lost and were tried again.
+  std::atomic<uint64_t> exhausted{0};  // Loops that gave up after `retries`.
+};
+
+struct CasSettings {
+  int retries = 32;
+  Micros expiry_margin{0};
+  CasCounters* counters = nullptr;  // Required.
+  // A retry that would start after this fails with DeadlineExceeded instead (each operation
+  // is bounded by libmemcached's own timeout): the call's deadline.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+// One limit on one key, in the store's naming (src/memcached/keys.h).
+struct ItemTarget {
+  const Limit* limit = nullptr;
+  std::string item_key;
+};
+
+absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTarget& target);
+
+// Decides `cost` at `now` on the target, starting from `first` (a read already made), and
+// writes the state when allowed with cost > 0. Sets `charge` to what was charged (units 0 when
+// nothing was). A denial writes nothing.
+absl::StatusOr<Decision> ChargeState(MemcachedConnection& connection, const ItemTarget& target,
+                                     int64_t cost, Timestamp now, ReadItem first,
+                                     const CasSettings& settings, Charge& charge);
+
+// Gives `charge` back on the target at `now` (nothing to do when the item has gone: its charge
+// went with it).
+absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& target,
+                           const Charge& charge, Timestamp now, const CasSettings& settings);
+
+}  // namespace sluice::internal

@@ -1,0 +1,330 @@
+// MemcachedStore against a real memcached: its URLs and item names, the same decisions as
+// MemoryStore on random traces for every algorithm and for several limits at once, threads of
+// two stores on one hot key, hostile items and leases refused. Failures, policies and two
+// servers are in memcached_failures_test.cc.
+
+#include "sluice/memcached_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+
+#include "sluice/memory_store.h"
+#include "tests/memcached/fixtures.h"
+#include "tests/testing/random.h"
+#include "tests/testing/several_limits.h"
+#include "tests/testing/util.h"
+
+namespace sluice {
+namespace {
+
+using testing::At;
+using testing::kEpoch;
+using testing::MemcachedOptionsFor;
+using testing::MemcachedServer;
+using testing::MustLimit;
+using testing::MustMemcached;
+using namespace std::chrono_literals;
+
+TEST(MemcachedUrlTest, ReadsServersWithDefaultPorts) {
+  absl::StatusOr<MemcachedStoreOptions> o =
+      ParseMemcachedUrl("memcached://10.0.0.1:11311,cache.local,[::1]:7000");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->servers.size(), 3u);
+  EXPECT_EQ(o->servers[0], (MemcachedEndpoint{.host = "10.0.0.1", .port = 11311}));
+  EXPECT_EQ(o->servers[1], (MemcachedEndpoint{.host = "cache.local", .port = 11211}));
+  EXPECT_EQ(o->servers[2], (MemcachedEndpoint{.host = "::1", .port = 7000}));
+}
+
+TEST(MemcachedUrlTest, RefusesWhatItCannotReadNamingThePart) {
+  for (const char* url : {"redis://h", "memcached://", "memcached://h:0", "memcached://h:x",
+                          "memcached://h,,g", "memcached://u@h", "memcached://h/db",
+                          "memcached://[::1", "memcached://h:1,h:1"}) {
+    absl::StatusOr<MemcachedStoreOptions> o = ParseMemcachedUrl(url);
+    EXPECT_TRUE(absl::IsInvalidArgument(o.status())) << url;
+    EXPECT_NE(o.status().message().find("memcached URL"), std::string_view::npos) << url;
+  }
+}
+
+TEST(MemcachedStoreTest, ItemNamesArePrintableDistinctAndShort) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  const Limit l = MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s});
+  EXPECT_EQ(store->ItemKey(l, "alice"), "sluice:gcra%2010/1s%20burst%2010:alice");
+  const std::string spaced = store->ItemKey(l, "a b");
+  const std::string escaped = store->ItemKey(l, "a%20b");
+  EXPECT_NE(spaced, escaped);
+  const std::string long_key(300, 'x');
+  const std::string hashed = store->ItemKey(l, long_key);
+  EXPECT_LE(hashed.size(), 250u);
+  EXPECT_NE(hashed, store->ItemKey(l, long_key + "y"));
+  // A key of every byte is stored and decided like any other.
+  std::string bytes;
+  for (int c = 0; c < 256; ++c) {
+    bytes += static_cast<char>(c);
+  }
+  absl::StatusOr<Decision> d = store->Decide(l, bytes, 1, At(kEpoch));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->allowed);
+  EXPECT_EQ(d->remaining, 9);
+}
+
+struct Step {
+  int64_t time;
+  int key;
+  int64_t cost;
+};
+
+class MemcachedDifferentialTest : public ::testing::TestWithParam<Algorithm> {};
+
+// Random limits of the algorithm, each with a trace over three keys: gaps from none to days,
+// now and then a step back in time, costs 0, 1 and past the burst. Half the trace goes
+// through DecideAllAsync (one call at a time), half through Decide; the same trace goes
+// through a MemoryStore.
+TEST_P(MemcachedDifferentialTest, DecidesAsTheMemoryStoreDoesFigureForFigure) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  testing::Random rnd(testing::Seed(20261126) + static_cast<uint64_t>(GetParam()));
+  int allowed = 0;
+  int denied = 0;
+  for (int round = 0; round < 12; ++round) {
+    MemoryStore memory;
+    const Limit limit = rnd.LimitFor(*store, GetParam());
+    // Keys of this round alone: each round starts afresh, as its MemoryStore does.
+    const std::vector<std::string> keys = {fmt::format("alice.{}", round),
+                                           fmt::format("bob.{}", round),
+                                           fmt::format("{{carol}} {}", round)};
+    int64_t t = kEpoch + rnd.Between(0, 1'000'000'000);
+    for (int i = 0; i < 80; ++i) {
+      t += rnd.OneIn(25) ? -rnd.Between(1, 2 * limit.period().count()) : rnd.Gap(limit);
+      const Step step{t, static_cast<int>(rnd.Between(0, 2)), rnd.Cost(limit)};
+      const std::string& key = keys[static_cast<size_t>(step.key)];
+      absl::StatusOr<Decision> got;
+      if (i % 2 == 0) {
+        got = store->Decide(limit, key, step.cost, At(step.time));
+      } else {
+        const LimitedKey request{&limit, key};
+        Decision each;
+        std::promise<absl::StatusOr<Decision>> done;
+        store->DecideAllAsync({&request, 1}, step.cost, At(step.time), {&each, 1},
+                              [&done](absl::StatusOr<Decision> d) { done.set_value(d); });
+        got = done.get_future().get();
+        if (got.ok()) {
+          ASSERT_EQ(each, *got);
+        }
+      }
+      absl::StatusOr<Decision> want = memory.Decide(limit, key, step.cost, At(step.time));
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_EQ(*got, *want) << limit.ToString() << " round " << round << " step " << i
+                             << " at " << step.time << " key " << key << " cost " << step.cost;
+      (want->allowed ? allowed : denied) += 1;
+    }
+  }
+  EXPECT_GT(allowed, 100);  // The traces exercise both answers.
+  EXPECT_GT(denied, 30);
+  EXPECT_EQ(store->Stats().failures, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MemcachedDifferentialTest,
+                         ::testing::ValuesIn(testing::AllAlgorithms()),
+                         testing::AlgorithmTestName);
+
+TEST(MemcachedStoreTest, DecidesSeveralLimitsAllOrNothingAsTheMemoryStore) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  testing::Random rnd(testing::Seed(11));
+  testing::ExpectSeveralLimitsAsTheMemoryStore(
+      *store, rnd, /*rounds=*/20, /*steps=*/50,
+      [](int round) { return fmt::format("user.{}", round); });
+}
+
+// Threads of two stores (two servers of a fleet) on one key, the clock frozen: exactly the
+// limit is admitted, never more, whoever wins each cas.
+TEST(MemcachedStoreTest, ThreadsOfTwoStoresOnOneHotKeyAdmitExactlyTheLimit) {
+  MemcachedServer server;
+  MemcachedStoreOptions options = MemcachedOptionsFor({&server});
+  options.cas_retries = 10'000;  // This test counts admissions; contention must not fail calls.
+  auto a = MustMemcached(options);
+  auto b = MustMemcached(options);
+  for (const Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kGcra,
+                                    Algorithm::kSlidingWindow, Algorithm::kTokenBucket}) {
+    const Limit limit =
+        MustLimit({.algorithm = algorithm, .limit = 150, .period = 1h, .burst = 150});
+    const std::string key = fmt::format("hot.{}", AlgorithmName(algorithm));
+    std::atomic<int> admitted{0};
+    std::atomic<int> errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t) {
+      MemcachedStore& store = t % 2 == 0 ? *a : *b;
+      threads.emplace_back([&] {
+        for (int i = 0; i < 40; ++i) {
+          absl::StatusOr<Decision> d = store.Decide(limit, key, 1, At(kEpoch));
+          if (!d.ok()) {
+            errors.fetch_add(1);
+          } else if (d->allowed) {
+            admitted.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) {
+      t.join();
+    }
+    EXPECT_EQ(errors.load(), 0) << limit.ToString();
+    EXPECT_EQ(admitted.load(), 150) << limit.ToString();  // 240 asked.
+  }
+  const MemcachedStoreStats stats = a->Stats();
+  std::cout << "[ cas      ] conflicts a=" << stats.cas_conflicts
+            << " b=" << b->Stats().cas_conflicts << " over " << 4 * 240 << " calls\n";
+}
+
+// Threads of two stores asking a global limit and a user's limit together, two threads per
+// user: a request whose user's limit is taken by the other thread between the dry run and its
+// charge gives its global charge back. Never past either limit, and what each limit holds
+// afterwards is exactly what was admitted: every give-back was made.
+TEST(MemcachedStoreTest, RacingRequestsOfTwoLimitsGiveBackWhatTheyDoNotUse) {
+  MemcachedServer server;
+  MemcachedStoreOptions options = MemcachedOptionsFor({&server});
+  options.cas_retries = 10'000;
+  options.timeout = 10s;
+  auto a = MustMemcached(options);
+  auto b = MustMemcached(options);
+  const Limit global = MustLimit({.limit = 1000, .period = 1h});  // Never the one that denies.
+  const Limit user =
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1h, .burst = 10});
+  constexpr int kThreads = 6;
+  constexpr int kUsers = kThreads / 2;
+  std::vector<std::atomic<int>> admitted(kUsers);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      MemcachedStore& store = t % 2 == 0 ? *a : *b;
+      const std::string name = fmt::format("u{}", t % kUsers);
+      const LimitedKey requests[] = {{&global, "g"}, {&user, name}};
+      for (int i = 0; i < 30; ++i) {
+        Decision each[2];
+        absl::StatusOr<Decision> d = store.DecideAll(requests, 1, At(kEpoch), each);
+        if (!d.ok()) {
+          errors.fetch_add(1);
+        } else if (d->allowed) {
+          admitted[static_cast<size_t>(t % kUsers)].fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  int total = 0;
+  for (int u = 0; u < kUsers; ++u) {
+    const int mine = admitted[static_cast<size_t>(u)].load();
+    EXPECT_LE(mine, 10);
+    total += mine;
+    absl::StatusOr<Decision> left = a->Decide(user, fmt::format("u{}", u), 0, At(kEpoch));
+    ASSERT_TRUE(left.ok());
+    EXPECT_EQ(left->remaining, 10 - mine) << "user " << u;
+  }
+  EXPECT_GE(total, 20);  // Requests denied in passing by charges given back: a few, not most.
+  absl::StatusOr<Decision> left = a->Decide(global, "g", 0, At(kEpoch));
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->remaining, 1000 - total);  // Every global charge of a denied request is back.
+  std::cout << "[ admitted ] " << total << " of 30; give-backs " << a->Stats().give_backs << "+"
+            << b->Stats().give_backs << "\n";
+}
+
+// Whose clock: each store decides at its caller's time. A server 2 ms ahead opens the next
+// window 2 ms early, where a fresh window's quota is admitted; the server behind then sees
+// time that ran backwards, which counts as no time passed: it is denied until the window the
+// other opened ends, and the state stays whole.
+TEST(MemcachedStoreTest, ASkewedClockMovesAWindowsEdgeAndNoMore) {
+  MemcachedServer server;
+  auto behind = MustMemcached(MemcachedOptionsFor({&server}));
+  auto ahead = MustMemcached(MemcachedOptionsFor({&server}));
+  const Limit l = MustLimit({.limit = 5, .period = 1s});
+  const int64_t edge = kEpoch / 1'000'000 * 1'000'000 + 1'000'000;  // A window's end.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(behind->Decide(l, "skew", 1, At(edge - 1'000))->allowed);
+  }
+  EXPECT_FALSE(behind->Decide(l, "skew", 1, At(edge - 999))->allowed);
+  for (int i = 0; i < 5; ++i) {  // 2 ms ahead: the next window, its own quota.
+    ASSERT_TRUE(ahead->Decide(l, "skew", 1, At(edge + 1'000))->allowed);
+  }
+  absl::StatusOr<Decision> late = behind->Decide(l, "skew", 1, At(edge - 500));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_FALSE(late->allowed);
+  EXPECT_EQ(late->retry_after, 999'000us);  // Until the window the other clock opened ends.
+}
+
+TEST(MemcachedStoreTest, ACostZeroQueryAndADenialWriteNothing) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  const Limit l = MustLimit({.limit = 1, .period = 1s});
+  ASSERT_TRUE(store->Decide(l, "q", 0, At(kEpoch)).ok());
+  ASSERT_TRUE(store->Decide(l, "q", 2, At(kEpoch)).ok());
+  EXPECT_FALSE(testing::Holds(server, store->ItemKey(l, "q")));
+  ASSERT_TRUE(store->Decide(l, "q", 1, At(kEpoch)).ok());
+  EXPECT_TRUE(testing::Holds(server, store->ItemKey(l, "q")));
+}
+
+TEST(MemcachedStoreTest, AnItemThatIsNotAStateIsAnErrorNoPolicyDecides) {
+  MemcachedServer server;
+  MemcachedStoreOptions options = MemcachedOptionsFor({&server});
+  options.on_failure = FailurePolicy::kAllow;
+  auto store = MustMemcached(options);
+  const Limit l = MustLimit({.limit = 5, .period = 1s});
+  internal::ServerHealth health({});
+  auto raw = internal::MemcachedConnection::MakePrototype(options, health);
+  ASSERT_TRUE(raw.ok());
+  for (const std::string& value : {std::string("garbage"), std::string("\x01\x00", 2),
+                                   std::string(40, '\xff')}) {
+    const std::string item = store->ItemKey(l, "evil");
+    absl::StatusOr<std::optional<internal::MemcachedItem>> old = (*raw)->Gets(item);
+    ASSERT_TRUE(old.ok());
+    if (old->has_value()) {
+      ASSERT_TRUE(*(*raw)->Cas(item, value, 60, (*old)->cas));
+    } else {
+      ASSERT_TRUE(*(*raw)->Add(item, value, 60));
+    }
+    absl::StatusOr<Decision> d = store->Decide(l, "evil", 1, At(kEpoch));
+    EXPECT_TRUE(absl::IsInternal(d.status())) << d.status();
+    EXPECT_NE(d.status().message().find("does not hold a state"), std::string_view::npos);
+  }
+  EXPECT_EQ(store->Stats().fallbacks, 0u);
+}
+
+TEST(MemcachedStoreTest, LeasesAreUnimplementedAndSayWhy) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  const LeasedKey keys[] = {{.key = "k", .capacity = 1}};
+  Decision each[1];
+  absl::StatusOr<Decision> d = store->LeaseAll(LeaseOp::kTake, keys, "id", 1s, At(kEpoch), each);
+  EXPECT_TRUE(absl::IsUnimplemented(d.status())) << d.status();
+  EXPECT_NE(d.status().message().find("Memcached"), std::string_view::npos);
+}
+
+TEST(MemcachedStoreTest, RefusesOptionsAndLimitsItCannotKeep) {
+  MemcachedStoreOptions none;
+  EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Create(none).status()));
+  MemcachedStoreOptions spaced;
+  spaced.servers.push_back({.host = "127.0.0.1"});
+  spaced.key_prefix = "a b";
+  EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Create(spaced).status()));
+  const Limit buckets = MustLimit(
+      {.algorithm = Algorithm::kSlidingBuckets, .limit = 10, .period = 20000s, .buckets = 20000});
+  EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Supports(buckets)));
+  const Limit log = MustLimit({.algorithm = Algorithm::kSlidingLog, .limit = 20000, .period = 1s});
+  EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Supports(log)));
+}
+
+}  // namespace
+}  // namespace sluice
