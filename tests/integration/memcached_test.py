@@ -45,23 +45,35 @@ class Memcached:
     def __init__(self):
         self.port = sluiced.free_port()
         self.proc = None
-        self.start()
+        self.start(first=True)
 
-    def start(self):
+    def start(self, first=False):
+        """Starts memcached on self.port and waits until it answers there, holding the port
+        (sluiced.listens): at first start another port is tried if another test's server took
+        this one meanwhile; on a restart the port must stay."""
         user = ["-u", "root"] if os.geteuid() == 0 else []
-        self.proc = subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(self.port),
-                                      "-U", "0", "-m", "64", "-t", "2", *user])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"version\r\n")
-                    if s.recv(32).startswith(b"VERSION"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError("memcached did not start")
+        for _ in range(5):
+            self.proc = subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(self.port),
+                                          "-U", "0", "-m", "64", "-t", "2", *user])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if self._version() and sluiced.listens(self.proc.pid, self.port):
+                    return
+                time.sleep(0.02)
+            self.proc.kill()
+            self.proc.wait()
+            if not first:
+                break
+            self.port = sluiced.free_port()
+        raise AssertionError(f"memcached did not start on port {self.port}")
+
+    def _version(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"version\r\n")
+                return s.recv(32).startswith(b"VERSION")
+        except OSError:
+            return False
 
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:

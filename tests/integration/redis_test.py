@@ -13,7 +13,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -59,11 +58,9 @@ class Redis:
         self.start(first=True)
 
     def start(self, first=False):
-        """Starts redis-server on self.port, and waits until it is the one answering there:
-        tests run side by side, and another's redis-server may have taken the port since
-        free_port() saw it free (this one then fails to bind, while the other answers PING,
-        and is killed, frozen or filled by its own test). At first start, another port is
-        tried; on a restart the port must stay."""
+        """Starts redis-server on self.port and waits until it answers there, holding the port
+        (sluiced.listens): at first start another port is tried if another test's server took
+        this one meanwhile; on a restart the port must stay."""
         for _ in range(5):
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
@@ -71,7 +68,7 @@ class Redis:
                  os.path.join(self.workdir, "redis.log"), *self.options])
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if self._answering_pid() == self.proc.pid:
+                if self._pong() and sluiced.listens(self.proc.pid, self.port):
                     return
                 time.sleep(0.02)
             self.proc.kill()
@@ -81,21 +78,13 @@ class Redis:
             self.port = free_port()
         raise AssertionError(f"redis-server did not start on port {self.port}")
 
-    def _answering_pid(self):
-        """The process id of the redis-server answering on self.port, or None."""
+    def _pong(self):
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"INFO server\r\n")
-                reply = b""
-                while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    reply += chunk
-                found = re.search(rb"process_id:(\d+)", reply)
-                return int(found.group(1)) if found else None
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
         except OSError:
-            return None
+            return False
 
     def stop(self):
         self.proc.terminate()

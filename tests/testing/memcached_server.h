@@ -23,7 +23,15 @@ namespace sluice::testing {
 
 class MemcachedServer {
  public:
-  MemcachedServer() : port_(FreePort()) { Start(); }
+  MemcachedServer() {
+    for (int attempt = 0; attempt < 5; ++attempt) {  // Another test may take the port first.
+      port_ = FreePort();
+      if (TryStart()) {
+        return;
+      }
+    }
+    ADD_FAILURE() << "memcached did not start on port " << port_;
+  }
   ~MemcachedServer() { Kill(); }
   MemcachedServer(const MemcachedServer&) = delete;
   MemcachedServer& operator=(const MemcachedServer&) = delete;
@@ -34,26 +42,9 @@ class MemcachedServer {
 
   // Starts it (again, on the same port) and waits until it accepts a connection.
   void Start() {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string port = std::to_string(port_);
-      // As root (a container), memcached wants a user to run as: itself.
-      const char* user = geteuid() == 0 ? "root" : getenv("USER");
-      execlp("memcached", "memcached", "-l", "127.0.0.1", "-p", port.c_str(), "-U", "0", "-m",
-             "64", "-t", "2", "-u", user != nullptr ? user : "nobody", static_cast<char*>(nullptr));
-      _exit(127);
+    if (!TryStart()) {
+      ADD_FAILURE() << "memcached did not start on port " << port_;
     }
-    for (int i = 0; i < 6000; ++i) {  // A watchdog of 60 s: a loaded machine starts slowly.
-      if (Accepts()) {
-        return;
-      }
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // It exited: no point waiting.
-        pid_ = 0;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "memcached did not start on port " << port_;
   }
 
   void Kill() {
@@ -65,6 +56,32 @@ class MemcachedServer {
   }
 
  private:
+  // Starts it on port_; false if it exited (another process holds the port) or did not
+  // accept in time.
+  bool TryStart() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string port = std::to_string(port_);
+      // As root (a container), memcached wants a user to run as: itself.
+      const char* user = geteuid() == 0 ? "root" : getenv("USER");
+      execlp("memcached", "memcached", "-l", "127.0.0.1", "-p", port.c_str(), "-U", "0", "-m",
+             "64", "-t", "2", "-u", user != nullptr ? user : "nobody", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 6000; ++i) {  // A watchdog of 60 s: a loaded machine starts slowly.
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // It exited: no point waiting.
+        pid_ = 0;
+        return false;
+      }
+      if (Accepts() && Listens(pid_, port_)) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Kill();
+    return false;
+  }
+
   bool Accepts() const {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -76,7 +93,7 @@ class MemcachedServer {
     return ok;
   }
 
-  int port_;
+  int port_ = 0;
   pid_t pid_ = 0;
 };
 

@@ -57,6 +57,37 @@ inline bool PortIsFree(int port) {
   return free;
 }
 
+// Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux's /proc). Tests
+// run side by side and pick free ports: another's server may take a port first, and then
+// answers on it while this one fails to bind, so a server counts as started only once it
+// holds its port.
+inline bool Listens(pid_t pid, int port) {
+  char local[32];
+  snprintf(local, sizeof local, "0100007F:%04X", port);
+  std::vector<std::string> sockets;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // The heading.
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, address, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> address >> remote >> state >> queues >> timer >> retransmits >> uid >>
+        timeout >> inode;
+    if (address == local && state == "0A") {  // 0A: LISTEN.
+      sockets.push_back("socket:[" + inode + "]");
+    }
+  }
+  std::error_code ec;
+  const std::filesystem::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& fd : std::filesystem::directory_iterator(fds, ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (std::find(sockets.begin(), sockets.end(), target) != sockets.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
@@ -105,14 +136,19 @@ class RedisServer {
     dir_ = std::filesystem::temp_directory_path() /
            ("sluice-redis-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::create_directories(dir_);
-    port_ = FreePort();
-    if (std::find(extra_.begin(), extra_.end(), "--cluster-enabled") != extra_.end()) {
-      // A cluster node also listens on port + 10000 (its bus): both must be valid and free.
-      while (port_ == 0 || port_ + 10000 > 65535 || !PortIsFree(port_ + 10000)) {
-        port_ = FreePort();
+    for (int attempt = 0; attempt < 5; ++attempt) {  // Another test may take the port first.
+      port_ = FreePort();
+      if (std::find(extra_.begin(), extra_.end(), "--cluster-enabled") != extra_.end()) {
+        // A cluster node also listens on port + 10000 (its bus): both must be valid and free.
+        while (port_ == 0 || port_ + 10000 > 65535 || !PortIsFree(port_ + 10000)) {
+          port_ = FreePort();
+        }
+      }
+      if (TryStart()) {
+        return;
       }
     }
-    Start();
+    FailToStart();
   }
   ~RedisServer() {
     Stop();
@@ -130,6 +166,33 @@ class RedisServer {
 
   // Starts it (again, on the same port) and waits until it answers PING.
   void Start() {
+    if (!TryStart()) {
+      FailToStart();
+    }
+  }
+
+  void Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+      pid_ = 0;
+    }
+  }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = 0;
+    }
+  }
+  void Pause() { kill(pid_, SIGSTOP); }
+  void Resume() { kill(pid_, SIGCONT); }
+
+ private:
+  // Starts it on port_; false if it exited (another process holds the port) or did not answer
+  // in time.
+  bool TryStart() {
     std::vector<std::string> args = {"redis-server",
                                      "--port",
                                      std::to_string(port_),
@@ -164,39 +227,29 @@ class RedisServer {
       _exit(127);
     }
     for (int i = 0; i < 6000; ++i) {  // A watchdog of 60 s: a loaded machine starts slowly.
-      if (Client client(port_); client.ok()) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // It exited (the port was taken).
+        pid_ = 0;
+        return false;
+      }
+      if (Client client(port_); client.ok() && Listens(pid_, port_)) {
         Reply r = client.Run({"PING"});
         if (r && (r->type == REDIS_REPLY_STATUS ||
                   (r->type == REDIS_REPLY_ERROR && std::string(r->str).starts_with("NOAUTH")))) {
-          return;
+          return true;
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    Kill();
+    return false;
+  }
+
+  void FailToStart() {
     std::ostringstream log;  // Its reason, before the directory goes with the test.
     log << std::ifstream(dir_ / "redis.log").rdbuf();
     ADD_FAILURE() << "redis-server did not start on port " << port_ << ":\n" << log.str();
   }
 
-  void Stop() {
-    if (pid_ > 0) {
-      kill(pid_, SIGCONT);
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-      pid_ = 0;
-    }
-  }
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = 0;
-    }
-  }
-  void Pause() { kill(pid_, SIGSTOP); }
-  void Resume() { kill(pid_, SIGCONT); }
-
- private:
   static inline int counter_ = 0;
   std::vector<std::string> extra_;
   std::filesystem::path config_;
