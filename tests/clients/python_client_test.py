@@ -27,28 +27,14 @@ sys.path[:0] = [os.path.join(ROOT, "clients", "python"), os.path.join(ROOT, "tes
 import sluice  # noqa: E402
 import sluiced  # noqa: E402
 
-RULES = """
-domain: api
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: path
-    value: /search
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 1, name: search}
-  - key: job
-    value: export
-    concurrency: 1
-    lease_ttl: 10m
-"""
 
 SERVER = None
 
 
 def setUpModule():
     global SERVER
-    SERVER = sluiced.Sluiced.with_rules(RULES).start()
+    with open(os.path.join(HERE, "rules.yaml")) as f:
+        SERVER = sluiced.Sluiced.with_rules(f.read()).start()
 
 
 def tearDownModule():

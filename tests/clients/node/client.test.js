@@ -7,33 +7,19 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
 
 const sluice = require(path.join(__dirname, '..', '..', '..', 'clients', 'node'));
 const { startSluiced } = require('./sluiced');
 
-const RULES = `
-domain: api
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: path
-    value: /search
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 1, name: search}
-  - key: job
-    value: export
-    concurrency: 1
-    lease_ttl: 10m
-`;
 const EXPORT = { domain: 'api', descriptors: [{ job: 'export' }] };
 
 let server;
 let client;
 test.before(async () => {
-  server = await startSluiced(RULES);
+  server = await startSluiced(fs.readFileSync(path.join(__dirname, '..', 'rules.yaml'), 'utf8'));
   client = new sluice.Client({ url: server.url, timeout: 30 });
 });
 test.after(() => server.stop());
