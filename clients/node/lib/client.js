@@ -1,0 +1,124 @@
+'use strict';
+// The client of sluiced over HTTP, with Node's own fetch (18 and later), which keeps
+// connections alive and reuses them. Every call resolves to a Decision, or, for a request
+// sluiced refused as malformed, rejects with BadRequest: an unreachable sluiced, a timeout or
+// a 5xx answer is a Decision whose `error` says what happened and whose `allowed` is the
+// `onError` policy.
+
+const { fromAnswer, failed } = require('./decision');
+const { body, duration, secondsOf } = require('./request');
+const { BadRequest, RateLimited } = require('./errors');
+
+function describe(e) {
+  if (e && e.name === 'TimeoutError') return 'timed out';
+  const cause = e && e.cause ? `: ${e.cause.code || e.cause.message || e.cause}` : '';
+  return `${e && e.message ? e.message : String(e)}${cause}`;
+}
+
+class Client {
+  /** `url` of sluiced; `timeout` in seconds per call (an acquire adds its maxWait);
+   * `onError`: 'deny' or 'allow' when sluiced cannot decide; `errorRetryAfter`: the
+   * retryAfter (seconds) of such a denial. */
+  constructor({ url = 'http://127.0.0.1:8080', timeout = 1, onError = 'deny', errorRetryAfter = 1 } = {}) {
+    let parsed;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new TypeError(`url must be http://HOST:PORT, not ${String(url)}`);
+    }
+    if (!['http:', 'https:'].includes(parsed.protocol)) {
+      throw new TypeError(`url must be http://HOST:PORT or https://HOST:PORT, not ${url}`);
+    }
+    if (!['allow', 'deny'].includes(onError)) {
+      throw new TypeError(`onError must be 'allow' or 'deny', not ${String(onError)}`);
+    }
+    if (!(timeout > 0) || !(errorRetryAfter >= 0)) {
+      throw new RangeError('timeout must be positive and errorRetryAfter not negative');
+    }
+    this.url = url.replace(/\/+$/, '');
+    this.timeout = timeout;
+    this.onError = onError;
+    this.errorRetryAfter = errorRetryAfter;
+  }
+
+  /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost}) or rules
+   * ({domain, descriptors: [{user: 'bob'}], cost}). */
+  check(options) {
+    return this._decide('/v1/check', body(options), this.timeout);
+  }
+
+  /** POST /v1/acquire: waits on the server up to `maxWait` (seconds or '30s', default 30 s)
+   * until the request may go ahead, charged then. */
+  acquire({ maxWait = 30, ...options } = {}) {
+    const request = body(options, maxWait);
+    return this._decide('/v1/acquire', request, this.timeout + secondsOf(duration(maxWait, 'maxWait')));
+  }
+
+  /** POST /v1/release: true when the lease was held, false when it had expired or was
+   * released already, null when sluiced could not be asked. */
+  async release(lease) {
+    if (typeof lease !== 'string') throw new TypeError('lease is the token of decision.lease');
+    const { status, answer, error } = await this._post('/v1/release', { lease }, this.timeout);
+    if (!error && status === 200 && typeof answer.released === 'boolean') return answer.released;
+    if (!error && status >= 400 && status < 500) throw new BadRequest(String(answer.error), status);
+    return null;
+  }
+
+  /** Runs `fn` holding a lease of a concurrency limit (acquired with `options`, maxWait
+   * included), and gives it back however `fn` ends; rejects with RateLimited when none is
+   * granted. Resolves to what `fn` resolves to. */
+  async withLease(options, fn) {
+    const decision = await this.acquire(options);
+    if (!decision.allowed) throw new RateLimited(decision, 'lease');
+    try {
+      return await fn(decision);
+    } finally {
+      if (decision.lease) await this.release(decision.lease);
+    }
+  }
+
+  async _decide(path, request, timeout) {
+    const { status, answer, headers, error } = await this._post(path, request, timeout);
+    let why = error;
+    if (!why && (status === 200 || status === 429)) {
+      try {
+        return fromAnswer(status, answer, headers);
+      } catch (e) {
+        why = `not a decision (${e.message})`;
+      }
+    } else if (!why && status >= 400 && status < 500) {
+      throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), status);
+    } else if (!why) {
+      why = `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`;
+    }
+    return failed(why, this.onError === 'allow', this.errorRetryAfter);
+  }
+
+  async _post(path, request, timeout) {
+    let response;
+    let text;
+    try {
+      response = await fetch(this.url + path, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(request),
+        signal: AbortSignal.timeout(Math.ceil(timeout * 1000)),
+      });
+      text = await response.text();
+    } catch (e) {
+      return { error: describe(e) };
+    }
+    let answer;
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      answer = null;
+    }
+    if (answer === null || typeof answer !== 'object' || Array.isArray(answer)) {
+      return { error: `HTTP ${response.status}, not a JSON object: ${text.slice(0, 200)}` };
+    }
+    return { status: response.status, answer, headers: response.headers };
+  }
+}
+
+module.exports = { Client };

@@ -1,0 +1,75 @@
+'use strict';
+// A decision of sluiced, read from its JSON answer: seconds as numbers (the wire has integer
+// microseconds, docs/server.md), `Infinity` for "never" (retry_after_us -1).
+
+const seconds = (micros) => (micros == null ? 0 : micros < 0 ? Infinity : micros / 1e6);
+
+// The headers of a decision that a limited HTTP response passes on (docs/server.md,
+// "RateLimit headers"): whichever format sluiced was started with.
+const PASSED_ON = /^(ratelimit(-.*)?|x-ratelimit-.*|retry-after)$/i;
+
+function limitOf(entry) {
+  return {
+    name: entry.name ?? '',
+    algorithm: entry.algorithm ?? null,
+    limit: entry.limit ?? null,
+    period: entry.period ?? null,
+    mode: entry.mode ?? null,
+    allowed: entry.allowed !== false,
+    remaining: entry.remaining ?? null,
+    resetAfter: seconds(entry.reset_after_us),
+    retryAfter: seconds(entry.retry_after_us),
+    delay: seconds(entry.delay_us),
+    unlimited: entry.unlimited === true,
+  };
+}
+
+/** The Decision of a 200 or 429 answer; throws a TypeError when `answer` is not one. */
+function fromAnswer(status, answer, headers) {
+  if (answer === null || typeof answer !== 'object' || typeof answer.allowed !== 'boolean') {
+    throw new TypeError('allowed is not a boolean');
+  }
+  const passed = {};
+  if (headers) {
+    for (const [name, value] of headers) if (PASSED_ON.test(name)) passed[name] = value;
+  }
+  const retryAfter = seconds(answer.retry_after_us);
+  return {
+    allowed: answer.allowed,
+    remaining: answer.remaining ?? null,
+    retryAfter,
+    resetAfter: seconds(answer.reset_after_us),
+    delay: seconds(answer.delay_us),
+    waited: seconds(answer.waited_us),
+    overSoft: answer.over_soft === true,
+    lease: answer.lease ?? null,
+    leaseTtl: seconds(answer.lease_ttl_us),
+    limits: Array.isArray(answer.limits) ? answer.limits.map(limitOf) : [],
+    never: retryAfter === Infinity,
+    status,
+    headers: passed,
+    error: null,
+  };
+}
+
+/** The Decision when sluiced could not decide: the caller's policy, and why. */
+function failed(error, allowed, retryAfter) {
+  return {
+    allowed,
+    remaining: null,
+    retryAfter: allowed ? 0 : retryAfter,
+    resetAfter: 0,
+    delay: 0,
+    waited: 0,
+    overSoft: false,
+    lease: null,
+    leaseTtl: 0,
+    limits: [],
+    never: false,
+    status: null,
+    headers: {},
+    error,
+  };
+}
+
+module.exports = { fromAnswer, failed };

@@ -1,0 +1,68 @@
+'use strict';
+// The bodies of sluiced's requests (docs/server.md, HTTP API). Mistakes the client can see
+// throw a TypeError or RangeError here, before anything is sent.
+
+/** A duration for sluiced: a string as it is ("1s", "500ms"), or seconds, sent in whole
+ * microseconds. */
+function duration(value, name) {
+  if (typeof value === 'string') return value;
+  if (typeof value !== 'number' || Number.isNaN(value)) {
+    throw new TypeError(`${name} must be a duration string ('1s') or seconds, not ${String(value)}`);
+  }
+  if (value < 0 || !Number.isFinite(value)) {
+    throw new RangeError(`${name} must be a finite number of seconds, not negative: ${value}`);
+  }
+  const micros = Math.round(value * 1e6);
+  return micros % 1e6 === 0 ? `${micros / 1e6}s` : `${micros}us`;
+}
+
+/** One descriptor (an object, its entries in order, or [key, value] pairs) as entries. */
+function entries(descriptor) {
+  if (descriptor === null || typeof descriptor !== 'object') {
+    throw new TypeError(`a descriptor is an object {key: value}, not ${String(descriptor)}`);
+  }
+  const pairs = Array.isArray(descriptor) ? descriptor : Object.entries(descriptor);
+  return {
+    entries: pairs.map((pair) => {
+      if (!Array.isArray(pair) || pair.length !== 2 || typeof pair[0] !== 'string'
+          || !['string', 'number'].includes(typeof pair[1])) {
+        throw new TypeError(`descriptor entries are string keys with string values: ${JSON.stringify(pair)}`);
+      }
+      return { key: pair[0], value: String(pair[1]) };
+    }),
+  };
+}
+
+/** The JSON object of /v1/check (or, with maxWait, /v1/acquire). */
+function body(options, maxWait) {
+  const o = options || {};
+  if ((o.key === undefined) === (o.domain === undefined)) {
+    throw new TypeError('give either key (an ad hoc limit) or domain and descriptors (rules)');
+  }
+  const out = {};
+  if (o.key !== undefined) {
+    if (o.limit === undefined || o.period === undefined) {
+      throw new TypeError('an ad hoc check needs limit and period');
+    }
+    Object.assign(out, { key: o.key, limit: o.limit, period: duration(o.period, 'period') });
+    for (const name of ['algorithm', 'burst', 'buckets']) if (o[name] !== undefined) out[name] = o[name];
+  } else {
+    if (['algorithm', 'limit', 'period', 'burst', 'buckets'].some((n) => o[n] !== undefined)) {
+      throw new TypeError('algorithm, limit, period, burst and buckets are for ad hoc checks');
+    }
+    if (!Array.isArray(o.descriptors)) throw new TypeError('descriptors is an array of descriptors');
+    Object.assign(out, { domain: o.domain, descriptors: o.descriptors.map(entries) });
+  }
+  if (o.cost !== undefined) out.cost = o.cost;
+  if (maxWait !== undefined) out.max_wait = duration(maxWait, 'maxWait');
+  return out;
+}
+
+/** Seconds in a duration string (us, ms, s, m, h, d); 0 for one sluiced will refuse. */
+function secondsOf(text) {
+  const m = /^(\d+)(us|ms|s|m|h|d)$/.exec(text);
+  if (!m) return 0;
+  return Number(m[1]) * { us: 1e-6, ms: 1e-3, s: 1, m: 60, h: 3600, d: 86400 }[m[2]];
+}
+
+module.exports = { body, duration, secondsOf };

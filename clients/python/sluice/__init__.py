@@ -1,0 +1,20 @@
+"""sluice: the client of sluiced, the sluice rate limit server (docs/python.md).
+
+    import sluice
+    client = sluice.Client("http://127.0.0.1:8080", timeout=1.0, on_error="deny")
+    decision = client.check(key="alice", algorithm="gcra", limit=10, period="1s")
+    if not decision.allowed:
+        time.sleep(decision.retry_after)
+"""
+
+from .aio import AsyncClient
+from .client import Client
+from .decision import Decision, Limit
+from .decorator import limited
+from .errors import BadRequest, RateLimited, SluiceError
+from .lease import Lease
+from .tasks import take_turn
+
+__all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Lease", "Limit", "RateLimited",
+           "SluiceError", "limited", "take_turn"]
+__version__ = "0.1.0"

@@ -1,0 +1,33 @@
+"""The client for asyncio: the same calls as Client, awaited. Each runs the sync client's
+call in a worker thread (asyncio.to_thread), so that both share one implementation; the event
+loop is never blocked, and an acquire's wait holds a thread of the default executor, not the
+loop."""
+
+import asyncio
+
+from .client import Client
+from .lease import Lease
+
+
+class AsyncClient:
+    """`AsyncClient(url, timeout=1.0, on_error="deny")`: see Client."""
+
+    def __init__(self, url="http://127.0.0.1:8080", **options):
+        self.sync = Client(url, **options)
+
+    async def check(self, **kwargs):
+        return await asyncio.to_thread(self.sync.check, **kwargs)
+
+    async def acquire(self, max_wait=30.0, **kwargs):
+        return await asyncio.to_thread(self.sync.acquire, max_wait, **kwargs)
+
+    async def release(self, lease):
+        return await asyncio.to_thread(self.sync.release, lease)
+
+    def close(self):
+        """Closes the connections (of the executor's threads too)."""
+        self.sync.close()
+
+    def lease(self, max_wait=30.0, **kwargs):
+        """`async with client.lease(...):`, as Client.lease."""
+        return Lease(self.sync, max_wait, kwargs)

@@ -1,0 +1,170 @@
+"""The client of sluiced over HTTP/1.1, standard library only.
+
+One keep-alive connection per thread (http.client's connections are not thread-safe), opened
+when first needed and opened again when sluiced has closed it (it closes idle ones after 60 s).
+Every call either returns a Decision or, for a request sluiced refused as malformed, raises
+BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a Decision whose `error`
+says what happened and whose `allowed` is the `on_error` policy.
+"""
+
+import http.client
+import json
+import logging
+import threading
+import urllib.parse
+
+from . import decision as decisions
+from . import request
+from .errors import BadRequest
+from .lease import Lease
+
+log = logging.getLogger("sluice")
+
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class Client:
+    """sluiced at `url` ("http://127.0.0.1:8080"). `timeout`: seconds for each call (an
+    acquire adds its max_wait). `on_error`: "deny" or "allow", the answer when sluiced cannot
+    decide. `error_retry_after`: the retry_after (seconds) of such a denial."""
+
+    def __init__(self, url="http://127.0.0.1:8080", timeout=1.0, on_error="deny",
+                 error_retry_after=1.0):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url must be http://HOST:PORT or https://HOST:PORT, not %r" % url)
+        if on_error not in ("allow", "deny"):
+            raise ValueError("on_error must be 'allow' or 'deny', not %r" % (on_error,))
+        if timeout <= 0 or error_retry_after < 0:
+            raise ValueError("timeout must be positive and error_retry_after not negative")
+        self.url = url
+        self.timeout = float(timeout)
+        self.on_error = on_error
+        self.error_retry_after = float(error_retry_after)
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections = set()  # Every thread's, for close().
+
+    def check(self, **kwargs):
+        """POST /v1/check: ad hoc (key=, limit=, period=, algorithm=, burst=, buckets=, cost=)
+        or rules (domain=, descriptors=[{"user": "bob"}], cost=). Returns a Decision."""
+        return self._decide("/v1/check", request.body(**kwargs), self.timeout)
+
+    def acquire(self, max_wait=30.0, **kwargs):
+        """POST /v1/acquire: waits on the server, up to `max_wait` (seconds or "30s"), until
+        the request may go ahead, charged then. The arguments of check()."""
+        body = request.body(max_wait=max_wait, **kwargs)
+        wait = request.duration(max_wait, "max_wait")
+        return self._decide("/v1/acquire", body, self.timeout + _seconds_of(wait))
+
+    def release(self, lease):
+        """POST /v1/release: gives a lease back. True when it was held, False when it had
+        expired or was released already, None when sluiced could not be asked."""
+        if not isinstance(lease, str):
+            raise TypeError("lease is the token of Decision.lease, not %r" % (lease,))
+        status, answer, error = self._post("/v1/release", {"lease": lease}, self.timeout)
+        if error is None and status == 200 and isinstance(answer.get("released"), bool):
+            return answer["released"]
+        if error is None and 400 <= status < 500:
+            raise BadRequest(str(answer.get("error", answer)), status)
+        log.warning("sluice: lease not released (%s); it ends at its lease_ttl",
+                    error or "HTTP %d" % status)
+        return None
+
+    def lease(self, max_wait=30.0, **kwargs):
+        """A context manager holding a lease of a concurrency limit while its block runs:
+        `with client.lease(domain="jobs", descriptors=[{"job": "export"}]):`. Raises
+        RateLimited when none is granted within max_wait; gives it back however the block
+        ends."""
+        return Lease(self, max_wait, kwargs)
+
+    def close(self):
+        """Closes the connections of every thread (call it when no call is in flight); a
+        later call opens a new one."""
+        with self._lock:
+            connections, self._connections = self._connections, set()
+        for conn in connections:
+            conn.close()
+        self._local.conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _decide(self, path, body, timeout):
+        status, answer, error = self._post(path, body, timeout)
+        if error is None and status in (200, 429):
+            try:
+                return decisions.from_answer(status, answer)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                error = "not a decision (%s): %.200r" % (e, answer)
+        elif error is None and 400 <= status < 500:
+            raise BadRequest(str(answer.get("error", answer)), status)
+        elif error is None:
+            error = "HTTP %d: %s" % (status, answer.get("error", answer))
+        return decisions.failed(error, self.on_error == "allow", self.error_retry_after)
+
+    def _post(self, path, body, timeout):
+        """(status, answer object, None), or (None, None, the error) when there is no answer."""
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        for attempt in (0, 1):
+            conn, reused = self._connection(timeout)
+            try:
+                conn.request("POST", self._prefix + path, data, headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except _STALE as e:
+                self._forget(conn)
+                if reused and attempt == 0:
+                    continue  # sluiced closed the idle connection: once more on a new one.
+                return None, None, "%s: %s" % (type(e).__name__, e)
+            except (OSError, http.client.HTTPException) as e:
+                self._forget(conn)
+                return None, None, "%s: %s" % (type(e).__name__, e or "timed out")
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict):
+                self._forget(conn)  # Whatever answered is not sluiced: not kept.
+                return None, None, "HTTP %d, not a JSON object: %.200r" % (response.status, raw)
+            return response.status, answer, None
+        return None, None, "no answer"
+
+    def _forget(self, conn):
+        conn.close()
+        self._local.conn = None
+        with self._lock:
+            self._connections.discard(conn)
+
+    def _connection(self, timeout):
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=timeout)
+        self._local.conn = conn
+        with self._lock:
+            self._connections.add(conn)
+        return conn, False
+
+
+def _seconds_of(duration):
+    """Seconds in a duration string (us, ms, s, m, h, d); 0 for one the server will refuse."""
+    units = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
+    for suffix, scale in units:
+        number = duration[:-len(suffix)]
+        if duration.endswith(suffix) and number.isdigit():
+            return int(number) * scale
+    return 0.0

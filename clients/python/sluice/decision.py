@@ -1,0 +1,101 @@
+"""A decision of sluiced, read from its JSON answer into typed attributes (seconds as floats,
+as Python's time functions count). The wire figures are integer microseconds
+(docs/server.md, POST /v1/check)."""
+
+import dataclasses
+import math
+from typing import List, Optional
+
+MICROS = 1_000_000.0
+
+
+def _seconds(micros):
+    """Microseconds to seconds; -1 ("never") is infinity."""
+    if micros is None:
+        return 0.0
+    return math.inf if micros < 0 else micros / MICROS
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """One limit that applied to the request (an entry of the answer's `limits`)."""
+
+    name: str
+    algorithm: Optional[str]
+    limit: Optional[int]
+    period: Optional[str]
+    mode: Optional[str]
+    allowed: bool
+    remaining: Optional[int]
+    reset_after: float
+    retry_after: float
+    delay: float
+    unlimited: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """May the request go ahead? `allowed` says; the other figures say how it stands.
+
+    - remaining: units left under the limit closest to denying; None when no rule limited
+      the request (or sluiced could not be asked).
+    - retry_after: seconds until a retry may be allowed; 0 when allowed; math.inf when no wait
+      can allow it (`never`: its cost is above the limit).
+    - reset_after: seconds until the limit is whole again.
+    - delay: seconds a leaky_bucket asks the caller to wait before going ahead (check only).
+    - waited: seconds sluiced held an acquire before answering.
+    - lease, lease_ttl: the lease taken on a concurrency limit, to give back with release().
+    - error: why sluiced could not decide (unreachable, timed out, 5xx); then `allowed` is the
+      client's on_error policy, and `retry_after` is the client's error_retry_after.
+    """
+
+    allowed: bool
+    remaining: Optional[int] = None
+    retry_after: float = 0.0
+    reset_after: float = 0.0
+    delay: float = 0.0
+    waited: float = 0.0
+    over_soft: bool = False
+    lease: Optional[str] = None
+    lease_ttl: float = 0.0
+    limits: List[Limit] = dataclasses.field(default_factory=list)
+    status: Optional[int] = None
+    error: Optional[str] = None
+
+    @property
+    def never(self):
+        """True when no wait can allow this request (its cost is above the limit)."""
+        return math.isinf(self.retry_after)
+
+    def __bool__(self):
+        return self.allowed
+
+
+def _limit(entry):
+    return Limit(name=entry.get("name", ""), algorithm=entry.get("algorithm"),
+                 limit=entry.get("limit"), period=entry.get("period"), mode=entry.get("mode"),
+                 allowed=bool(entry.get("allowed", True)), remaining=entry.get("remaining"),
+                 reset_after=_seconds(entry.get("reset_after_us")),
+                 retry_after=_seconds(entry.get("retry_after_us")),
+                 delay=_seconds(entry.get("delay_us")),
+                 unlimited=bool(entry.get("unlimited", False)))
+
+
+def from_answer(status, answer):
+    """The Decision of a 200 or 429 answer's JSON object. Raises (KeyError, TypeError,
+    ValueError) when the object is not a decision; the client turns that into an error."""
+    if not isinstance(answer["allowed"], bool):
+        raise TypeError("allowed is not a boolean")
+    return Decision(allowed=answer["allowed"], remaining=answer.get("remaining"),
+                    retry_after=_seconds(answer.get("retry_after_us")),
+                    reset_after=_seconds(answer.get("reset_after_us")),
+                    delay=_seconds(answer.get("delay_us")),
+                    waited=_seconds(answer.get("waited_us")),
+                    over_soft=bool(answer.get("over_soft", False)), lease=answer.get("lease"),
+                    lease_ttl=_seconds(answer.get("lease_ttl_us")),
+                    limits=[_limit(e) for e in answer.get("limits") or []], status=status)
+
+
+def failed(error, allowed, retry_after):
+    """The Decision when sluiced could not decide: the caller's policy, and why."""
+    return Decision(allowed=allowed, retry_after=0.0 if allowed else retry_after, error=error)

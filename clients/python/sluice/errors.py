@@ -1,0 +1,30 @@
+"""The exceptions of the client. A denial is a value (a Decision), never one of these, except
+where a caller asked for one: the decorator, a lease, a Celery turn that no wait can cure."""
+
+
+class SluiceError(Exception):
+    """Base of the client's exceptions."""
+
+
+class BadRequest(SluiceError, ValueError):
+    """sluiced refused the request as malformed (HTTP 400), naming the problem: a bug in the
+    call (an unknown algorithm, a negative cost), which no retry can cure."""
+
+    def __init__(self, message, status=400):
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimited(SluiceError):
+    """Raised where the caller asked for an exception on denial (`@limited(wait=False)`, a
+    lease not granted within its wait). `decision` is the answer that denied."""
+
+    def __init__(self, decision, what="request"):
+        if decision.error:
+            reason = "sluiced could not decide (%s) and the policy is deny" % decision.error
+        elif decision.never:
+            reason = "it can never be allowed (cost above the limit)"
+        else:
+            reason = "retry after %.3f s" % decision.retry_after
+        super().__init__("%s rate limited: %s" % (what, reason))
+        self.decision = decision

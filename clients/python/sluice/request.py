@@ -1,0 +1,62 @@
+"""The bodies of sluiced's requests (docs/server.md, HTTP API), built from the client's
+keyword arguments. Mistakes the client can see (no key and no domain, a descriptor that is
+not a mapping) raise TypeError or ValueError here, before anything is sent."""
+
+import numbers
+
+
+def duration(value, name):
+    """A duration for sluiced: a string as it is ("1s", "500ms"), or a number of seconds,
+    sent as whole microseconds."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be a duration string ('1s') or seconds, not %r" % (name, value))
+    if value < 0 or value != value:
+        raise ValueError("%s must not be negative, not %r" % (name, value))
+    micros = round(value * 1_000_000)
+    return "%ds" % (micros // 1_000_000) if micros % 1_000_000 == 0 else "%dus" % micros
+
+
+def _entries(descriptor):
+    """One descriptor (a mapping, its entries in order, or a sequence of (key, value) pairs)
+    as sluiced's entries."""
+    pairs = descriptor.items() if hasattr(descriptor, "items") else descriptor
+    entries = []
+    for pair in pairs:
+        if isinstance(pair, (str, bytes)) or len(pair) != 2:
+            raise TypeError("a descriptor is a dict {key: value} or (key, value) pairs, not %r"
+                            % (descriptor,))
+        key, value = pair
+        if not isinstance(key, str) or not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise TypeError("descriptor entries are str keys with str values, not %r: %r"
+                            % (key, value))
+        entries.append({"key": key, "value": str(value)})
+    return {"entries": entries}
+
+
+def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None, cost=None,
+         domain=None, descriptors=None, max_wait=None):
+    """The JSON object of /v1/check or, with max_wait, /v1/acquire: ad hoc when `key` is given,
+    rules mode when `domain` is."""
+    if (key is None) == (domain is None):
+        raise TypeError("give either key= (an ad hoc limit) or domain= and descriptors= (rules)")
+    if key is not None:
+        if limit is None or period is None:
+            raise TypeError("an ad hoc check needs limit= and period=")
+        out = {"key": key, "limit": limit, "period": duration(period, "period")}
+        for name, value in (("algorithm", algorithm), ("burst", burst), ("buckets", buckets)):
+            if value is not None:
+                out[name] = value
+    else:
+        if any(v is not None for v in (algorithm, limit, period, burst, buckets)):
+            raise TypeError("algorithm, limit, period, burst and buckets are for ad hoc checks; "
+                            "rules mode takes its limits from the rules")
+        if descriptors is None or isinstance(descriptors, (str, bytes)) or hasattr(descriptors, "items"):
+            raise TypeError("descriptors= is a list of descriptors, each a dict")
+        out = {"domain": domain, "descriptors": [_entries(d) for d in descriptors]}
+    if cost is not None:
+        out["cost"] = cost
+    if max_wait is not None:
+        out["max_wait"] = duration(max_wait, "max_wait")
+    return out

@@ -1,0 +1,32 @@
+'use strict';
+// An Express app whose /api routes are limited by sluiced: 5 requests per 10 s per API key
+// (the X-API-Key header), else per address. /health is not limited.
+//
+//   sluiced --http 127.0.0.1:8080 &
+//   npm ci && SLUICE_URL=http://127.0.0.1:8080 PORT=3000 npm start
+//   for i in 1 2 3 4 5 6; do curl -si localhost:3000/api/hello | head -1; done
+
+const express = require('express');
+const sluice = require('sluice');
+
+function createApp(client) {
+  const app = express();
+  app.get('/health', (req, res) => res.json({ ok: true }));
+  app.use('/api', sluice.middleware({
+    client,
+    key: (req) => req.get('x-api-key') || req.ip,
+    algorithm: 'sliding_log', // exact: never a 6th within any 10 s
+    limit: 5,
+    period: '10s',
+  }));
+  app.get('/api/hello', (req, res) => res.json({ hello: req.get('x-api-key') || req.ip }));
+  return app;
+}
+
+if (require.main === module) {
+  const client = new sluice.Client({ url: process.env.SLUICE_URL || 'http://127.0.0.1:8080' });
+  const port = Number(process.env.PORT || 3000);
+  createApp(client).listen(port, '127.0.0.1', () => console.log(`listening on http://127.0.0.1:${port}`));
+}
+
+module.exports = { createApp };

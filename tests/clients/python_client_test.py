@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""The Python client (clients/python, package sluice) against a real sluiced: every call and
+figure, a denial as a value, an unreachable or silent server under each on_error policy,
+leases given back when their block raises, the decorator, the asyncio client.
+
+    python3 tests/clients/python_client_test.py --sluiced build/bin/sluiced
+
+Runs on any Python 3.9+ with the standard library alone (ctest runs it on the python3 of PATH
+and on Debian's /usr/bin/python3).
+"""
+
+import asyncio
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [os.path.join(ROOT, "clients", "python"), os.path.join(ROOT, "tests", "integration")]
+
+import sluice  # noqa: E402
+import sluiced  # noqa: E402
+
+
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    with open(os.path.join(HERE, "rules.yaml")) as f:
+        SERVER = sluiced.Sluiced.with_rules(f.read()).start()
+
+
+def tearDownModule():
+    SERVER.cleanup()
+
+
+def url():
+    return "http://127.0.0.1:%d" % SERVER.port
+
+
+class Silent:
+    """A TCP listener that accepts and never answers (or answers `reply` and closes)."""
+
+    def __init__(self, reply=None):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.reply is not None:
+                conn.recv(65536)
+                conn.sendall(self.reply)
+                conn.close()
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+class CheckTest(unittest.TestCase):
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_ad_hoc_figures_then_a_denial_as_a_value(self):
+        # sliding_log over an hour: no window edge to cross while the test runs.
+        ask = dict(key="adhoc-figures", algorithm="sliding_log", limit=3, period="1h")
+        remaining = []
+        for _ in range(3):
+            d = self.client.check(**ask)
+            self.assertIsInstance(d, sluice.Decision)
+            self.assertTrue(d.allowed)
+            self.assertEqual((d.status, d.retry_after, d.error), (200, 0.0, None))
+            self.assertTrue(0 < d.reset_after <= 3600, d)
+            remaining.append(d.remaining)
+        self.assertEqual(remaining, [2, 1, 0])
+        denied = self.client.check(**ask)
+        self.assertFalse(denied.allowed)
+        self.assertFalse(denied)
+        self.assertEqual((denied.status, denied.remaining, denied.never), (429, 0, False))
+        self.assertTrue(0 < denied.retry_after <= 3600, denied)
+        [limit] = denied.limits
+        self.assertEqual((limit.name, limit.algorithm, limit.limit, limit.period, limit.mode),
+                         ("adhoc", "sliding_log", 3, "1h", "hard"))
+        self.assertEqual((limit.allowed, limit.remaining), (False, 0))
+        self.assertEqual(limit.retry_after, denied.retry_after)
+
+    def test_cost_zero_counts_nothing_and_a_cost_above_the_limit_is_never(self):
+        ask = dict(key="adhoc-cost", algorithm="gcra", limit=5, period=3600, burst=5)
+        self.assertEqual(self.client.check(cost=0, **ask).remaining, 5)
+        self.assertEqual(self.client.check(cost=2, **ask).remaining, 3)
+        never = self.client.check(cost=6, **ask)
+        self.assertFalse(never.allowed)
+        self.assertTrue(never.never)
+        self.assertTrue(math.isinf(never.retry_after))
+        self.assertEqual(self.client.check(cost=0, **ask).remaining, 3)
+
+    def test_rules_descriptors_in_their_order(self):
+        bob = [{"user": "bob"}]
+        first = self.client.check(domain="api", descriptors=bob)
+        self.assertEqual((first.allowed, first.remaining, first.limits[0].name),
+                         (True, 1, "api.user"))
+        self.assertTrue(self.client.check(domain="api", descriptors=bob).allowed)
+        self.assertFalse(self.client.check(domain="api", descriptors=bob).allowed)
+        self.assertTrue(self.client.check(domain="api", descriptors=[{"user": "carol"}]).allowed)
+        # A descriptor's entries keep their order: path then user is the nested rule.
+        search = self.client.check(domain="api", descriptors=[{"path": "/search", "user": "dan"}])
+        self.assertEqual((search.remaining, search.limits[0].name), (0, "search"))
+        pairs = self.client.check(domain="api", descriptors=[[("path", "/search"), ("user", "dan")]])
+        self.assertFalse(pairs.allowed)
+        reversed_order = self.client.check(domain="api",
+                                           descriptors=[{"user": "dan", "path": "/search"}])
+        self.assertEqual((reversed_order.allowed, reversed_order.remaining,
+                          reversed_order.limits), (True, None, []))
+
+    def test_unknown_domain_is_allowed_unlimited(self):
+        d = self.client.check(domain="nobody", descriptors=[{"user": "x"}])
+        self.assertEqual((d.allowed, d.remaining, d.limits), (True, None, []))
+
+    def test_bad_requests_raise_naming_the_problem(self):
+        with self.assertRaisesRegex(sluice.BadRequest, "unknown algorithm 'gcrx'"):
+            self.client.check(key="k", algorithm="gcrx", limit=1, period="1s")
+        with self.assertRaisesRegex(sluice.BadRequest, "cost"):
+            self.client.check(key="k", limit=1, period="1s", cost=-1)
+        with self.assertRaisesRegex(TypeError, "either key= .* or domain="):
+            self.client.check(limit=1, period="1s")
+        with self.assertRaisesRegex(TypeError, "descriptors= is a list"):
+            self.client.check(domain="api", descriptors={"user": "bob"})
+        with self.assertRaises(ValueError):
+            self.client.check(key="k", limit=1, period=-1)
+        with self.assertRaises(ValueError):
+            sluice.Client(url(), on_error="maybe")
+
+    def test_one_connection_is_reused(self):
+        self.client.check(key="reuse", limit=100, period="1h")
+        conn = self.client._local.conn
+        sock = conn.sock
+        for _ in range(5):
+            self.client.check(key="reuse", limit=100, period="1h")
+        self.assertIs(self.client._local.conn, conn)
+        self.assertIs(conn.sock, sock)
+
+
+class AcquireTest(unittest.TestCase):
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_acquire_waits_on_the_server_then_goes_ahead(self):
+        ask = dict(key="acquire-wait", algorithm="sliding_log", limit=1, period="300ms")
+        self.assertTrue(self.client.acquire(max_wait=30, **ask).allowed)
+        second = self.client.acquire(max_wait="30s", **ask)
+        self.assertTrue(second.allowed, second)
+        self.assertEqual(second.status, 200)
+
+    def test_acquire_denied_beyond_max_wait(self):
+        ask = dict(key="acquire-far", algorithm="sliding_log", limit=1, period="1h")
+        self.assertTrue(self.client.acquire(max_wait=0, **ask).allowed)
+        denied = self.client.acquire(max_wait=0.05, **ask)
+        self.assertFalse(denied.allowed)
+        self.assertTrue(denied.retry_after > 0.05, denied)
+
+
+class UnreachableTest(unittest.TestCase):
+    def test_refused_connection_follows_each_policy(self):
+        port = sluiced.free_port()  # Nothing listens there.
+        ask = dict(key="k", limit=1, period="1s")
+        with sluice.Client("http://127.0.0.1:%d" % port, on_error="deny",
+                           error_retry_after=2.5) as client:
+            deny = client.check(**ask)
+        self.assertEqual((deny.allowed, deny.retry_after, deny.status), (False, 2.5, None))
+        self.assertIn("Connection refused", deny.error)
+        with sluice.Client("http://127.0.0.1:%d" % port, on_error="allow") as client:
+            allow = client.check(**ask)
+        self.assertEqual((allow.allowed, allow.retry_after), (True, 0.0))
+        self.assertIsNotNone(allow.error)
+
+    def test_a_silent_server_times_out_under_each_policy(self):
+        silent = Silent()
+        try:
+            for policy, allowed in (("deny", False), ("allow", True)):
+                client = sluice.Client("http://127.0.0.1:%d" % silent.port, timeout=0.2,
+                                       on_error=policy)
+                self.addCleanup(client.close)
+                d = client.check(key="k", limit=1, period="1s")
+                self.assertEqual(d.allowed, allowed)
+                self.assertIn("timed out", d.error)
+                self.assertEqual(client.acquire(max_wait=0, key="k", limit=1,
+                                                period="1s").allowed, allowed)
+        finally:
+            silent.close()
+
+    def test_an_answer_that_is_not_a_decision_follows_the_policy(self):
+        for reply in (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\n\r\n"
+                      b'{"error":"too busy!"}',
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{\"allowed\":1}",
+                      b"garbage\r\n\r\n"):
+            server = Silent(reply)
+            try:
+                with sluice.Client("http://127.0.0.1:%d" % server.port) as client:
+                    d = client.check(key="k", limit=1, period="1s")
+                self.assertFalse(d.allowed, reply)
+                self.assertIsNotNone(d.error, reply)
+            finally:
+                server.close()
+
+
+class LeaseTest(unittest.TestCase):
+    export = dict(domain="api", descriptors=[{"job": "export"}])
+
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_lease_held_in_the_block_and_released_when_it_raises(self):
+        with self.assertRaisesRegex(RuntimeError, "boom"):
+            with self.client.lease(**self.export) as held:
+                self.assertIsNotNone(held.lease)
+                self.assertEqual(held.lease_ttl, 600.0)
+                full = self.client.check(**self.export)
+                self.assertEqual((full.allowed, full.remaining), (False, 0))
+                with self.assertRaises(sluice.RateLimited) as denied:
+                    with self.client.lease(max_wait=0, **self.export):
+                        self.fail("a second lease of a concurrency of 1")
+                self.assertFalse(denied.exception.decision.allowed)
+                raise RuntimeError("boom")
+        # Given back: the only slot is free again at once.
+        with self.client.lease(max_wait=0, **self.export) as again:
+            self.assertTrue(again.allowed)
+            token = again.lease
+        self.assertFalse(self.client.release(token))  # Released already by the block's end.
+
+    def test_release_answers_and_refuses_a_forged_token(self):
+        d = self.client.acquire(max_wait=0, **self.export)
+        self.assertTrue(d.allowed)
+        self.assertTrue(self.client.release(d.lease))
+        self.assertFalse(self.client.release(d.lease))
+        with self.assertRaisesRegex(sluice.BadRequest, "lease"):
+            self.client.release("forged")
+
+    def test_lease_under_allow_policy_without_server(self):
+        client = sluice.Client("http://127.0.0.1:%d" % sluiced.free_port(), on_error="allow")
+        with client.lease(**self.export) as d:
+            self.assertEqual((d.allowed, d.lease), (True, None))
+
+
+class DecoratorTest(unittest.TestCase):
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_raise_on_denial_and_the_function_does_not_run(self):
+        calls = []
+
+        @sluice.limited(self.client, wait=False, key="deco-raise", algorithm="sliding_log",
+                        limit=2, period="1h")
+        def work(x):
+            calls.append(x)
+            return x * 2
+
+        self.assertEqual([work(1), work(2)], [2, 4])
+        with self.assertRaises(sluice.RateLimited) as raised:
+            work(3)
+        self.assertEqual(calls, [1, 2])
+        self.assertTrue(0 < raised.exception.decision.retry_after <= 3600)
+        self.assertEqual(work.__name__, "work")
+
+    def test_wait_with_a_key_per_call(self):
+        calls = []
+
+        @sluice.limited(self.client, key=lambda user: "deco-" + user, algorithm="sliding_log",
+                        limit=1, period="200ms", max_wait=30)
+        def work(user):
+            calls.append(user)
+
+        for user in ("ann", "ann", "ben"):
+            work(user)
+        self.assertEqual(calls, ["ann", "ann", "ben"])
+
+        @sluice.limited(self.client, key="deco-far", algorithm="sliding_log", limit=1,
+                        period="1h", max_wait=0)
+        def far():
+            calls.append("far")
+
+        far()
+        with self.assertRaises(sluice.RateLimited):
+            far()
+        self.assertEqual(calls.count("far"), 1)
+
+    def test_the_asyncio_client_and_a_coroutine(self):
+        client = sluice.AsyncClient(url(), timeout=30)
+        self.addCleanup(client.close)
+
+        @sluice.limited(client, wait=False, key="deco-async", algorithm="sliding_log", limit=1,
+                        period="1h")
+        async def work():
+            return "ran"
+
+        async def main():
+            first = await client.check(key="async-check", limit=1, period="1h")
+            second = await client.check(key="async-check", limit=1, period="1h")
+            self.assertEqual((first.allowed, second.allowed), (True, False))
+            self.assertEqual(await work(), "ran")
+            with self.assertRaises(sluice.RateLimited):
+                await work()
+            with self.assertRaisesRegex(ValueError, "inside"):
+                async with client.lease(**LeaseTest.export) as held:
+                    self.assertIsNotNone(held.lease)
+                    raise ValueError("inside")
+            d = await client.acquire(max_wait=0, **LeaseTest.export)
+            self.assertTrue(d.allowed)  # The async lease was given back.
+            self.assertTrue(await client.release(d.lease))
+
+        asyncio.run(main())
+
+
+class InstallTest(unittest.TestCase):
+    def test_pip_installs_the_folder_with_debians_setuptools(self):
+        # As docs/python.md says: Debian's pip, setuptools and wheel, no index (no PyPI here).
+        # From a copy: setuptools builds in the folder it is given (build/, *.egg-info), and
+        # two runs of this test side by side would share one.
+        work = tempfile.mkdtemp(prefix="sluice-pip-")
+        self.addCleanup(shutil.rmtree, work, True)
+        source, target = os.path.join(work, "python"), os.path.join(work, "target")
+        shutil.copytree(os.path.join(ROOT, "clients", "python"), source,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-index",
+                        "--no-build-isolation", "--target", target, source], check=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        code = ("import sluice, sys; print(sluice.__file__); "
+                "print(sluice.Client(sys.argv[1]).check(key='pip', limit=1, period='1h').allowed)")
+        out = subprocess.run([sys.executable, "-c", code, url()], check=True, cwd=target,
+                             env=dict(os.environ, PYTHONPATH=target), stdout=subprocess.PIPE,
+                             text=True).stdout.split()
+        self.assertEqual(out, [os.path.join(target, "sluice", "__init__.py"), "True"])
+
+
+if __name__ == "__main__":
+    sluiced.main(verbosity=2)
