@@ -159,7 +159,14 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .remaining_name = flags_.header_remaining,
                               .reset_name = flags_.header_reset};
   api_ = std::make_unique<HttpApi>(
-      *service_, metrics_, SystemClock(), [this] { return StoreMetrics(); },
+      *service_, metrics_, SystemClock(),
+      [this] {
+        return StoreMetrics() +
+               fmt::format("# HELP sluice_caller_limits_in_use Distinct limits callers have in "
+                           "use (at most {}).\n# TYPE sluice_caller_limits_in_use gauge\n"
+                           "sluice_caller_limits_in_use {}\n",
+                           kMaxCallerLimits, service_->caller_limits_in_use());
+      },
       [this] { return Health(); }, HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
   const int threads = flags_.threads > 0
                           ? flags_.threads
@@ -501,8 +508,13 @@ std::string MemoryStoreMetrics(const MemoryStoreStats& stats) {
       "# HELP sluice_store_leases Leases held in the memory store.\n"
       "# TYPE sluice_store_leases gauge\nsluice_store_leases {}\n"
       "# HELP sluice_store_leases_refused_total Leases refused: --max-leases held.\n"
-      "# TYPE sluice_store_leases_refused_total counter\nsluice_store_leases_refused_total {}\n",
-      stats.keys, stats.reclaimed, stats.refused, stats.leases, stats.leases_refused);
+      "# TYPE sluice_store_leases_refused_total counter\nsluice_store_leases_refused_total {}\n"
+      "# HELP sluice_store_limits Distinct limits with a table in the memory store.\n"
+      "# TYPE sluice_store_limits gauge\nsluice_store_limits {}\n"
+      "# HELP sluice_store_limits_retired_total Tables freed: every key of theirs had reset.\n"
+      "# TYPE sluice_store_limits_retired_total counter\nsluice_store_limits_retired_total {}\n",
+      stats.keys, stats.reclaimed, stats.refused, stats.leases, stats.leases_refused, stats.limits,
+      stats.limits_retired);
 }
 
 }  // namespace
@@ -526,6 +538,11 @@ std::string Daemon::StoreMetrics() const {
         "sluice_redis_master_switches_total {}\n"
         "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
         "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
+        "# HELP sluice_redis_servers_lost Redis servers lost now (the log says why).\n"
+        "# TYPE sluice_redis_servers_lost gauge\nsluice_redis_servers_lost {}\n"
+        "# HELP sluice_redis_servers_refusing Redis servers refusing to decide now (OOM, "
+        "READONLY...).\n"
+        "# TYPE sluice_redis_servers_refusing gauge\nsluice_redis_servers_refusing {}\n"
         "# HELP sluice_redis_split_requests_total Cluster: requests over several slots.\n"
         "# TYPE sluice_redis_split_requests_total counter\nsluice_redis_split_requests_total {}\n"
         "# HELP sluice_redis_give_backs_total Slots given back after a later slot denied.\n"
@@ -550,7 +567,8 @@ std::string Daemon::StoreMetrics() const {
         "# TYPE sluice_redis_share_units_lapsed_total counter\n"
         "sluice_redis_share_units_lapsed_total {}\n",
         stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
-        stats.master_switches, stats.connections_ready, stats.split_requests, stats.give_backs,
+        stats.master_switches, stats.connections_ready, stats.servers_lost,
+        stats.servers_refusing, stats.split_requests, stats.give_backs,
         stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
         stats.shares_taken, stats.shares_refused, stats.share_units_returned,
         stats.share_units_lapsed) + MemoryStoreMetrics(stats.local);

@@ -90,9 +90,11 @@ std::string MemcachedMetrics(const MemcachedStoreStats& stats) {
       "# HELP sluice_memcached_give_backs_failed_total Give-backs not written: units left "
       "charged.\n"
       "# TYPE sluice_memcached_give_backs_failed_total counter\n"
-      "sluice_memcached_give_backs_failed_total {}\n",
+      "sluice_memcached_give_backs_failed_total {}\n"
+      "# HELP sluice_memcached_servers_lost Memcached servers lost now (the log says why).\n"
+      "# TYPE sluice_memcached_servers_lost gauge\nsluice_memcached_servers_lost {}\n",
       stats.calls, stats.failures, stats.fallbacks, stats.cas_conflicts, stats.cas_exhausted,
-      stats.give_backs, stats.give_backs_failed);
+      stats.give_backs, stats.give_backs_failed, stats.servers_lost + stats.servers_refusing);
 }
 
 }  // namespace sluice::server

@@ -247,6 +247,8 @@ class RateLimitService {
   void StopWaiting();
   // Requests waiting in AcquireAsync now.
   size_t waiting() const;
+  // Distinct limits callers have in use now (CallerLimits; at most kMaxCallerLimits).
+  size_t caller_limits_in_use() const { return caller_limits_.InUse(clock_.Now()); }
 
   // The same three, waiting for the answer: for tests and tools, never for a thread that
   // serves requests.

@@ -48,6 +48,8 @@ class MemcachedHealthTest(MemcachedCase):
             self.assertEqual(eventually(lambda: self.state(servers[policy]), degraded, policy),
                              degraded, policy)
             self.assertEqual(self.healthz(servers[policy])[1]["servers_lost"], "1")
+            self.assertIn("sluice_memcached_servers_lost 1\n",
+                          servers[policy].request("GET", "/metrics").body.decode())
         # And it does decide as /healthz says: deny fails, allow and local admit.
         self.assertEqual(servers["deny"].check("ann", domain="fleet")[0], 503)
         self.assertEqual(servers["allow"].check("ann", domain="fleet")[0], 200)

@@ -93,6 +93,20 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertEqual(self.server.metric("sluice_store_leases", metrics), 50)
         self.assertEqual(self.server.metric("sluice_store_leases_refused_total", metrics), 150)
 
+    def test_caller_limits_and_the_stores_tables_are_shown(self):
+        self.start()
+        before = self.server.metrics()
+        self.assertEqual(self.server.metric("sluice_caller_limits_in_use", before), 0)
+        for limit in (3, 4, 4):  # Two distinct limits given by callers.
+            answer = self.server.request("POST", "/v1/check", {
+                "key": "ann", "algorithm": "gcra", "limit": limit, "period": "1h"})
+            self.assertEqual(answer.status, 200, answer)
+        after = self.server.metrics()
+        self.assertEqual(self.server.metric("sluice_caller_limits_in_use", after), 2)
+        self.assertEqual(self.server.metric("sluice_store_limits", after),
+                         self.server.metric("sluice_store_limits", before) + 2)
+        self.assertEqual(self.server.metric("sluice_store_limits_retired_total", after), 0)
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

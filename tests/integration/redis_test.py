@@ -165,6 +165,7 @@ class RedisStoreTest(RedisCase):
                                          timeout=30).read().decode()
         self.assertIn("sluice_redis_fallbacks_total 6", metrics)
         self.assertIn("sluice_redis_connections_ready 0", metrics)
+        self.assertIn("sluice_redis_servers_lost 1", metrics)
 
         self.redis.start()  # Empty: a new Redis has not seen ann.
         back = time.monotonic()
@@ -282,7 +283,7 @@ class RedisStoreTest(RedisCase):
         cases = [
             (["--store", "redis://127.0.0.1:99999"], "port '99999'"),
             (["--store", "redis://u:hunter2@host/x"], "database 'x'"),
-            (["--store", "mysql://x"], "expected memory or redis://"),
+            (["--store", "mysql://x"], "expected memory, memcached://host:port[,host:port...] or redis://"),
             (["--store", self.redis.url, "--redis-on-failure", "panic"], "allow, deny or local"),
             (["--store", self.redis.url, "--redis-timeout", "soon"], "--redis-timeout"),
             (["--store", self.redis.url, "--snapshot", "x.snap"], "memory store"),
