@@ -154,6 +154,27 @@ absl::StatusOr<RateLimitService::Planned> RateLimitService::PlanOverride(
   return p;
 }
 
+namespace {
+
+// share_threshold: every value a wildcard matches is counted as the wildcard itself, as
+// envoyproxy/ratelimit keys it, whichever level holds the rule. `entries` so counted, or none
+// when no level of the rule's `path` shares.
+std::vector<Entry> SharedEntries(const std::vector<Entry>& entries,
+                                 const std::vector<const DescriptorNode*>& path) {
+  std::vector<Entry> shared;
+  for (size_t e = 0; e < path.size(); ++e) {
+    if (path[e]->share_threshold) {
+      if (shared.empty()) {
+        shared = entries;
+      }
+      shared[e].value = path[e]->pattern;
+    }
+  }
+  return shared;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases,
     absl::Status* refused) {
@@ -189,17 +210,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     if (rule == nullptr) {
       continue;
     }
-    // share_threshold: every value a wildcard matches is counted as the wildcard itself, as
-    // envoyproxy/ratelimit keys it, whichever level holds the rule.
-    std::vector<Entry> shared_entries;
-    for (size_t e = 0; e < path.size(); ++e) {
-      if (path[e]->share_threshold) {
-        if (shared_entries.empty()) {
-          shared_entries = entries;
-        }
-        shared_entries[e].value = path[e]->pattern;
-      }
-    }
+    const std::vector<Entry> shared_entries = SharedEntries(entries, path);
     if (!shared_entries.empty()) {
       key = RuleKey(domain.name, shared_entries);
     }
