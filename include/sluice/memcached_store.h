@@ -20,9 +20,11 @@
 // over a window d longer; it never corrupts a state.
 //
 // Contention: a write that finds the item changed since it was read (another server won the
-// cas) reads and decides again, at most `cas_retries` times; past that the call fails with
-// Aborted ("cas retries exhausted", naming the limit and key), which the failure policy
-// decides as it does an unreachable server. Nothing is ever admitted without a successful
+// cas) reads and decides again, at most `cas_retries` times and within the call's timeout;
+// past that the call fails with ResourceExhausted ("contention", naming the limit and key).
+// That is no outage (the servers answered every time), so no failure policy applies: under
+// `allow` a hot key lost to contention would otherwise be admitted uncharged, more often the
+// busier it is. Nothing is ever admitted without a successful
 // write of the state that admits it. One writer wins each round, so a hot key progresses; a
 // caller may lose several rounds in a row when many write one key at once, so each retry
 // first waits a random 0 to 10 us x 2^retry (at most 640 us), and none starts once the call's
@@ -100,10 +102,11 @@ struct MemcachedStoreOptions {
   std::chrono::milliseconds timeout{100};
   // How long a server that failed is left alone before it is tried again.
   std::chrono::milliseconds retry_after_failure{1000};
-  // gets/cas rounds one limit may lose to other writers before the call fails (Aborted).
+  // gets/cas rounds one limit may lose to other writers before the call fails
+  // (ResourceExhausted, which no failure policy decides).
   int cas_retries = 32;
   // When the servers cannot decide: a failed connection, a timeout, a server marked failed,
-  // Memcached refusing a write (out of memory with -M), or cas retries exhausted. Any other
+  // Memcached refusing a write (out of memory with -M). Not contention (see above). Any other
   // error (an item that does not hold a sluice state) is the call's own.
   FailurePolicy on_failure = FailurePolicy::kDeny;
   // Hears a server lost (refused, lost, timed out; out of memory under -M: kWarning) and back
@@ -112,7 +115,8 @@ struct MemcachedStoreOptions {
   // Called on the store's threads: it must not block nor call the store. Empty: nothing said.
   StoreLogSink log = {};
   std::string key_prefix = "sluice:";
-  // Added to every item's expiry beyond its reset_after (and rounded up to whole seconds).
+  // Added to every item's expiry beyond its reset_after (and rounded up to whole seconds); at
+  // least 1 s, for Memcached's clock ticks in whole seconds and may stand one behind.
   std::chrono::milliseconds expiry_margin{1000};
   // The bounds of the MemoryStore the `local` policy decides in.
   MemoryStoreOptions local = {};

@@ -43,9 +43,10 @@ absl::Status BeforeRetry(const ItemTarget& target, const CasSettings& settings, 
   settings.counters->conflicts.fetch_add(1, std::memory_order_relaxed);
   BackOff(attempt - 1);
   if (std::chrono::steady_clock::now() >= settings.deadline) {
-    return absl::DeadlineExceededError(fmt::format(
-        "memcached: the call's timeout passed while {} on item '{}' was being retried after {} "
-        "cas conflicts",
+    settings.counters->exhausted.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(fmt::format(
+        "memcached: contention: the call's timeout passed while {} on item '{}' was being "
+        "retried after {} cas conflicts",
         target.limit->ToString(), target.item_key, attempt));
   }
   return absl::OkStatus();
@@ -53,9 +54,9 @@ absl::Status BeforeRetry(const ItemTarget& target, const CasSettings& settings, 
 
 absl::Status Exhausted(const ItemTarget& target, const CasSettings& settings) {
   settings.counters->exhausted.fetch_add(1, std::memory_order_relaxed);
-  return absl::AbortedError(fmt::format(
-      "memcached: cas retries exhausted: {} on item '{}' was changed by other writers {} times "
-      "in a row",
+  return absl::ResourceExhaustedError(fmt::format(
+      "memcached: contention: cas retries exhausted: {} on item '{}' was changed by other "
+      "writers {} times in a row",
       target.limit->ToString(), target.item_key, settings.retries + 1));
 }
 

@@ -4,8 +4,8 @@
 // the item, run the algorithm (sluice/algorithms.h) or the give-back (sluice/give_back.h) on
 // its state here, and write the new state back only if the item is as it was read (cas; add
 // for a key with no item). A write that loses to another writer reads and tries again, at most
-// `retries` times, then fails with Aborted naming the limit, the key and the bound; or, when
-// the call's deadline has passed, with DeadlineExceeded.
+// `retries` times and until the call's deadline, then fails with ResourceExhausted
+// ("contention"), naming the limit and the key: no outage, so no failure policy decides it.
 //
 // Thread-compatible, as the MemcachedConnection they are given; the counters are atomic.
 

@@ -215,8 +215,7 @@ void MemcachedConnection::Probe(std::string_view key) {
 }
 
 bool IsMemcachedUnavailable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status);
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
 
 }  // namespace sluice::internal

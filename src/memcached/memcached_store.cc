@@ -27,6 +27,9 @@ using internal::MemcachedConnection;
 // callers of the synchronous calls), the `local` policy's store and the counters.
 class MemcachedStore::Impl {
  public:
+  using SteadyClock = std::chrono::steady_clock;
+  using SteadyTime = SteadyClock::time_point;
+
   Impl(MemcachedStoreOptions options, std::unique_ptr<internal::ServerHealth> health,
        std::unique_ptr<MemcachedConnection> prototype)
       : options_(std::move(options)),
@@ -41,11 +44,14 @@ class MemcachedStore::Impl {
   const MemcachedStoreOptions& options() const { return options_; }
   internal::Workers& workers() { return workers_; }
 
-  // Decides on `connection` (the caller's thread), the failure policy deciding what Memcached
-  // could not.
+  // Decides on `connection` (the caller's thread) by `deadline` (the call's timeout from when
+  // it was asked, queued or not), the failure policy deciding what Memcached could not.
   absl::StatusOr<Decision> Run(MemcachedConnection& connection,
                                std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                               std::span<Decision> each);
+                               std::span<Decision> each, SteadyTime deadline);
+  // What the failure policy answers for `error`: the servers could not decide.
+  absl::StatusOr<Decision> Fallback(absl::Status error, std::span<const LimitedKey> requests,
+                                    int64_t cost, Timestamp now, std::span<Decision> each);
 
   // A connection set for a synchronous call, from the pool (a new clone when none is free).
   std::unique_ptr<MemcachedConnection> Borrow() {
@@ -84,9 +90,6 @@ class MemcachedStore::Impl {
   }
 
  private:
-  absl::StatusOr<Decision> Fallback(absl::Status error, std::span<const LimitedKey> requests,
-                                    int64_t cost, Timestamp now, std::span<Decision> each);
-
   const MemcachedStoreOptions options_;
   const std::unique_ptr<internal::ServerHealth> health_;  // Before the connections that use it.
   const std::unique_ptr<MemcachedConnection> prototype_;
@@ -147,7 +150,8 @@ absl::Status Check(std::string_view prefix, std::span<const LimitedKey> requests
 absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connection,
                                                    std::span<const LimitedKey> requests,
                                                    int64_t cost, Timestamp now,
-                                                   std::span<Decision> each) {
+                                                   std::span<Decision> each,
+                                                   SteadyTime deadline) {
   assert(each.size() == requests.size());
   calls_.fetch_add(1, std::memory_order_relaxed);
   absl::InlinedVector<ItemTarget, 4> targets;
@@ -155,8 +159,15 @@ absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connecti
   if (absl::Status s = Check(options_.key_prefix, requests, cost, now, targets); !s.ok()) {
     return s;
   }
+  if (SteadyClock::now() >= deadline) {  // It waited its whole timeout in the queue.
+    return Fallback(absl::DeadlineExceededError(fmt::format(
+                        "memcached: the call waited past its timeout ({} ms) for a thread of "
+                        "the store: the servers answer too slowly for the calls asked",
+                        options_.timeout.count())),
+                    requests, cost, now, each);
+  }
   internal::CasSettings settings = settings_;
-  settings.deadline = std::chrono::steady_clock::now() + options_.timeout;
+  settings.deadline = deadline;
   absl::StatusOr<Decision> result =
       internal::DecideTargets(connection, targets, cost, now, each, settings, give_backs_);
   if (!result.ok() && internal::IsMemcachedUnavailable(result.status())) {
@@ -199,8 +210,10 @@ absl::StatusOr<std::unique_ptr<MemcachedStore>> MemcachedStore::Create(
     return bad(fmt::format("cas_retries must be 0 to 10000, not {}", options.cas_retries));
   }
   if (options.timeout.count() < 1 || options.retry_after_failure.count() < 1 ||
-      options.expiry_margin.count() < 0) {
-    return bad("timeout and retry_after_failure must be at least 1 ms, expiry_margin >= 0");
+      options.expiry_margin < std::chrono::seconds(1)) {
+    // Memcached's clock ticks in whole seconds and may stand up to one behind: an item given a
+    // relative exptime of N may go up to a second before N real seconds, a fresh quota early.
+    return bad("timeout and retry_after_failure must be at least 1 ms, expiry_margin 1 s");
   }
   // Printable and short, so that every item key stays within Memcached's 250 bytes
   // (src/memcached/keys.h: a limit's name and a hashed key take at most 130 more).
@@ -233,7 +246,8 @@ absl::StatusOr<Decision> MemcachedStore::DecideAll(std::span<const LimitedKey> r
                                                    int64_t cost, Timestamp now,
                                                    std::span<Decision> each) {
   std::unique_ptr<MemcachedConnection> connection = impl_->Borrow();
-  absl::StatusOr<Decision> result = impl_->Run(*connection, requests, cost, now, each);
+  absl::StatusOr<Decision> result = impl_->Run(*connection, requests, cost, now, each,
+                                               Impl::SteadyClock::now() + impl_->options().timeout);
   impl_->Return(std::move(connection));
   return result;
 }
@@ -249,15 +263,26 @@ void MemcachedStore::DecideAllAsync(std::span<const LimitedKey> requests, int64_
     limits.push_back(*r.limit);
     keys.emplace_back(r.key);
   }
-  impl_->workers().Post([impl = impl_.get(), limits = std::move(limits), keys = std::move(keys),
-                         cost, now, each, done = std::move(done)](
-                            MemcachedConnection& connection) mutable {
-    absl::InlinedVector<LimitedKey, 4> owned;
-    for (size_t i = 0; i < limits.size(); ++i) {
-      owned.push_back({.limit = &limits[i], .key = keys[i]});
-    }
-    std::move(done)(impl->Run(connection, owned, cost, now, each));
-  });
+  // `done` is shared with the refusal below: a task the queue refuses is never run.
+  auto shared_done = std::make_shared<DecideDone>(std::move(done));
+  const Impl::SteadyTime deadline = Impl::SteadyClock::now() + impl_->options().timeout;
+  const bool queued = impl_->workers().Post(
+      [impl = impl_.get(), limits = std::move(limits), keys = std::move(keys), cost, now, each,
+       deadline, shared_done](MemcachedConnection& connection) mutable {
+        absl::InlinedVector<LimitedKey, 4> owned;
+        for (size_t i = 0; i < limits.size(); ++i) {
+          owned.push_back({.limit = &limits[i], .key = keys[i]});
+        }
+        std::move(*shared_done)(impl->Run(connection, owned, cost, now, each, deadline));
+      });
+  if (!queued) {
+    std::move(*shared_done)(impl_->Fallback(
+        absl::UnavailableError(fmt::format(
+            "memcached: {} calls wait for the store's threads already: the servers answer too "
+            "slowly for the calls asked",
+            internal::Workers::kMaxQueued)),
+        requests, cost, now, each));
+  }
 }
 
 absl::StatusOr<Decision> MemcachedStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,

@@ -22,12 +22,16 @@ Workers::~Workers() {
   }
 }
 
-void Workers::Post(Task task) {
+bool Workers::Post(Task task) {
   {
     std::lock_guard lock(mu_);
+    if (queue_.size() >= kMaxQueued) {
+      return false;
+    }
     queue_.push_back(std::move(task));
   }
   ready_.notify_one();
+  return true;
 }
 
 void Workers::Run(std::unique_ptr<MemcachedConnection> connection) {

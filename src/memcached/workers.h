@@ -2,7 +2,9 @@
 
 // The threads of a MemcachedStore: each owns a MemcachedConnection of its own (libmemcached
 // blocks while a server answers, and a memcached_st serves one thread at a time) and runs the
-// tasks posted to a shared queue, first in, first out.
+// tasks posted to a shared queue, first in, first out. The queue is bounded (kMaxQueued): when
+// the servers slow down, callers hear so at once rather than wait behind a backlog that grows
+// without end.
 //
 // Thread-safe: Post from any thread. The destructor runs the tasks still queued, then joins.
 
@@ -30,7 +32,10 @@ class Workers {
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
-  void Post(Task task);
+  static constexpr size_t kMaxQueued = 16'384;
+
+  // Queues `task`; false (and `task` not run) when kMaxQueued tasks wait already.
+  [[nodiscard]] bool Post(Task task);
 
  private:
   void Run(std::unique_ptr<MemcachedConnection> connection);

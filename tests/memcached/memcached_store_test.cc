@@ -186,6 +186,48 @@ TEST(MemcachedStoreTest, ThreadsOfTwoStoresOnOneHotKeyAdmitExactlyTheLimit) {
             << " b=" << b->Stats().cas_conflicts << " over " << 4 * 240 << " calls\n";
 }
 
+// Contention is no outage: under `allow`, with no cas retry at all, the calls that lose a race
+// fail (ResourceExhausted) and are never admitted uncharged, so the admissions are exactly the
+// limit however many were lost.
+TEST(MemcachedStoreTest, ContentionIsNeverDecidedByTheFailurePolicy) {
+  MemcachedServer server;
+  MemcachedStoreOptions options = MemcachedOptionsFor({&server});
+  options.cas_retries = 0;
+  options.on_failure = FailurePolicy::kAllow;
+  auto a = MustMemcached(options);
+  auto b = MustMemcached(options);
+  const Limit limit = MustLimit({.algorithm = Algorithm::kGcra, .limit = 100, .period = 1h,
+                                 .burst = 100});
+  std::atomic<int> admitted{0};
+  std::atomic<int> lost{0};
+  std::atomic<int> denied{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    MemcachedStore& store = t % 2 == 0 ? *a : *b;
+    threads.emplace_back([&] {
+      // Until this thread has seen the limit reached three times.
+      for (int mine = 0; mine < 3;) {
+        absl::StatusOr<Decision> d = store.Decide(limit, "contended", 1, At(kEpoch));
+        if (!d.ok()) {
+          EXPECT_TRUE(absl::IsResourceExhausted(d.status())) << d.status();
+          lost.fetch_add(1);
+        } else if (d->allowed) {
+          admitted.fetch_add(1);
+        } else {
+          denied.fetch_add(1);
+          ++mine;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(admitted.load(), 100) << lost.load() << " lost to contention";
+  EXPECT_EQ(a->Stats().fallbacks + b->Stats().fallbacks, 0u);
+  std::cout << "[ cas      ] lost to contention: " << lost.load() << "\n";
+}
+
 // Threads of two stores asking a global limit and a user's limit together, two threads per
 // user: a request whose user's limit is taken by the other thread between the dry run and its
 // charge gives its global charge back. Never past either limit, and what each limit holds
@@ -319,6 +361,11 @@ TEST(MemcachedStoreTest, RefusesOptionsAndLimitsItCannotKeep) {
   spaced.servers.push_back({.host = "127.0.0.1"});
   spaced.key_prefix = "a b";
   EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Create(spaced).status()));
+  // Memcached's clock may stand a second behind: a smaller margin could end a state early.
+  MemcachedStoreOptions tight;
+  tight.servers.push_back({.host = "127.0.0.1"});
+  tight.expiry_margin = std::chrono::milliseconds(999);
+  EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Create(tight).status()));
   const Limit buckets = MustLimit(
       {.algorithm = Algorithm::kSlidingBuckets, .limit = 10, .period = 20000s, .buckets = 20000});
   EXPECT_TRUE(absl::IsInvalidArgument(MemcachedStore::Supports(buckets)));

@@ -49,11 +49,15 @@ class MemcachedServer {
 
   void Kill() {
     if (pid_ > 0) {
+      kill(pid_, SIGCONT);
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
       pid_ = 0;
     }
   }
+  // Freezes it (SIGSTOP): calls wait for it until their timeout; Resume() thaws it.
+  void Pause() { kill(pid_, SIGSTOP); }
+  void Resume() { kill(pid_, SIGCONT); }
 
  private:
   // Starts it on port_; false if it exited (another process holds the port) or did not
