@@ -159,6 +159,32 @@ class CheckTest(unittest.TestCase):
         self.assertIs(conn.sock, sock)
 
 
+    @unittest.skipUnless(hasattr(os, "fork"), "fork() only")
+    def test_a_forked_child_opens_its_own_connection(self):
+        # A Celery prefork parent that used the client: the child must not share its socket.
+        self.client.check(key="fork-parent", limit=100, period="1h")
+        parent_conn = self.client._local.conn
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # The child: reports, then leaves without running the parent's cleanup.
+            code = 1
+            try:
+                d = self.client.check(key="fork-child", limit=1, period="1h")
+                own = self.client._local.conn is not parent_conn
+                os.write(writer, b"%d %d" % (own, d.allowed and d.remaining == 0))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as r:
+            report = r.read()
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual((status, report), (0, b"1 1"))
+        again = self.client.check(key="fork-child", limit=1, period="1h")
+        self.assertEqual((again.allowed, again.remaining), (False, 0))
+        self.assertIs(self.client._local.conn, parent_conn)
+
+
 class AcquireTest(unittest.TestCase):
     def setUp(self):
         self.client = sluice.Client(url(), timeout=30)
