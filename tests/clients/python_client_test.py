@@ -250,6 +250,35 @@ class UnreachableTest(unittest.TestCase):
                 server.close()
 
 
+    def test_a_4xx_other_than_400_follows_the_policy(self):
+        # A proxy in front of sluiced (403, 404, 408, 413), or a wrong path prefix in the url:
+        # not a malformed call, so the caller's on_error policy, never BadRequest.
+        for status in (b"403 Forbidden", b"404 Not Found", b"408 Request Timeout",
+                       b"413 Payload Too Large"):
+            reply = (b"HTTP/1.1 " + status + b"\r\nContent-Length: 23\r\n\r\n"
+                     b'{"error":"not sluiced"}')
+            for policy, allowed in (("deny", False), ("allow", True)):
+                server = Silent(reply)
+                try:
+                    with sluice.Client("http://127.0.0.1:%d" % server.port,
+                                       on_error=policy) as client:
+                        d = client.check(key="k", limit=1, period="1s")
+                        self.assertEqual((d.allowed, d.status), (allowed, None), status)
+                        self.assertIn("HTTP " + status[:3].decode(), d.error)
+                finally:
+                    server.close()
+                server = Silent(reply)
+                try:
+                    with sluice.Client("http://127.0.0.1:%d" % server.port,
+                                       on_error=policy) as client:
+                        self.assertIsNone(client.release("some-token"), status)
+                finally:
+                    server.close()
+        with sluice.Client(url() + "/wrong/prefix") as client:
+            d = client.check(key="k", limit=1, period="1s")
+        self.assertFalse(d.allowed)
+        self.assertIn("HTTP 404", d.error)
+
 class LeaseTest(unittest.TestCase):
     export = dict(domain="api", descriptors=[{"job": "export"}])
 

@@ -4,8 +4,8 @@ One keep-alive connection per thread (http.client's connections are not thread-s
 when first needed and opened again when sluiced has closed it (it closes idle ones after 60 s).
 Fork-safe: a child of fork() (a Celery prefork worker whose parent used the client) opens
 connections of its own and never touches the parent's sockets, which it shares.
-Every call either returns a Decision or, for a request sluiced refused as malformed, raises
-BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a Decision whose `error`
+Every call either returns a Decision or, for a request sluiced refused as malformed (HTTP 400
+only), raises BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a Decision whose `error`
 says what happened and whose `allowed` is the `on_error` policy.
 """
 
@@ -73,7 +73,7 @@ class Client:
         status, answer, error = self._post("/v1/release", {"lease": lease}, self.timeout)
         if error is None and status == 200 and isinstance(answer.get("released"), bool):
             return answer["released"]
-        if error is None and 400 <= status < 500:
+        if error is None and status == 400:  # Only sluiced's "malformed": see _decide.
             raise BadRequest(str(answer.get("error", answer)), status)
         log.warning("sluice: lease not released (%s); it ends at its lease_ttl",
                     error or "HTTP %d" % status)
@@ -111,7 +111,10 @@ class Client:
                 return decisions.from_answer(status, answer)
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 error = "not a decision (%s): %.200r" % (e, answer)
-        elif error is None and 400 <= status < 500:
+        elif error is None and status == 400:
+            # A malformed call, which no retry fixes. Any other 4xx (a proxy's 403, 404, 408,
+            # 413, a wrong path prefix in the url) is a sluiced that cannot be reached: the
+            # on_error policy, like a 5xx.
             raise BadRequest(str(answer.get("error", answer)), status)
         elif error is None:
             error = "HTTP %d: %s" % (status, answer.get("error", answer))
