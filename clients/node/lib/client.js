@@ -1,7 +1,7 @@
 'use strict';
 // The client of sluiced over HTTP, with Node's own fetch (18 and later), which keeps
 // connections alive and reuses them. Every call resolves to a Decision, or, for a request
-// sluiced refused as malformed, rejects with BadRequest: an unreachable sluiced, a timeout or
+// sluiced refused as malformed (HTTP 400 only), rejects with BadRequest: an unreachable sluiced, a timeout or
 // a 5xx answer is a Decision whose `error` says what happened and whose `allowed` is the
 // `onError` policy.
 
@@ -60,7 +60,7 @@ class Client {
     if (typeof lease !== 'string') throw new TypeError('lease is the token of decision.lease');
     const { status, answer, error } = await this._post('/v1/release', { lease }, this.timeout);
     if (!error && status === 200 && typeof answer.released === 'boolean') return answer.released;
-    if (!error && status >= 400 && status < 500) throw new BadRequest(String(answer.error), status);
+    if (!error && status === 400) throw new BadRequest(String(answer.error), status); // See _decide.
     return null;
   }
 
@@ -86,7 +86,9 @@ class Client {
       } catch (e) {
         why = `not a decision (${e.message})`;
       }
-    } else if (!why && status >= 400 && status < 500) {
+    } else if (!why && status === 400) {
+      // A malformed call, which no retry fixes. Any other 4xx (a proxy's 403, 404, 408, 413, a
+      // wrong path prefix in the url) is a sluiced that cannot be reached: the onError policy.
       throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), status);
     } else if (!why) {
       why = `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`;
