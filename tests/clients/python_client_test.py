@@ -10,6 +10,8 @@ and on Debian's /usr/bin/python3).
 """
 
 import asyncio
+import http.server
+import json
 import math
 import os
 import shutil
@@ -74,6 +76,41 @@ class Silent:
         for conn in self.held:
             conn.close()
 
+
+class Answering:
+    """An HTTP server answering each POST path with answers[path](): (status, JSON object);
+    `asked` lists the paths in the order asked."""
+
+    def __init__(self, answers):
+        self.asked = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.asked.append(self.path)
+                status, answer = answers.get(self.path, lambda: (404, {"error": "no"}))()
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+GRANTED = (200, {"allowed": True, "lease": "the-lease", "lease_ttl_us": 600000000})
 
 class CheckTest(unittest.TestCase):
     def setUp(self):
@@ -316,6 +353,60 @@ class LeaseTest(unittest.TestCase):
         client = sluice.Client("http://127.0.0.1:%d" % sluiced.free_port(), on_error="allow")
         with client.lease(**self.export) as d:
             self.assertEqual((d.allowed, d.lease), (True, None))
+
+    def test_a_failed_release_does_not_hide_the_blocks_exception(self):
+        server = Answering({"/v1/acquire": lambda: GRANTED,
+                            "/v1/release": lambda: (400, {"error": "unknown lease"})})
+        self.addCleanup(server.close)
+        client = sluice.Client(server.url)
+        self.addCleanup(client.close)
+        with self.assertLogs("sluice", "WARNING") as logged:
+            with self.assertRaisesRegex(RuntimeError, "the block's own"):
+                with client.lease(key="k", limit=1, period="1s"):
+                    raise RuntimeError("the block's own")
+        self.assertIn("unknown lease", "".join(logged.output))
+        self.assertEqual(server.asked, ["/v1/acquire", "/v1/release"])
+
+        async def main():
+            with self.assertRaisesRegex(RuntimeError, "async block"):
+                async with sluice.AsyncClient(server.url).lease(key="k", limit=1, period="1s"):
+                    raise RuntimeError("async block")
+
+        with self.assertLogs("sluice", "WARNING"):
+            asyncio.run(main())
+
+    def test_a_lease_granted_after_its_async_with_was_cancelled_is_given_back(self):
+        asked, go_on, released = threading.Event(), threading.Event(), threading.Event()
+
+        def acquire():
+            asked.set()
+            go_on.wait(30)
+            return GRANTED
+
+        def release():
+            released.set()
+            return 200, {"released": True}
+
+        server = Answering({"/v1/acquire": acquire, "/v1/release": release})
+        self.addCleanup(server.close)
+        client = sluice.AsyncClient(server.url, timeout=30)
+        self.addCleanup(client.close)
+
+        async def main():
+            async def hold():
+                async with client.lease(key="k", limit=1, period="1s"):
+                    self.fail("the block of a cancelled lease ran")
+
+            task = asyncio.ensure_future(hold())
+            self.assertTrue(await asyncio.to_thread(asked.wait, 30))
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            go_on.set()  # The acquire in its thread now gets its lease...
+            self.assertTrue(await asyncio.to_thread(released.wait, 30))  # ...and gives it back.
+
+        asyncio.run(main())
+        self.assertEqual(server.asked, ["/v1/acquire", "/v1/release"])
 
 
 class DecoratorTest(unittest.TestCase):
