@@ -66,14 +66,21 @@ class Client {
 
   /** Runs `fn` holding a lease of a concurrency limit (acquired with `options`, maxWait
    * included), and gives it back however `fn` ends; rejects with RateLimited when none is
-   * granted. Resolves to what `fn` resolves to. */
+   * granted. Resolves to what `fn` resolves to. A release that fails is a console.warn, never
+   * an error over fn's own: the lease ends by itself at its leaseTtl. */
   async withLease(options, fn) {
     const decision = await this.acquire(options);
     if (!decision.allowed) throw new RateLimited(decision, 'lease');
     try {
       return await fn(decision);
     } finally {
-      if (decision.lease) await this.release(decision.lease);
+      if (decision.lease) {
+        try {
+          await this.release(decision.lease);
+        } catch (e) {
+          console.warn(`sluice: lease not released (${e.name}: ${e.message}); it ends at its leaseTtl`);
+        }
+      }
     }
   }
 

@@ -210,3 +210,21 @@ test('a 4xx other than 400 follows the policy (a proxy, a wrong path prefix)', a
   assert.equal(d.allowed, false);
   assert.match(d.error, /HTTP 404/);
 });
+
+test("a failed release does not hide the function's own error", async (t) => {
+  const s = await answering({
+    '/v1/acquire': [200, { allowed: true, lease: 'the-lease', lease_ttl_us: 600000000 }],
+    '/v1/release': [400, { error: 'unknown lease' }],
+  });
+  const warned = [];
+  t.mock.method(console, 'warn', (...args) => warned.push(args.join(' ')));
+  try {
+    const c = new sluice.Client({ url: s.url });
+    await assert.rejects(c.withLease({ key: 'k', limit: 1, period: '1s' }, () => {
+      throw new Error("the function's own");
+    }), /the function's own/);
+    assert.match(warned.join('\n'), /unknown lease/);
+  } finally {
+    await s.close();
+  }
+});
