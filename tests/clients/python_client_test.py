@@ -478,6 +478,33 @@ class DecoratorTest(unittest.TestCase):
 
         asyncio.run(main())
 
+    def test_a_coroutine_with_a_sync_client_and_a_function_with_an_async_client(self):
+        @sluice.limited(self.client, wait=False, key="deco-mixed-1", algorithm="sliding_log",
+                        limit=1, period="1h")
+        async def coroutine():
+            return "coroutine ran"
+
+        async def main():
+            self.assertEqual(await coroutine(), "coroutine ran")
+            with self.assertRaises(sluice.RateLimited):
+                await coroutine()
+
+        asyncio.run(main())
+
+        async_client = sluice.AsyncClient(url(), timeout=30)
+        self.addCleanup(async_client.close)
+
+        @sluice.limited(async_client, key="deco-mixed-2", algorithm="sliding_log", limit=1,
+                        period="1h", max_wait=0)
+        def function():
+            return "function ran"
+
+        self.assertEqual(function(), "function ran")
+        with self.assertRaises(sluice.RateLimited):
+            function()
+        with self.assertRaisesRegex(TypeError, "Client or AsyncClient"):
+            sluice.limited(object(), key="k", limit=1, period="1s")(function)
+
 
 class InstallTest(unittest.TestCase):
     def test_pip_installs_the_folder_with_debians_setuptools(self):
