@@ -1,6 +1,6 @@
 'use strict';
-// An Express app whose /api routes are limited by sluiced: 5 requests per 10 s per API key
-// (the X-API-Key header), else per address. /health is not limited.
+// An Express app whose /api routes are limited by sluiced: 5 requests per 10 s per client
+// address. /health is not limited.
 //
 //   sluiced --http 127.0.0.1:8080 &
 //   npm ci && SLUICE_URL=http://127.0.0.1:8080 PORT=3000 npm start
@@ -14,12 +14,16 @@ function createApp(client) {
   app.get('/health', (req, res) => res.json({ ok: true }));
   app.use('/api', sluice.middleware({
     client,
-    key: (req) => req.get('x-api-key') || req.ip,
+    // A key must be an identity the app has verified: the address of the connection here, or
+    // a user or API key once authentication has checked it. Never a header as the caller
+    // sent it (an unchecked X-API-Key): a new value on each request would be a new quota each
+    // time. Behind a proxy, set app.set('trust proxy', ...) so that req.ip is the client's.
+    key: (req) => req.ip,
     algorithm: 'sliding_log', // exact: never a 6th within any 10 s
     limit: 5,
     period: '10s',
   }));
-  app.get('/api/hello', (req, res) => res.json({ hello: req.get('x-api-key') || req.ip }));
+  app.get('/api/hello', (req, res) => res.json({ hello: req.ip }));
   return app;
 }
 

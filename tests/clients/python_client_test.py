@@ -10,6 +10,8 @@ and on Debian's /usr/bin/python3).
 """
 
 import asyncio
+import http.server
+import json
 import math
 import os
 import shutil
@@ -74,6 +76,41 @@ class Silent:
         for conn in self.held:
             conn.close()
 
+
+class Answering:
+    """An HTTP server answering each POST path with answers[path](): (status, JSON object);
+    `asked` lists the paths in the order asked."""
+
+    def __init__(self, answers):
+        self.asked = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.asked.append(self.path)
+                status, answer = answers.get(self.path, lambda: (404, {"error": "no"}))()
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+GRANTED = (200, {"allowed": True, "lease": "the-lease", "lease_ttl_us": 600000000})
 
 class CheckTest(unittest.TestCase):
     def setUp(self):
@@ -159,6 +196,32 @@ class CheckTest(unittest.TestCase):
         self.assertIs(conn.sock, sock)
 
 
+    @unittest.skipUnless(hasattr(os, "fork"), "fork() only")
+    def test_a_forked_child_opens_its_own_connection(self):
+        # A Celery prefork parent that used the client: the child must not share its socket.
+        self.client.check(key="fork-parent", limit=100, period="1h")
+        parent_conn = self.client._local.conn
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # The child: reports, then leaves without running the parent's cleanup.
+            code = 1
+            try:
+                d = self.client.check(key="fork-child", limit=1, period="1h")
+                own = self.client._local.conn is not parent_conn
+                os.write(writer, b"%d %d" % (own, d.allowed and d.remaining == 0))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as r:
+            report = r.read()
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual((status, report), (0, b"1 1"))
+        again = self.client.check(key="fork-child", limit=1, period="1h")
+        self.assertEqual((again.allowed, again.remaining), (False, 0))
+        self.assertIs(self.client._local.conn, parent_conn)
+
+
 class AcquireTest(unittest.TestCase):
     def setUp(self):
         self.client = sluice.Client(url(), timeout=30)
@@ -224,6 +287,35 @@ class UnreachableTest(unittest.TestCase):
                 server.close()
 
 
+    def test_a_4xx_other_than_400_follows_the_policy(self):
+        # A proxy in front of sluiced (403, 404, 408, 413), or a wrong path prefix in the url:
+        # not a malformed call, so the caller's on_error policy, never BadRequest.
+        for status in (b"403 Forbidden", b"404 Not Found", b"408 Request Timeout",
+                       b"413 Payload Too Large"):
+            reply = (b"HTTP/1.1 " + status + b"\r\nContent-Length: 23\r\n\r\n"
+                     b'{"error":"not sluiced"}')
+            for policy, allowed in (("deny", False), ("allow", True)):
+                server = Silent(reply)
+                try:
+                    with sluice.Client("http://127.0.0.1:%d" % server.port,
+                                       on_error=policy) as client:
+                        d = client.check(key="k", limit=1, period="1s")
+                        self.assertEqual((d.allowed, d.status), (allowed, None), status)
+                        self.assertIn("HTTP " + status[:3].decode(), d.error)
+                finally:
+                    server.close()
+                server = Silent(reply)
+                try:
+                    with sluice.Client("http://127.0.0.1:%d" % server.port,
+                                       on_error=policy) as client:
+                        self.assertIsNone(client.release("some-token"), status)
+                finally:
+                    server.close()
+        with sluice.Client(url() + "/wrong/prefix") as client:
+            d = client.check(key="k", limit=1, period="1s")
+        self.assertFalse(d.allowed)
+        self.assertIn("HTTP 404", d.error)
+
 class LeaseTest(unittest.TestCase):
     export = dict(domain="api", descriptors=[{"job": "export"}])
 
@@ -261,6 +353,60 @@ class LeaseTest(unittest.TestCase):
         client = sluice.Client("http://127.0.0.1:%d" % sluiced.free_port(), on_error="allow")
         with client.lease(**self.export) as d:
             self.assertEqual((d.allowed, d.lease), (True, None))
+
+    def test_a_failed_release_does_not_hide_the_blocks_exception(self):
+        server = Answering({"/v1/acquire": lambda: GRANTED,
+                            "/v1/release": lambda: (400, {"error": "unknown lease"})})
+        self.addCleanup(server.close)
+        client = sluice.Client(server.url)
+        self.addCleanup(client.close)
+        with self.assertLogs("sluice", "WARNING") as logged:
+            with self.assertRaisesRegex(RuntimeError, "the block's own"):
+                with client.lease(key="k", limit=1, period="1s"):
+                    raise RuntimeError("the block's own")
+        self.assertIn("unknown lease", "".join(logged.output))
+        self.assertEqual(server.asked, ["/v1/acquire", "/v1/release"])
+
+        async def main():
+            with self.assertRaisesRegex(RuntimeError, "async block"):
+                async with sluice.AsyncClient(server.url).lease(key="k", limit=1, period="1s"):
+                    raise RuntimeError("async block")
+
+        with self.assertLogs("sluice", "WARNING"):
+            asyncio.run(main())
+
+    def test_a_lease_granted_after_its_async_with_was_cancelled_is_given_back(self):
+        asked, go_on, released = threading.Event(), threading.Event(), threading.Event()
+
+        def acquire():
+            asked.set()
+            go_on.wait(30)
+            return GRANTED
+
+        def release():
+            released.set()
+            return 200, {"released": True}
+
+        server = Answering({"/v1/acquire": acquire, "/v1/release": release})
+        self.addCleanup(server.close)
+        client = sluice.AsyncClient(server.url, timeout=30)
+        self.addCleanup(client.close)
+
+        async def main():
+            async def hold():
+                async with client.lease(key="k", limit=1, period="1s"):
+                    self.fail("the block of a cancelled lease ran")
+
+            task = asyncio.ensure_future(hold())
+            self.assertTrue(await asyncio.to_thread(asked.wait, 30))
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            go_on.set()  # The acquire in its thread now gets its lease...
+            self.assertTrue(await asyncio.to_thread(released.wait, 30))  # ...and gives it back.
+
+        asyncio.run(main())
+        self.assertEqual(server.asked, ["/v1/acquire", "/v1/release"])
 
 
 class DecoratorTest(unittest.TestCase):
@@ -331,6 +477,33 @@ class DecoratorTest(unittest.TestCase):
             self.assertTrue(await client.release(d.lease))
 
         asyncio.run(main())
+
+    def test_a_coroutine_with_a_sync_client_and_a_function_with_an_async_client(self):
+        @sluice.limited(self.client, wait=False, key="deco-mixed-1", algorithm="sliding_log",
+                        limit=1, period="1h")
+        async def coroutine():
+            return "coroutine ran"
+
+        async def main():
+            self.assertEqual(await coroutine(), "coroutine ran")
+            with self.assertRaises(sluice.RateLimited):
+                await coroutine()
+
+        asyncio.run(main())
+
+        async_client = sluice.AsyncClient(url(), timeout=30)
+        self.addCleanup(async_client.close)
+
+        @sluice.limited(async_client, key="deco-mixed-2", algorithm="sliding_log", limit=1,
+                        period="1h", max_wait=0)
+        def function():
+            return "function ran"
+
+        self.assertEqual(function(), "function ran")
+        with self.assertRaises(sluice.RateLimited):
+            function()
+        with self.assertRaisesRegex(TypeError, "Client or AsyncClient"):
+            sluice.limited(object(), key="k", limit=1, period="1s")(function)
 
 
 class InstallTest(unittest.TestCase):

@@ -1,7 +1,7 @@
 'use strict';
 // The client of sluiced over HTTP, with Node's own fetch (18 and later), which keeps
 // connections alive and reuses them. Every call resolves to a Decision, or, for a request
-// sluiced refused as malformed, rejects with BadRequest: an unreachable sluiced, a timeout or
+// sluiced refused as malformed (HTTP 400 only), rejects with BadRequest: an unreachable sluiced, a timeout or
 // a 5xx answer is a Decision whose `error` says what happened and whose `allowed` is the
 // `onError` policy.
 
@@ -60,20 +60,27 @@ class Client {
     if (typeof lease !== 'string') throw new TypeError('lease is the token of decision.lease');
     const { status, answer, error } = await this._post('/v1/release', { lease }, this.timeout);
     if (!error && status === 200 && typeof answer.released === 'boolean') return answer.released;
-    if (!error && status >= 400 && status < 500) throw new BadRequest(String(answer.error), status);
+    if (!error && status === 400) throw new BadRequest(String(answer.error), status); // See _decide.
     return null;
   }
 
   /** Runs `fn` holding a lease of a concurrency limit (acquired with `options`, maxWait
    * included), and gives it back however `fn` ends; rejects with RateLimited when none is
-   * granted. Resolves to what `fn` resolves to. */
+   * granted. Resolves to what `fn` resolves to. A release that fails is a console.warn, never
+   * an error over fn's own: the lease ends by itself at its leaseTtl. */
   async withLease(options, fn) {
     const decision = await this.acquire(options);
     if (!decision.allowed) throw new RateLimited(decision, 'lease');
     try {
       return await fn(decision);
     } finally {
-      if (decision.lease) await this.release(decision.lease);
+      if (decision.lease) {
+        try {
+          await this.release(decision.lease);
+        } catch (e) {
+          console.warn(`sluice: lease not released (${e.name}: ${e.message}); it ends at its leaseTtl`);
+        }
+      }
     }
   }
 
@@ -86,7 +93,9 @@ class Client {
       } catch (e) {
         why = `not a decision (${e.message})`;
       }
-    } else if (!why && status >= 400 && status < 500) {
+    } else if (!why && status === 400) {
+      // A malformed call, which no retry fixes. Any other 4xx (a proxy's 403, 404, 408, 413, a
+      // wrong path prefix in the url) is a sluiced that cannot be reached: the onError policy.
       throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), status);
     } else if (!why) {
       why = `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`;

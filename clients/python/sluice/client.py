@@ -2,14 +2,17 @@
 
 One keep-alive connection per thread (http.client's connections are not thread-safe), opened
 when first needed and opened again when sluiced has closed it (it closes idle ones after 60 s).
-Every call either returns a Decision or, for a request sluiced refused as malformed, raises
-BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a Decision whose `error`
+Fork-safe: a child of fork() (a Celery prefork worker whose parent used the client) opens
+connections of its own and never touches the parent's sockets, which it shares.
+Every call either returns a Decision or, for a request sluiced refused as malformed (HTTP 400
+only), raises BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a Decision whose `error`
 says what happened and whose `allowed` is the `on_error` policy.
 """
 
 import http.client
 import json
 import logging
+import os
 import threading
 import urllib.parse
 
@@ -48,6 +51,7 @@ class Client:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections = set()  # Every thread's, for close().
+        self._pid = os.getpid()  # Whose connections these are (see _forked).
 
     def check(self, **kwargs):
         """POST /v1/check: ad hoc (key=, limit=, period=, algorithm=, burst=, buckets=, cost=)
@@ -69,7 +73,7 @@ class Client:
         status, answer, error = self._post("/v1/release", {"lease": lease}, self.timeout)
         if error is None and status == 200 and isinstance(answer.get("released"), bool):
             return answer["released"]
-        if error is None and 400 <= status < 500:
+        if error is None and status == 400:  # Only sluiced's "malformed": see _decide.
             raise BadRequest(str(answer.get("error", answer)), status)
         log.warning("sluice: lease not released (%s); it ends at its lease_ttl",
                     error or "HTTP %d" % status)
@@ -84,7 +88,9 @@ class Client:
 
     def close(self):
         """Closes the connections of every thread (call it when no call is in flight); a
-        later call opens a new one."""
+        later call opens a new one. In a child of fork(), never the parent's."""
+        if os.getpid() != self._pid:
+            self._forked(os.getpid())
         with self._lock:
             connections, self._connections = self._connections, set()
         for conn in connections:
@@ -105,7 +111,10 @@ class Client:
                 return decisions.from_answer(status, answer)
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 error = "not a decision (%s): %.200r" % (e, answer)
-        elif error is None and 400 <= status < 500:
+        elif error is None and status == 400:
+            # A malformed call, which no retry fixes. Any other 4xx (a proxy's 403, 404, 408,
+            # 413, a wrong path prefix in the url) is a sluiced that cannot be reached: the
+            # on_error policy, like a 5xx.
             raise BadRequest(str(answer.get("error", answer)), status)
         elif error is None:
             error = "HTTP %d: %s" % (status, answer.get("error", answer))
@@ -146,6 +155,9 @@ class Client:
             self._connections.discard(conn)
 
     def _connection(self, timeout):
+        pid = os.getpid()
+        if pid != self._pid:
+            self._forked(pid)
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.timeout = timeout
@@ -158,6 +170,15 @@ class Client:
         with self._lock:
             self._connections.add(conn)
         return conn, False
+
+    def _forked(self, pid):
+        """In a child of fork(): the parent's connections (sockets both processes hold) stay
+        the parent's, neither used nor closed here; the child starts with none, and a new lock
+        (the parent's may have been held by another thread at the fork)."""
+        self._pid = pid
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections = set()
 
 
 def _seconds_of(duration):

@@ -1,11 +1,15 @@
 """A lease of a concurrency limit held for the length of a block (docs/server.md,
 "Concurrency limits: leases"): taken by /v1/acquire on entry, given back by /v1/release on
-exit, whether the block returned or raised. A lease that cannot be given back (sluiced gone)
-ends by itself at its lease_ttl."""
+exit, whether the block returned or raised. A lease that cannot be given back (sluiced gone,
+or any error of the release) is logged, never raised over the block's own exception, and ends
+by itself at its lease_ttl."""
 
 import asyncio
+import logging
 
 from .errors import RateLimited
+
+log = logging.getLogger("sluice")
 
 
 class Lease:
@@ -30,11 +34,26 @@ class Lease:
         token = self.decision.lease if self.decision is not None else None
         self.decision = None
         if token is not None:
-            self._client.release(token)
+            try:
+                self._client.release(token)
+            except Exception as e:  # Logged: the block's own exception, if any, goes on.
+                log.warning("sluice: lease not released (%s: %s); it ends at its lease_ttl",
+                            type(e).__name__, e)
         return False  # The block's exception, if any, goes on.
 
     async def __aenter__(self):
-        return await asyncio.to_thread(self.__enter__)
+        # The acquire runs in a thread, which a cancellation cannot stop: shielded, it goes on,
+        # and a lease it is granted after all is given back at once (the block never runs).
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self.__enter__))
+        try:
+            return await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(self._give_back_late)
+            raise
+
+    def _give_back_late(self, acquiring):
+        if not acquiring.cancelled() and acquiring.exception() is None:
+            acquiring.get_loop().run_in_executor(None, self.__exit__, None, None, None)
 
     async def __aexit__(self, *exc):
         return await asyncio.to_thread(self.__exit__, *exc)

@@ -174,3 +174,57 @@ test('a lease is held while the function runs and given back when it throws', as
   assert.equal(await client.release(d.lease), true);
   await assert.rejects(client.release('forged'), { name: 'BadRequest', message: /lease/ });
 });
+
+/** An HTTP server answering each POST path with `answers[path]` ([status, JSON object]). */
+async function answering(answers) {
+  const http = require('node:http');
+  const s = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const [status, answer] = answers[req.url] || [404, { error: 'no such path' }];
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
+    });
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${s.address().port}`, close: () => new Promise((r) => s.close(r)) };
+}
+
+test('a 4xx other than 400 follows the policy (a proxy, a wrong path prefix)', async () => {
+  for (const status of [403, 404, 408, 413]) {
+    const s = await answering({ '/v1/check': [status, { error: 'not sluiced' }],
+      '/v1/release': [status, { error: 'not sluiced' }] });
+    try {
+      for (const [onError, allowed] of [['deny', false], ['allow', true]]) {
+        const c = new sluice.Client({ url: s.url, onError });
+        const d = await c.check({ key: 'k', limit: 1, period: '1s' });
+        assert.deepEqual([d.allowed, d.status], [allowed, null], String(status));
+        assert.match(d.error, new RegExp(`HTTP ${status}`));
+        assert.equal(await c.release('some-token'), null);
+      }
+    } finally {
+      await s.close();
+    }
+  }
+  const wrong = new sluice.Client({ url: `${server.url}/wrong/prefix` });
+  const d = await wrong.check({ key: 'k', limit: 1, period: '1s' });
+  assert.equal(d.allowed, false);
+  assert.match(d.error, /HTTP 404/);
+});
+
+test("a failed release does not hide the function's own error", async (t) => {
+  const s = await answering({
+    '/v1/acquire': [200, { allowed: true, lease: 'the-lease', lease_ttl_us: 600000000 }],
+    '/v1/release': [400, { error: 'unknown lease' }],
+  });
+  const warned = [];
+  t.mock.method(console, 'warn', (...args) => warned.push(args.join(' ')));
+  try {
+    const c = new sluice.Client({ url: s.url });
+    await assert.rejects(c.withLease({ key: 'k', limit: 1, period: '1s' }, () => {
+      throw new Error("the function's own");
+    }), /the function's own/);
+    assert.match(warned.join('\n'), /unknown lease/);
+  } finally {
+    await s.close();
+  }
+});
