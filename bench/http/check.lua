@@ -8,7 +8,8 @@
 --                       rules: {"domain": "bench", "descriptors": [{"entries": [{"key": "user",
 --                       "value": "N"}]}]} (sluiced needs a rules file with that domain;
 --                       bench/http/run.sh writes one)
---   SLUICE_BENCH_USERS  how many users the keys cycle through (default 10000)
+--   SLUICE_BENCH_USERS  how many users the keys cycle through (default 10000; 1: a hot key)
+--   SLUICE_BENCH_ALGORITHM  the ad-hoc limit's algorithm (default gcra; fixed_window: a counter)
 --   SLUICE_BENCH_LIMIT  the ad-hoc gcra limit per user per second (default 100000), high
 --                       enough that every request is admitted: wrk counts any 429 under
 --                       "Non-2xx or 3xx responses".
@@ -19,6 +20,7 @@
 local mode = os.getenv("SLUICE_BENCH_MODE") or "adhoc"
 local users = tonumber(os.getenv("SLUICE_BENCH_USERS") or "10000")
 local limit = tonumber(os.getenv("SLUICE_BENCH_LIMIT") or "100000")
+local algorithm = os.getenv("SLUICE_BENCH_ALGORITHM") or "gcra"
 
 local threads = {}
 local next_id = 0
@@ -41,7 +43,7 @@ function init(args)
             '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"%d"}]}]}', u)
       else
          body = string.format(
-            '{"key":"user:%d","algorithm":"gcra","limit":%d,"period":"1s"}', u, limit)
+            '{"key":"user:%d","algorithm":"%s","limit":%d,"period":"1s"}', u, algorithm, limit)
       end
       requests[u + 1] = wrk.format("POST", "/v1/check", headers, body)
    end

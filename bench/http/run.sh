@@ -11,10 +11,11 @@
 #
 #   bench/http/run.sh [--sluiced PATH] [--nginx PATH] [--duration 10s] [--mode adhoc|rules]
 #                     [--connections 64] [--threads 2] [--warmup 2s] [--rounds 3] [--redis]
-#                     [--keep]
+#                     [--memcached] [--keep]
 #
-# --threads is wrk's. --redis: sluiced on the Redis store, a redis-server of its own on a free
-# port.
+# --threads is wrk's. --redis, --memcached: sluiced on that store, a server of its own on a free
+# port, emptied before each sluiced starts. check.lua's environment picks the keys
+# (SLUICE_BENCH_USERS=1: one hot key) and, ad hoc, the algorithm (SLUICE_BENCH_ALGORITHM).
 #
 # Needs wrk (Debian: apt-get install -y wrk), nginx and python3 (free ports). Every server
 # listens on 127.0.0.1 on a port free at start; all of them are stopped on exit. wrk and the
@@ -35,6 +36,8 @@ wrk_threads=2
 keep=0
 redis=0
 redis_port=
+memcached=0
+memcached_port=
 rounds=3
 
 while [[ $# -gt 0 ]]; do
@@ -48,6 +51,7 @@ while [[ $# -gt 0 ]]; do
     --threads) wrk_threads=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --redis) redis=1; shift ;;
+    --memcached) memcached=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
@@ -81,6 +85,9 @@ cleanup() {
   pids=()
   if [[ -n $redis_port ]]; then
     redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+  fi
+  if [[ -n $memcached_port ]]; then
+    kill "$(cat "$work/memcached.pid")" 2>/dev/null || true
   fi
   if [[ $keep == 1 ]]; then
     echo "kept $work" >&2
@@ -161,6 +168,13 @@ if [[ $redis == 1 ]]; then
   for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
   store=(--store "redis://127.0.0.1:$redis_port")
 fi
+if [[ $memcached == 1 ]]; then
+  memcached_port=$(free_port)
+  memcached -l 127.0.0.1 -p "$memcached_port" -U 0 -m 256 -t 2 -d -P "$work/memcached.pid" \
+    $([[ $(id -u) == 0 ]] && echo -u root)
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$memcached_port") 2>/dev/null && break; sleep 0.05; done
+  store=(--store "memcached://127.0.0.1:$memcached_port")
+fi
 cat >"$work/rules.yaml" <<'EOF'
 domain: bench
 descriptors:
@@ -173,6 +187,12 @@ start_sluiced() {  # LOOPS -> sets port
   # take it between choosing and binding.
   if [[ -n $redis_port ]]; then
     redis-cli -p "$redis_port" flushall >/dev/null  # Each run starts from an empty store.
+  fi
+  if [[ -n $memcached_port ]]; then
+    exec 3<>"/dev/tcp/127.0.0.1/$memcached_port"
+    printf 'flush_all\r\n' >&3
+    read -r _ <&3
+    exec 3>&-
   fi
   "$sluiced" --config "$work/rules.yaml" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --threads "$1" --log-level info \
     --watch-interval 0 "${store[@]}" >"$work/sluiced.log" 2>&1 &
@@ -204,7 +224,8 @@ EOF
 }
 
 echo "wrk -t$wrk_threads -c$connections -d$duration --latency (keep-alive, 127.0.0.1), $(nproc) cores," \
-  "warm-up $warmup each, $rounds rounds, sluiced on the ${redis_port:+Redis}${redis_port:-memory} store ($mode)" >&2
+  "warm-up $warmup each, $rounds rounds, sluiced on ${store[*]} ($mode," \
+  "${SLUICE_BENCH_ALGORITHM:-gcra}, ${SLUICE_BENCH_USERS:-10000} keys)" >&2
 
 for round in $(seq "$rounds"); do
   for server in nginx1 nginx2 sluiced1 sluiced2; do  # The digit: workers, or event loops.
