@@ -8,19 +8,16 @@ a domain no rule knows counted and logged. Python 3 standard library only.
     python3 tests/integration/cli_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
 """
 
-import argparse
 import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import sluiced
 
-SLUICE = None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 GOOD_RULES = """domain: shop
@@ -54,7 +51,7 @@ def run(*command, timeout=60):
 
 class VersionTest(unittest.TestCase):
     def test_both_programs_print_the_project_version(self):
-        for binary, name in ((SLUICE, "sluice"), (sluiced.BINARY, "sluiced")):
+        for binary, name in ((sluiced.SLUICE, "sluice"), (sluiced.BINARY, "sluiced")):
             with self.subTest(name=name):
                 result = run(binary, "--version")
                 self.assertEqual(result.returncode, 0, result.stderr)
@@ -75,7 +72,7 @@ class VersionTest(unittest.TestCase):
 
 class SluiceErrorsTest(unittest.TestCase):
     def test_a_misspelt_subcommand_is_named_and_corrected(self):
-        result = run(SLUICE, "chek", "--domain", "d")
+        result = run(sluiced.SLUICE, "chek", "--domain", "d")
         self.assertEqual(result.returncode, 2)
         self.assertIn("'chek' is not a subcommand", result.stderr)
         self.assertIn("did you mean 'check'?", result.stderr)
@@ -83,11 +80,11 @@ class SluiceErrorsTest(unittest.TestCase):
         self.assertNotIn("A subcommand is required", result.stderr)
 
     def test_no_subcommand_lists_them(self):
-        result = run(SLUICE)
+        result = run(sluiced.SLUICE)
         self.assertEqual(result.returncode, 2)
         self.assertIn("give a subcommand (subcommands: simulate, check, acquire, release",
                       result.stderr)
-        result = run(SLUICE, "--domain", "d", "check")
+        result = run(sluiced.SLUICE, "--domain", "d", "check")
         self.assertEqual(result.returncode, 2)
         self.assertIn("'--domain' is not a flag of sluice itself", result.stderr)
 
@@ -97,7 +94,7 @@ class SluiceErrorsTest(unittest.TestCase):
                            (["release"], "lease is required"),
                            (["acquire", "--cost", "x"], "--cost")):
             with self.subTest(args=args):
-                result = run(SLUICE, *args)
+                result = run(sluiced.SLUICE, *args)
                 self.assertEqual(result.returncode, 2)
                 self.assertIn("sluice %s: " % args[0], result.stderr)
                 self.assertIn(says, result.stderr)
@@ -107,7 +104,7 @@ class SluiceErrorsTest(unittest.TestCase):
     def test_server_errors_echo_what_was_typed(self):
         for server in ("ftp://127.0.0.1:8080", "http://127.0.0.1:port", "http://:8080"):
             with self.subTest(server=server):
-                result = run(SLUICE, "check", "--server", server, "--domain", "d",
+                result = run(sluiced.SLUICE, "check", "--server", server, "--domain", "d",
                              "--descriptor", "k=v")
                 self.assertEqual(result.returncode, 2)
                 self.assertIn("--server '%s'" % server, result.stderr)
@@ -116,7 +113,7 @@ class SluiceErrorsTest(unittest.TestCase):
     def test_server_without_a_scheme_is_taken_as_http(self):
         server = sluiced.Sluiced.with_rules(GOOD_RULES).start()
         try:
-            result = run(SLUICE, "check", "--server", "127.0.0.1:%d" % server.port, "--domain",
+            result = run(sluiced.SLUICE, "check", "--server", "127.0.0.1:%d" % server.port, "--domain",
                          "shop", "--descriptor", "user=ann")
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertIn('"allowed":true', result.stdout.replace(" ", ""))
@@ -240,10 +237,4 @@ class UnknownDomainTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    parser.add_argument("--sluice", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    SLUICE = os.path.abspath(args.sluice)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main(sluice=True)

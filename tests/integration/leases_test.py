@@ -11,12 +11,10 @@ timing: a slot never comes back before its lease's TTL.
 Python 3 standard library only; needs redis-server.
 """
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -24,7 +22,6 @@ import unittest
 import sluiced
 from redis_test import Redis
 
-ARGS = None
 TTL = 2.0
 RULES = f"""
 domain: jobs
@@ -55,7 +52,7 @@ class LeasesTest(unittest.TestCase):
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def command(self, server, verb, *args):
-        return [ARGS.sluice, verb, "--server", f"http://127.0.0.1:{server.port}", *args]
+        return [sluiced.SLUICE, verb, "--server", f"http://127.0.0.1:{server.port}", *args]
 
     def acquire(self, server, max_wait, descriptor="job=mail"):
         return self.command(server, "acquire", "--domain", "jobs", "--descriptor", descriptor,
@@ -156,10 +153,4 @@ class LeasesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    parser.add_argument("--sluice", required=True)
-    ARGS, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(ARGS.sluiced)
-    ARGS.sluice = os.path.abspath(ARGS.sluice)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main(sluice=True)

@@ -6,20 +6,16 @@ a request still arriving when SIGTERM comes, one server per port, flags refused,
     python3 tests/integration/lifecycle_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
 """
 
-import argparse
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import sluiced
 
-SLUICE = None
 ADHOC = b'{"key": "k", "limit": 5, "period": "1s"}'
 
 
@@ -186,7 +182,7 @@ class LifecycleTest(unittest.TestCase):
     def test_sluice_check_asks_the_server(self):
         self.server = sluiced.Sluiced(self.workdir)
         url = f"http://127.0.0.1:{self.server.port}/"  # A trailing slash is fine.
-        args = [SLUICE, "check", "--server", url, "--key", "cli", "--algorithm", "gcra",
+        args = [sluiced.SLUICE, "check", "--server", url, "--key", "cli", "--algorithm", "gcra",
                 "--limit", "1", "--period", "1m"]
         first = subprocess.run(args, capture_output=True, text=True, timeout=60)
         self.assertEqual(first.returncode, 0, first.stderr)
@@ -203,7 +199,7 @@ class LifecycleTest(unittest.TestCase):
         url = f"http://127.0.0.1:{self.server.port}"
         # One every 10 s: the second waits for its slot 10 s after the first's (a loaded
         # machine's lateness is far less), the third's turn is 20 s off.
-        args = [SLUICE, "acquire", "--server", url, "--key", "cli-acquire", "--algorithm",
+        args = [sluiced.SLUICE, "acquire", "--server", url, "--key", "cli-acquire", "--algorithm",
                 "gcra", "--limit", "1", "--period", "10s"]
         first_start = time.monotonic()
         first = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -253,10 +249,4 @@ class LifecycleTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    parser.add_argument("--sluice", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    SLUICE = os.path.abspath(args.sluice)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main(sluice=True)

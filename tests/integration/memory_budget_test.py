@@ -12,10 +12,8 @@
 Python 3 standard library only.
 """
 
-import argparse
 import http.client
 import json
-import sys
 import unittest
 
 import sluiced
@@ -109,8 +107,4 @@ class MemoryBudgetTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = args.sluiced
-    unittest.main(argv=[sys.argv[0]] + rest)
+    sluiced.main()

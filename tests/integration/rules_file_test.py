@@ -10,12 +10,10 @@ Before the limits, 9 KB grew sluiced to 18 GB until the kernel killed it.
 Python 3.11 standard library only.
 """
 
-import argparse
 import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -132,8 +130,4 @@ class RulesFileTest(unittest.TestCase):
                 r"than 64 levels of mappings and lists \(the depth limit"))
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    sluiced.main()

@@ -27,6 +27,7 @@ import time
 import unittest
 
 BINARY = None
+SLUICE = None  # The sluice command, for the tests that run it (main(sluice=True)).
 
 # How long sluiced waits for Redis in the tests that are not about Redis's timeout: the
 # default, 100 ms, is a production choice; on a loaded test machine a redis-server not
@@ -310,12 +311,17 @@ def assert_one_limit_shared(test, a, b, domain="fleet"):
     test.assertEqual((status, answer["remaining"]), (200, 4))
 
 
-def main(verbosity=1):
-    """Runs the calling test file's tests against the sluiced of --sluiced PATH: the one
-    entry point of the integration tests that take nothing else."""
+def main(verbosity=1, sluice=False):
+    """Runs the calling test file's tests against the sluiced of --sluiced PATH (BINARY) and,
+    with sluice=True, the sluice command of --sluice PATH (SLUICE): the one entry point of the
+    integration tests."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluiced", required=True)
+    if sluice:
+        parser.add_argument("--sluice", required=True)
     args, rest = parser.parse_known_args()
-    global BINARY
+    global BINARY, SLUICE
     BINARY = os.path.abspath(args.sluiced)
+    if sluice:
+        SLUICE = os.path.abspath(args.sluice)
     unittest.main(module="__main__", argv=[sys.argv[0], *rest], verbosity=verbosity)

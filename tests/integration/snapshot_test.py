@@ -12,12 +12,10 @@ standard library only.
     python3 tests/integration/snapshot_test.py --sluiced build/bin/sluiced
 """
 
-import argparse
 import os
 import glob
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -181,8 +179,4 @@ class SnapshotTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    args, rest = parser.parse_known_args()
-    sluiced.BINARY = os.path.abspath(args.sluiced)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main()

@@ -7,7 +7,6 @@ sluiced on Redis, each pacing itself with `sluice acquire`. The day's 15 calls t
 Python 3 standard library only; needs redis-server.
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -15,16 +14,18 @@ import sys
 import tempfile
 import unittest
 
+import sluiced
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.join(HERE, "..", "..", "examples", "workers", "run.py")
-ARGS = None
+
 
 class WorkersTest(unittest.TestCase):
     def test_four_workers_share_one_paced_quota(self):
         with tempfile.TemporaryDirectory() as out:
             svg = os.path.join(out, "workers.svg")
             run = subprocess.run(
-                [sys.executable, RUN, "--sluiced", ARGS.sluiced, "--sluice", ARGS.sluice,
+                [sys.executable, RUN, "--sluiced", sluiced.BINARY, "--sluice", sluiced.SLUICE,
                  "--per-second", "5", "--per-day", "15", "--workers", "4", "--svg", svg,
                  "--json"], capture_output=True, text=True, timeout=120)
             self.assertEqual(run.returncode, 0, run.stderr)
@@ -50,10 +51,4 @@ class WorkersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sluiced", required=True)
-    parser.add_argument("--sluice", required=True)
-    ARGS, rest = parser.parse_known_args()
-    ARGS.sluiced = os.path.abspath(ARGS.sluiced)
-    ARGS.sluice = os.path.abspath(ARGS.sluice)
-    unittest.main(argv=[sys.argv[0], *rest])
+    sluiced.main(sluice=True)
