@@ -41,6 +41,12 @@ class Scanner final : public YAML::EventHandler {
       : file_(file), limits_(limits), budget_(budget) {}
 
   void OnDocumentStart(const YAML::Mark& mark) override {
+    // yaml-cpp 0.7 does not consume a token it cannot place (a ',' outside [] or {}): it starts
+    // document after empty document at the same place, for ever (jbeder/yaml-cpp#1040). Every
+    // real document starts past the last one.
+    if (documents_ > 0 && mark.pos == document_mark_.pos) {
+      Fail(mark, "unexpected text that is no YAML node (a ',' outside [] or {}?)");
+    }
     ++documents_;
     document_mark_ = mark;
     anchors_.clear();  // yaml-cpp numbers anchors from 1 in each document.

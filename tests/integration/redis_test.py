@@ -213,8 +213,16 @@ class RedisStoreTest(RedisCase):
         # must happen before it (the checks below) has that long on a loaded machine.
         server = self.start("--redis-timeout", "20s", "--drain", "0s")
         idle = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-        idle.request("GET", "/healthz")
-        self.assertEqual(json.loads(idle.getresponse().read())["status"], "ok")
+        # sluiced serves before its connection to Redis is up (/healthz: "connecting", 503
+        # under deny); on a loaded machine that takes a while. Wait for it on this connection.
+        deadline = time.monotonic() + 60
+        while True:
+            idle.request("GET", "/healthz")
+            status = json.loads(idle.getresponse().read())["status"]
+            if status == "ok" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, "ok")
         self.redis.proc.send_signal(signal.SIGSTOP)
         try:
             outcome = []

@@ -198,6 +198,18 @@ TEST(RuleFileLimitsTest, ASecondDocumentIsRefused) {
   EXPECT_EQ(Error("domain: d\ndescriptors: []\n...\n"), "loaded");
 }
 
+// yaml-cpp 0.7 loops for ever on a ',' it cannot place (jbeder/yaml-cpp#1040: it starts
+// empty document after empty document there); fuzz_rules found it. Before: this test hung.
+TEST(RuleFileLimitsTest, AStrayCommaIsRefusedNotLoopedOn) {
+  EXPECT_EQ(Error(", r\n"),
+            "rules.yaml:1:1: unexpected text that is no YAML node (a ',' outside [] or {}?)");
+  EXPECT_EQ(Error("domain: d\ndescriptors: []\n,\n"), "rules.yaml:3:1: end of map not found");
+  EXPECT_THAT(Error(", requele9\ndescriptors:\n  - key: oey1\n    sts_pe=_unit: 5}\n"
+                    "descriptors:\n  - aey: a\n    rate_limit: *a\n  - key: b\n"
+                    "    rate_limit: *a\n"),
+              HasSubstr("no YAML node"));
+}
+
 TEST(RuleFileLimitsTest, AnIntegerOutOfRangeSaysSo) {
   EXPECT_EQ(Error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
                   "requests_per_unit: 99999999999999999999}\n"),
