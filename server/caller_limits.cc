@@ -59,7 +59,10 @@ bool CallerLimits::Admit(const Limit& limit, Timestamp now) {
     return true;
   }
   if (InUse(now) >= kMaxCallerLimits) {
-    return false;
+    FreeIdle(now);
+    if (InUse(now) >= kMaxCallerLimits) {
+      return false;
+    }
   }
   for (size_t probe = 0, i = hash & (kSlots - 1); probe < kSlots;
        ++probe, i = (i + 1) & (kSlots - 1)) {
@@ -70,10 +73,29 @@ bool CallerLimits::Admit(const Limit& limit, Timestamp now) {
       // The time first, then the hash (release): a reader that sees the hash sees the time.
       place.until_us.store(SaturatingAdd(now_us, 2 * horizon_us), std::memory_order_relaxed);
       place.hash.store(hash, std::memory_order_release);
+      limits_[i] = limit;
+      taken_us_[i] = now_us;
       return true;
     }
   }
   return false;  // Unreachable: at most a quarter of the places are in use.
+}
+
+void CallerLimits::FreeIdle(Timestamp now) {
+  const int64_t now_us = now.time_since_epoch().count();
+  if (now_us < next_sweep_us_) {
+    return;
+  }
+  next_sweep_us_ = SaturatingAdd(now_us, kSweepEvery.count());
+  for (size_t i = 0; i < kSlots; ++i) {
+    Place& place = places_[i];
+    if (place.until_us.load(std::memory_order_relaxed) > now_us && limits_[i].has_value() &&
+        now_us - taken_us_[i] >= kSettle.count() && !holds_state_(*limits_[i], now)) {
+      // Out of use; the hash stays, so that probes go on past it. A reader that found the
+      // place a moment ago admits this once (see the header).
+      place.until_us.store(0, std::memory_order_relaxed);
+    }
+  }
 }
 
 size_t CallerLimits::InUse(Timestamp now) const {

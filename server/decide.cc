@@ -470,13 +470,13 @@ internal::Task<absl::Status> RateLimitService::Deciding::BorrowFromPools(int64_t
 
 internal::Task<absl::Status> RateLimitService::Deciding::DecideShadow(int64_t cost) {
   // Shadow limits decide as if enforced, but only with what the enforced ones admitted.
+  // They never change the answer: when the store cannot decide them (a new key finds no room
+  // in a full store, the store fails after the enforced call), the failure is counted and
+  // logged (AdmittedBy) and they are reported as allowing, as the `allow` policy answers.
   const absl::StatusOr<Decision> combined = co_await StoreCall(shadow, admitted ? cost : 0, {});
-  const absl::StatusOr<bool> allowed = AdmittedBy(combined);
-  if (!allowed.ok()) {
-    co_return allowed.status();
-  }
+  const bool decided = AdmittedBy(combined).ok();
   for (size_t j = 0; j < shadow.size(); ++j) {
-    result.limits[shadow[j]].decision = each[j];
+    result.limits[shadow[j]].decision = decided ? each[j] : Decision{.allowed = true};
   }
   co_return absl::OkStatus();
 }

@@ -46,6 +46,9 @@ RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics,
       id_(next_service_id.fetch_add(1)),
       rules_(std::make_shared<const RuleSet>()),
       adhoc_counters_(metrics.rules().Get("adhoc")),
+      caller_limits_([&store](const Limit& limit, Timestamp now) {
+        return store.HoldsState(limit, now);
+      }),
       lines_(timers != nullptr ? std::make_unique<WaitLines>(*timers) : nullptr) {}
 
 std::shared_ptr<const RuleSet> RateLimitService::rules() const {
@@ -264,7 +267,14 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
     absl::StatusOr<CheckResult> result = co_await Decide(group, cost, now);
     if (absl::IsResourceExhausted(result.status())) {
-      no_room = result.status();
+      // A shadow descriptor never changes the answer, not even by an error that
+      // failure_mode_deny turns into a denial: it is answered as under its limit.
+      const bool shadow = std::all_of(group.begin(), group.end(),
+                                      [](const Planned& p) { return p.mode == Mode::kShadow; });
+      results[d].matched = shadow;
+      if (!shadow) {
+        no_room = result.status();
+      }
       continue;
     }
     if (!result.ok()) {

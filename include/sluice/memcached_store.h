@@ -175,6 +175,8 @@ class MemcachedStore final : public Store {
   // Refuses sliding_log above MemoryStore::kMaxSlidingLogLimit and sliding_buckets above
   // kMaxBuckets buckets.
   absl::Status CheckLimit(const Limit& limit) const override;
+  // What the `local` policy's store holds of `limit` (Memcached's state is Memcached's).
+  bool HoldsState(const Limit& limit, Timestamp now) override;
   // CheckLimit without a store: what `sluiced --check-config` asks.
   static absl::Status Supports(const Limit& limit);
 

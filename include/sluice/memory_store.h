@@ -88,6 +88,9 @@ class MemoryStore final : public Store {
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;
   absl::Status CheckLimit(const Limit& limit) const override;
+  // Whether `limit`'s table holds a key that has not reset by `now`, dropping those that have
+  // (it looks at the table's shards in turn, up to the first that keeps a key).
+  bool HoldsState(const Limit& limit, Timestamp now) override;
   // CheckLimit without a store: what `sluiced --check-config` asks.
   static absl::Status Supports(const Limit& limit);
 

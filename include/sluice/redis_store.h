@@ -298,6 +298,8 @@ class RedisStore final : public Store {
   // memory store's own bounds (sliding_log above 10,000; sliding_buckets above 10,000
   // buckets, for one script call reads them all).
   absl::Status CheckLimit(const Limit& limit) const override;
+  // What the `local` policy's store holds of `limit` (Redis's state is Redis's).
+  bool HoldsState(const Limit& limit, Timestamp now) override;
   // CheckLimit without a store (nor a connection): what `sluiced --check-config` asks.
   static absl::Status Supports(const Limit& limit);
 

@@ -141,6 +141,14 @@ class Store {
   // backend may bound what its representation holds). A server calls it for every rule when it
   // loads its configuration; Decide and DecideAll refuse such a limit with the same error.
   virtual absl::Status CheckLimit(const Limit& limit) const = 0;
+
+  // Whether this process holds state for `limit` that has not reset by `now`: what a server
+  // asks before it gives the place of a limit a caller minted to another (a memory store's
+  // table is freed only once it holds no such state). It may drop state that has reset, which
+  // changes no decision. A store that keeps its state elsewhere answers for what it keeps here
+  // (RedisStore and MemcachedStore: their local fallback stores). The default, for stores
+  // that cannot tell, is true: keep it.
+  virtual bool HoldsState(const Limit& limit, Timestamp now);
 };
 
 // The argument checks every Store makes before it decides: OK, or InvalidArgument naming the

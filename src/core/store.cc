@@ -6,6 +6,8 @@
 
 namespace sluice {
 
+bool Store::HoldsState(const Limit&, Timestamp) { return true; }
+
 absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy) {
   if (limit.algorithm() == Algorithm::kSlidingLog ||
       limit.algorithm() == Algorithm::kSlidingBuckets) {

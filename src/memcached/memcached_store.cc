@@ -74,6 +74,8 @@ class MemcachedStore::Impl {
     pool_.push_back(std::move(c));
   }
 
+  MemoryStore& local() { return local_; }
+
   MemcachedStoreStats Stats() const {
     const internal::HealthLog::Counts lost = health_->counts();
     return {.servers = static_cast<int>(options_.servers.size()),
@@ -295,6 +297,10 @@ absl::StatusOr<Decision> MemcachedStore::LeaseAll(LeaseOp op, std::span<const Le
 }
 
 absl::Status MemcachedStore::CheckLimit(const Limit& limit) const { return Supports(limit); }
+
+bool MemcachedStore::HoldsState(const Limit& limit, Timestamp now) {
+  return impl_->local().HoldsState(limit, now);
+}
 
 absl::Status MemcachedStore::Supports(const Limit& limit) {
   if (absl::Status s = MemoryStore::Supports(limit); !s.ok()) {

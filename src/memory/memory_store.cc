@@ -339,6 +339,11 @@ size_t MemoryStore::LeasedKeyCount() const { return tables_->leases().KeyCount()
 
 absl::Status MemoryStore::CheckLimit(const Limit& limit) const { return CheckMemoryLimit(limit); }
 
+bool MemoryStore::HoldsState(const Limit& limit, Timestamp now) {
+  Table* table = tables_->registry().Pin().Find(limit);
+  return table != nullptr && !table->DropReset(now);  // A retired table holds no key.
+}
+
 absl::Status MemoryStore::Supports(const Limit& limit) { return CheckMemoryLimit(limit); }
 
 size_t MemoryStore::KeyCount() const { return tables_->KeyCount(); }

@@ -92,6 +92,10 @@ std::string_view RedisStore::Script() { return internal::kRedisDecideScript; }
 
 absl::Status RedisStore::CheckLimit(const Limit& limit) const { return Supports(limit); }
 
+bool RedisStore::HoldsState(const Limit& limit, Timestamp now) {
+  return impl_->local().HoldsState(limit, now);
+}
+
 absl::Status RedisStore::Supports(const Limit& limit) {
   if (absl::Status s = MemoryStore::Supports(limit); !s.ok()) {
     return s;

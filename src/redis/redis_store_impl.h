@@ -66,6 +66,7 @@ class RedisStore::Impl {
 
   // From any thread.
   const MemoryStore& local() const { return local_; }
+  MemoryStore& local() { return local_; }
   std::string RedisKey(const Limit& limit, std::string_view key) const;
   std::string LeaseKey(std::string_view key) const;
   // Frame a request as one Call and queue it for the I/O thread, which completes it by

@@ -41,6 +41,24 @@ TEST(MemoryStoreLimitsTest, ALimitIsAcceptedOnceTheTablesOfIdleLimitsHaveReset) 
   EXPECT_FALSE(store.Decide(PerSecond(1), "k", 1, Since(2s))->allowed);
 }
 
+// Store::HoldsState, which a server asks before giving a caller's limit's place to another:
+// true only while a key of the limit has not reset; a query stores nothing.
+TEST(MemoryStoreLimitsTest, HoldsStateWhileAKeyOfTheLimitHasNotReset) {
+  MemoryStore store;
+  const Limit limit = PerSecond(3);
+  EXPECT_FALSE(store.HoldsState(limit, Since(0s)));  // Never seen.
+  ASSERT_TRUE(store.Decide(limit, "k", 0, Since(0s)).ok());
+  EXPECT_FALSE(store.HoldsState(limit, Since(0s)));  // A query made a table, and no key.
+  ASSERT_TRUE(store.Decide(limit, "k", 1, Since(0s))->allowed);
+  ASSERT_TRUE(store.Decide(limit, "j", 1, Since(0s))->allowed);
+  EXPECT_TRUE(store.HoldsState(limit, Since(999ms)));
+  EXPECT_FALSE(store.HoldsState(PerSecond(4), Since(999ms)));  // Another limit's.
+  EXPECT_FALSE(store.HoldsState(limit, Since(1s)));  // Both keys' windows are over.
+  // Asking dropped them: the key decides as a new one, with its whole limit.
+  EXPECT_EQ(store.Decide(limit, "k", 1, Since(1s))->remaining, 2);
+  EXPECT_TRUE(store.HoldsState(limit, Since(1s)));
+}
+
 TEST(MemoryStoreLimitsTest, ALimitInUseIsNeverFreed) {
   MemoryStore store;
   const Limit hourly = testing::MustLimit({.limit = 3, .period = 1h});

@@ -20,6 +20,8 @@ using sluice::testing::MustLimit;
 using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
 
 Limit PerSecond(int64_t n) { return MustLimit({.limit = n, .period = 1s}); }
+// A store that holds state of every limit until it could have reset (the horizon alone).
+bool AlwaysHolds(const Limit&, Timestamp) { return true; }
 
 TEST(CallerLimitsTest, HorizonCoversEveryAlgorithmsReset) {
   // Two periods (a sliding window) and the time a burst takes to drain.
@@ -38,7 +40,7 @@ TEST(CallerLimitsTest, HorizonCoversEveryAlgorithmsReset) {
 }
 
 TEST(CallerLimitsTest, ALimitIsInUseUntilItsKeysHaveReset) {
-  CallerLimits limits;
+  CallerLimits limits(AlwaysHolds);
   const Timestamp start = At(kEpoch);
   for (int64_t n = 1; n <= static_cast<int64_t>(kMaxCallerLimits); ++n) {
     ASSERT_TRUE(limits.Admit(PerSecond(n), start)) << n;
@@ -61,10 +63,50 @@ TEST(CallerLimitsTest, ALimitIsInUseUntilItsKeysHaveReset) {
   EXPECT_FALSE(limits.Admit(PerSecond(1), later));  // Gone, and no room to come back.
 }
 
+// Issue 19: 1,024 limits of a hundred years' period held every place for two centuries,
+// whether or not the store kept a key of them. Once all are taken, a place whose limit holds
+// no state goes to a new limit (a second after it was taken at the earliest), and the store is
+// asked at most once a second.
+TEST(CallerLimitsTest, WhenFullALimitHoldingNoStateGivesWay) {
+  const auto century = [](int64_t n) {
+    return MustLimit({.limit = n, .period = Limit::kMaxPeriod});
+  };
+  int asked = 0;
+  CallerLimits limits([&](const Limit& limit, Timestamp) {
+    ++asked;
+    return limit.limit() % 2 == 0;  // The store keeps keys of the even limits only.
+  });
+  const Timestamp start = At(kEpoch);
+  for (int64_t n = 1; n <= static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(limits.Admit(century(n), start)) << n;
+  }
+  EXPECT_EQ(asked, 0);
+  // Just taken: kept, whatever the store holds.
+  EXPECT_FALSE(limits.Admit(century(5000), start + 999ms));
+  EXPECT_EQ(asked, 0);
+  // A second on, the odd ones give way: the store is asked about every place.
+  const Timestamp later = start + 1999ms;
+  ASSERT_TRUE(limits.Admit(century(5000), later));
+  EXPECT_EQ(asked, static_cast<int>(kMaxCallerLimits));
+  EXPECT_EQ(limits.InUse(later), kMaxCallerLimits / 2 + 1);
+  EXPECT_TRUE(limits.Admit(century(2), later));  // Held its place.
+  for (int64_t n = 6001; n < 6001 + static_cast<int64_t>(kMaxCallerLimits) / 2 - 1; ++n) {
+    ASSERT_TRUE(limits.Admit(century(n), later)) << n;
+  }
+  // Full again, with odd limits among the new ones. The store is not asked again within a
+  // second of the last time (the even ones it would be asked about are past kSettle)...
+  EXPECT_FALSE(limits.Admit(century(1), later + 500ms));
+  EXPECT_EQ(asked, static_cast<int>(kMaxCallerLimits)) << "asked again within a second";
+  // ...and then it is, about every place, and the odd among 6001... give way.
+  EXPECT_TRUE(limits.Admit(century(1), later + 1s));
+  EXPECT_EQ(asked, 2 * static_cast<int>(kMaxCallerLimits));
+  EXPECT_EQ(limits.InUse(later + 1s), kMaxCallerLimits - kMaxCallerLimits / 4 + 1);
+}
+
 // Threads admitting overlapping sets of new limits at once, then again once those are idle:
 // never more than kMaxCallerLimits distinct ones admitted in a round.
 TEST(CallerLimitsRaceTest, NeverMoreThanTheCapInUse) {
-  CallerLimits limits;
+  CallerLimits limits(AlwaysHolds);
   constexpr int kThreads = 4;
   for (int round = 0; round < 3; ++round) {
     const Timestamp now = At(kEpoch) + round * 1h;

@@ -404,6 +404,54 @@ descriptors:
   }
 }
 
+// A shadow limit never changes the answer, even when its key is new and finds no room: the
+// request is answered by its enforced limits, the shadow one reported as allowing; counting
+// every hit (Envoy's default) as well as deciding limits.
+TEST_F(EnvoyFullStoreTest, AShadowLimitWithNoRoomChangesNoAnswer) {
+  const char* rules = R"(
+domain: api
+descriptors:
+  - key: three
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: watch
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)";
+  Load(rules);
+  RateLimitService limiting(store_, clock_, metrics_, nullptr, {.count_over_limit = false});
+  limiting.SetRules(testing::MustParseRules(rules, metrics_.rules(), store_));
+  auto ask = [&](std::vector<std::pair<std::string, std::string>> descriptors) {
+    CheckRequest request{.domain = "api"};
+    for (auto& [key, value] : descriptors) {
+      request.descriptors.push_back({.entries = {{key, std::move(value)}}, .cost = 1});
+    }
+    return limiting.ShouldRateLimit(request);
+  };
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_FALSE(ask({{"three", "victim"}})->front().over_limit);
+  }
+  ASSERT_FALSE(ask({{"three", "other"}})->front().over_limit);
+  Fill();
+  for (int i = 0; i < 20; ++i) {
+    const std::string fresh = fmt::format("fresh-{}", i);
+    auto over = ask({{"three", "victim"}, {"watch", fresh}});
+    ASSERT_TRUE(over.ok()) << i << ": " << over.status();
+    EXPECT_TRUE((*over)[0].over_limit) << i;
+    EXPECT_FALSE((*over)[1].over_limit) << i;
+    auto under = ask({{"three", "other"}, {"watch", fresh + "-b"}});
+    ASSERT_TRUE(under.ok()) << i << ": " << under.status();
+    EXPECT_EQ((*under)[0].over_limit, i >= 2) << i;  // Charged: its 2nd and 3rd, then over.
+    auto alone = ask({{"watch", fresh + "-alone"}});
+    ASSERT_TRUE(alone.ok()) << i << ": " << alone.status();
+    EXPECT_FALSE(alone->front().over_limit) << i;
+    auto counted = Ask({{"watch", fresh + "-counted"}});
+    ASSERT_TRUE(counted.ok()) << i << ": " << counted.status();
+    EXPECT_FALSE(counted->front().over_limit) << i;
+  }
+}
+
 // Callers' overrides have taken every place CallerLimits has (server/caller_limits.h): a new
 // override is refused, and fails its descriptor alone; another descriptor over its limit keeps
 // the request over. (Counting every hit, an override shares its rule's count: no limit of its

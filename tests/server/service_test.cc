@@ -298,6 +298,38 @@ TEST_F(ServiceTest, CallerLimitsIdlePastTheirKeysResetGiveWayToNewOnes) {
   EXPECT_GT(store_.Stats().limits_retired, 0u);
 }
 
+// Issue 19: 1,024 ad hoc checks with a hundred years' period, even at cost 0, held every
+// caller limit for two centuries. Now a limit holds its place while the store holds a key of
+// it: those that stored nothing, or whose keys have reset, give way once all are taken.
+TEST_F(ServiceTest, ALongPeriodHoldsACallerLimitOnlyWhileAKeyOfItHoldsState) {
+  auto adhoc = [&](int64_t limit, Micros period, int64_t cost) {
+    return service_.CheckAdHoc(
+        {.key = "k", .spec = {.limit = limit, .period = period}, .cost = cost});
+  };
+  const Micros century = Limit::kMaxPeriod;
+  const Micros hour{3'600'000'000};
+  ASSERT_TRUE(adhoc(1, century, 1)->combined.allowed);  // Its key holds state for a century.
+  ASSERT_TRUE(adhoc(2, hour, 2)->combined.allowed);     // Its key, for an hour.
+  for (int64_t n = 3; n <= static_cast<int64_t>(kMaxCallerLimits); ++n) {
+    ASSERT_TRUE(adhoc(n, century, 0).ok()) << n;  // Queries: nothing stored.
+  }
+  EXPECT_EQ(adhoc(5000, century, 0).status().code(), absl::StatusCode::kResourceExhausted);
+  // A second on, the queries' places give way.
+  clock_.Advance(CallerLimits::kSettle);
+  ASSERT_TRUE(adhoc(5000, century, 0).ok());
+  EXPECT_EQ(service_.caller_limits_in_use(), 3u);
+  // An hour on, the hour's key has reset too; the century's has not, and keeps its count.
+  clock_.Advance(hour);
+  for (int64_t n = 6000; n < 6000 + static_cast<int64_t>(kMaxCallerLimits) - 1; ++n) {
+    ASSERT_TRUE(adhoc(n, century, 0).ok()) << n;
+  }
+  EXPECT_EQ(service_.caller_limits_in_use(), kMaxCallerLimits);
+  const absl::StatusOr<CheckResult> held = adhoc(1, century, 1);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_FALSE(held->combined.allowed);
+  EXPECT_EQ(adhoc(2, hour, 0).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(ServiceTest, NoMatchAndUnknownDomainLimitNothing) {
   EXPECT_FALSE(Check({{"nothing", "x"}}).limited);
   CheckRequest other{.domain = "other", .descriptors = {{.entries = {{"user", "bob"}}}}};
