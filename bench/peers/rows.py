@@ -121,7 +121,10 @@ def grpc(rounds, medians):
     def cell(key):
         if f"{key}:calls/s" not in medians:
             return "—"
-        return f"{medians[key + ':calls/s'] / 1e3:.1f} k calls/s, {medians[key + ':cpu_us']:.0f} µs CPU/call"
+        errors = max(r.get(f"{key}:errors", 0) for r in rounds)
+        return (f"{medians[key + ':calls/s'] / 1e3:.1f} k calls/s, "
+                f"{medians[key + ':cpu_us']:.0f} µs CPU/call"
+                + (f" (failed calls in a round: up to {errors:.0f}!)" if errors else ""))
 
     rows = []
     if f"{redis}:calls/s" in medians:

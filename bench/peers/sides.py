@@ -124,9 +124,9 @@ def grpc(build_dir, seconds, peer_dir):
         if not m:
             continue
         calls, _, per_s, errors, ticks = m.groups()
-        if int(errors):
-            raise RuntimeError(f"grpc: {name}: {errors} errors: {line}")
-        result[name] = {"calls/s": float(per_s),
+        # Failed calls (a Redis deadline missed under load, say) are counted apart; rows.py
+        # shows them beside the figures.
+        result[name] = {"calls/s": float(per_s), "errors": int(errors),
                         "cpu_us": int(ticks) * 1e6 / os.sysconf("SC_CLK_TCK") / int(calls)}
     return result
 
