@@ -3,11 +3,12 @@
 
     bench/peers/table.py [--rounds 3] [--only inprocess,grpc,http] [--quick]
                          [--build-dir build] [--peer DIR] [--seconds 1]
+                         [--hot-filter ^BM_HotKey] [--keys-filter ^BM_MillionKeys[^Z]]
 
-Every round runs each side once, one after the other (in-process: our sluice_bench and
-sluice_memory_bench, then Guava, x/time/rate and rate-limiter-flexible, the order reversed in
-every other round; then one round of bench/peers/grpc_vs_reference.sh, then one of
-bench/http/run.sh), so that what the machine does meanwhile falls on both sides. It prints each
+Every round runs each side once, one after the other (in-process, for the hot key, then the
+1 M keys, then bytes per key: our sluice_bench or sluice_memory_bench, then Guava, x/time/rate
+and rate-limiter-flexible, the order reversed in every other round; then one round of
+bench/peers/grpc_vs_reference.sh, then one of bench/http/run.sh), so that what the machine does meanwhile falls on both sides. It prints each
 round's figures, then the table: medians over the rounds, and for ratios the median of each
 round's ratio (sluice / the fastest peer in that row). --quick: one round, short runs, a smoke
 test of the script, not figures to quote. A side whose toolchain, build or reference is missing
@@ -38,8 +39,10 @@ def options(argv):
     p.add_argument("--peer", help="envoyproxy/ratelimit's folder (grpc_vs_reference.sh's PEER)")
     p.add_argument("--seconds", type=float, default=1.0,
                    help="per in-process measure; gRPC and HTTP runs take 10 times this")
-    p.add_argument("--filter", default="^BM_(HotKey|MillionKeys[^Z])",
-                   help="sluice_bench's benchmarks (uniform keys: not BM_MillionKeysZipf)")
+    p.add_argument("--hot-filter", default="^BM_HotKey",
+                   help="sluice_bench's one-key benchmarks, run beside the peers' hot key")
+    p.add_argument("--keys-filter", default="^BM_MillionKeys[^Z]",
+                   help="sluice_bench's many-key benchmarks (uniform: not BM_MillionKeysZipf)")
     o = p.parse_args(argv)
     o.only = [g.strip() for g in o.only.split(",") if g.strip()]
     bad = [g for g in o.only if g not in GROUPS]
@@ -53,22 +56,28 @@ def options(argv):
 
 
 def inprocess_tasks(o, out_dir, built):
-    """(name, function returning {key: value}) for one in-process round."""
+    """(name, function returning {key: value}) for one in-process round, in three groups run
+    one after the other (hot key, many keys, bytes per key) so that each row's sides run close
+    together in time."""
     min_time = 0.05 if o.quick else o.seconds
-    hot = ["hot_key_clock", "hot_key_2threads", "keys_clock"]
-    tasks = [
-        ("sluice", lambda: sides.sluice_bench(o.build_dir, min_time, o.filter)),
-        ("sluice", lambda: sides.sluice_bytes_per_key(o.build_dir)),
-        ("java", lambda: sides.java(out_dir, o.seconds, hot)),
-        ("java", lambda: sides.java(out_dir, o.seconds, ["bytes_per_key"])),
-        ("go", lambda: sides.go(out_dir, o.seconds, ["hot_key_clock", "hot_key_passed_in",
-                                                     "hot_key_2threads", "keys_clock",
-                                                     "keys_passed_in"])),
-        ("go", lambda: sides.go(out_dir, o.seconds, ["bytes_per_key"])),
-        ("node", lambda: sides.node(o.seconds, ["hot_key_clock", "keys_clock"])),
-        ("node", lambda: sides.node(o.seconds, ["bytes_per_key"])),
+    s = o.seconds
+    groups = [
+        [("sluice", lambda: sides.sluice_bench(o.build_dir, min_time, o.hot_filter)),
+         ("java", lambda: sides.java(out_dir, s, ["hot_key_clock", "hot_key_2threads"])),
+         ("go", lambda: sides.go(out_dir, s, ["hot_key_clock", "hot_key_passed_in",
+                                               "hot_key_2threads"])),
+         ("node", lambda: sides.node(s, ["hot_key_clock"]))],
+        [("sluice", lambda: sides.sluice_bench(o.build_dir, min_time, o.keys_filter)),
+         ("java", lambda: sides.java(out_dir, s, ["keys_clock"])),
+         ("go", lambda: sides.go(out_dir, s, ["keys_clock", "keys_passed_in"])),
+         ("node", lambda: sides.node(s, ["keys_clock"]))],
+        [("sluice", lambda: sides.sluice_bytes_per_key(o.build_dir)),
+         ("java", lambda: sides.java(out_dir, s, ["bytes_per_key"])),
+         ("go", lambda: sides.go(out_dir, s, ["bytes_per_key"])),
+         ("node", lambda: sides.node(s, ["bytes_per_key"]))],
     ]
-    return [(name, fn) for name, fn in tasks if name == "sluice" or built.get(name) is None]
+    return [[(name, fn) for name, fn in group if name == "sluice" or built.get(name) is None]
+            for group in groups]
 
 
 def one_round(o, number, out_dir, built, skipped):
@@ -94,10 +103,10 @@ def one_round(o, number, out_dir, built, skipped):
                 figures[f"{source}:{key}"] = value
 
     if "inprocess" in o.only:
-        tasks = inprocess_tasks(o, out_dir, built)
-        for source, fn in tasks if number % 2 else reversed(tasks):
-            print(f"round {number}: {source} ...", file=sys.stderr, flush=True)
-            take(source, fn)
+        for tasks in inprocess_tasks(o, out_dir, built):
+            for source, fn in tasks if number % 2 else reversed(tasks):
+                print(f"round {number}: {source} ...", file=sys.stderr, flush=True)
+                take(source, fn)
     if "grpc" in o.only:
         print(f"round {number}: grpc ...", file=sys.stderr, flush=True)
         seconds = max(1, round(10 * o.seconds))
