@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-http bench-grpc bench-redis bench-memcached format tidy clean
+.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-peers bench-http bench-grpc bench-redis bench-memcached format tidy clean
 
 all: build
 
@@ -86,6 +86,12 @@ fuzz: deps
 bench: build
 	build/bin/sluice_bench --benchmark_counters_tabular=true
 	build/bin/sluice_memory_bench
+
+# Issue 23's table, sluice beside Guava, x/time/rate, rate-limiter-flexible, envoyproxy/ratelimit
+# and nginx, in rounds in one sitting (bench/peers/README.md): `make bench-peers PEERS_FLAGS=--quick`.
+bench-peers: build
+	@scripts/install-deps --bench
+	bench/peers/table.py $(PEERS_FLAGS)
 
 # sluiced over HTTP: wrk against POST /v1/check beside nginx's `return 204` in the same run.
 bench-http: build
