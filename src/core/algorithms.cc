@@ -4,13 +4,20 @@
 #include <cassert>
 
 #include "src/core/integers.h"
+#include "src/core/tat.h"
 
 namespace sluice {
 namespace {
 
 using internal::CeilDiv;
+using internal::DecideTat;
 using internal::FloorDiv;
 using internal::Us;
+
+// The reference divides gcra's and leaky_bucket's figures by the CPU's division.
+internal::PlainDivisors TatDivisors(const Limit& limit) {
+  return {.n = limit.rate_units(), .p = limit.rate_period_us()};
+}
 
 // Narrows a figure that the limit's bounds keep within 64 bits.
 int64_t Narrow(Int128 v) {
@@ -70,55 +77,6 @@ Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_
   return d;
 }
 
-// Division of a non-negative numerator: one instruction in 64 bits; in 128, FloorDiv's
-// shortcut for operands that fit 64.
-int64_t DivideNonNegative(int64_t a, int64_t b) { return a / b; }
-Int128 DivideNonNegative(Int128 a, Int128 b) { return FloorDiv(a, b); }
-
-// The spec's gcra in integers of type Int: 128 bits always suffice; 64 bits do when every
-// product fits (see DecideTat), and then each step is a single instruction.
-template <typename Int>
-WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n, Int tat, Int cost, int64_t burst,
-                         bool shapes_traffic, Int128& tat_out) {
-  const Int base = std::max(tat, t_n);
-  const Int backlog = base + cost * p - t_n;
-  WideDecision d;
-  d.allowed = backlog <= capacity;
-  if (d.allowed && cost > 0) {
-    tat_out = base + cost * p;
-  }
-  const Int ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
-  // ahead <= capacity unless time stepped back; all numerators here are >= 0 but that one.
-  d.remaining = ahead <= capacity ? DivideNonNegative(capacity - ahead, p) : 0;
-  d.reset_after_us = DivideNonNegative(ahead + n - 1, n);  // ceil(ahead / N)
-  if (!d.allowed) {
-    d.retry_after_us = cost > burst ? Int128{kNeverAllowed.count()}
-                                    : Int128{DivideNonNegative(backlog - capacity + n - 1, n)};
-  } else if (shapes_traffic) {
-    d.delay_us = DivideNonNegative(base - t_n + n - 1, n);
-  }
-  return d;
-}
-
-// gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay.
-WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now, int64_t cost,
-                       bool shapes_traffic) {
-  const int64_t n = limit.rate_units();
-  const int64_t p = limit.rate_period_us();
-  const Int128 capacity = Int128{limit.burst()} * p;  // B*P
-  const Int128 t_n = Int128{Us(now)} * n;
-  // 64 bits hold every value below if t*N, B*P, c*P and TAT stay under 2^61: their sums then
-  // stay under 2^63. True for ordinary limits until the year 2200 or so.
-  constexpr Int128 kSmall = Int128{1} << 61;
-  const Int128 cost_p = Int128{cost} * p;
-  if (t_n >= 0 && t_n < kSmall && capacity < kSmall && cost_p < kSmall && tat < kSmall) {
-    const int64_t tat64 = tat < 0 ? 0 : static_cast<int64_t>(tat);  // kNoTat: "long ago".
-    return DecideTatIn<int64_t>(n, p, static_cast<int64_t>(capacity), static_cast<int64_t>(t_n),
-                                tat64, cost, limit.burst(), shapes_traffic, tat);
-  }
-  return DecideTatIn<Int128>(n, p, capacity, t_n, tat, cost, limit.burst(), shapes_traffic, tat);
-}
-
 WideDecision DecideTokenBucket(const Limit& limit, TokenBucketState& state, Timestamp now,
                                int64_t cost) {
   const Int128 n = limit.rate_units();
@@ -159,11 +117,11 @@ WideDecision DecideExactly(const Limit& limit, TokenBucketState& state, Timestam
   return DecideTokenBucket(limit, state, now, cost);
 }
 WideDecision DecideExactly(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
-  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false);
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false, TatDivisors(limit));
 }
 WideDecision DecideExactly(const Limit& limit, LeakyBucketState& state, Timestamp now,
                            int64_t cost) {
-  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true);
+  return DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true, TatDivisors(limit));
 }
 template <typename State>
 WideDecision DecideExactly(const Limit& limit, State& state, Timestamp now, int64_t cost) {
@@ -327,12 +285,12 @@ Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int6
 
 Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false));
+  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false, TatDivisors(limit)));
 }
 
 Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true));
+  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true, TatDivisors(limit)));
 }
 
 AnyState InitialState(Algorithm algorithm) {
@@ -367,14 +325,9 @@ WideDecision DecideWide(const Limit& limit, AnyState& state, Timestamp now, int6
 }
 
 Decision Narrow(const WideDecision& wide) {
-  auto saturate = [](Int128 us) {
-    return Micros{static_cast<int64_t>(std::min<Int128>(us, std::numeric_limits<int64_t>::max()))};
-  };
-  return {.allowed = wide.allowed,
-          .remaining = Narrow(wide.remaining),
-          .reset_after = saturate(wide.reset_after_us),
-          .retry_after = saturate(wide.retry_after_us),
-          .delay = saturate(wide.delay_us)};
+  assert(wide.remaining >= std::numeric_limits<int64_t>::min() &&
+         wide.remaining <= std::numeric_limits<int64_t>::max());
+  return internal::NarrowWide(wide);
 }
 
 }  // namespace sluice

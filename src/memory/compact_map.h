@@ -52,7 +52,7 @@ class CompactMap {
   bool NearingGrowth() const { return (size_ + deleted_) * 10 >= capacity_ * 8; }
 
   // The slot holding `key`, or null. `hash` must be the key's hash as given to Insert.
-  Slot* Find(std::string_view key, size_t hash) {
+  [[gnu::always_inline]] Slot* Find(std::string_view key, size_t hash) {
     if (capacity_ == 0) {
       return nullptr;
     }
@@ -66,7 +66,7 @@ class CompactMap {
       auto matches = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(ctrl, fragment)));
       while (matches != 0) {
         const size_t i = g * kGroup + static_cast<size_t>(__builtin_ctz(matches));
-        if (slots_[i].key.view() == key) {
+        if (slots_[i].key.Equals(key)) {
           return &slots_[i];
         }
         matches &= matches - 1;

@@ -46,6 +46,16 @@ class InlineKey {
     }
   }
 
+  // Whether this is `key`: view() == key, without a call to memcmp for an inline key (the
+  // hot path compares one key per request, most of them short).
+  [[gnu::always_inline]] bool Equals(std::string_view key) const {
+    if (key.size() > kInlineCapacity) {
+      return on_heap() && view() == key;
+    }
+    return static_cast<size_t>(tag_ & kLengthMask) == key.size() &&
+           ShortEqual(bytes_, key.data(), key.size());
+  }
+
   std::string_view view() const {
     if (on_heap()) {
       uint64_t size = 0;
@@ -59,6 +69,27 @@ class InlineKey {
   // tag_: the length (0 to 23) or kOnHeap.
   static constexpr uint8_t kLengthMask = 0x7F;
   static constexpr uint8_t kOnHeap = 0x7F;
+
+  // Whether the n <= 23 bytes at a and b are equal: two or three overlapping words read
+  // inside [0, n) of each, as memcmp's own short paths do.
+  static bool ShortEqual(const char* a, const char* b, size_t n) {
+    if (n >= 8) {
+      const bool middle = n <= 16 || Word<uint64_t>(a + 8) == Word<uint64_t>(b + 8);
+      return Word<uint64_t>(a) == Word<uint64_t>(b) &&
+             Word<uint64_t>(a + n - 8) == Word<uint64_t>(b + n - 8) && middle;
+    }
+    if (n >= 4) {
+      return Word<uint32_t>(a) == Word<uint32_t>(b) &&
+             Word<uint32_t>(a + n - 4) == Word<uint32_t>(b + n - 4);
+    }
+    return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]);
+  }
+  template <typename W>
+  static W Word(const char* p) {
+    W w;
+    std::memcpy(&w, p, sizeof(w));
+    return w;
+  }
 
   bool on_heap() const { return (tag_ & kLengthMask) == kOnHeap; }
   char* heap() const {

@@ -175,33 +175,39 @@ MemoryStore::~MemoryStore() = default;
 
 absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
                                              Timestamp now) {
+  // Every path returns `result`, which the table decides into: the Decision is not copied.
+  absl::StatusOr<Decision> result(Decision{});
   if (absl::Status s = ValidateRequest(1, cost); !s.ok()) {
-    return s;
+    result = std::move(s);
+    return result;
   }
   if (absl::Status s = CheckTime(now); !s.ok()) {
-    return s;
+    result = std::move(s);
+    return result;
   }
-  const HashedKey hashed{key, HashOf(key)};
+  const size_t hash = HashOf(key);
   for (int lookup = 0; lookup < kMaxLookups; ++lookup) {
     const Registry::View& view = tables_->registry().Pin();
     absl::StatusOr<Table*> table = tables_->Find(view, limit, now);
     if (!table.ok()) {
-      return table.status();
+      result = table.status();
+      return result;
     }
     if (*table == nullptr) {
       continue;  // Made: pin the View that holds it.
     }
-    Decision decision;
-    switch ((*table)->Decide(hashed, cost, now, view.tables, decision)) {
+    switch ((*table)->Decide(key, hash, cost, now, *result, view.tables)) {
       case Table::Outcome::kDecided:
-        return decision;
+        return result;
       case Table::Outcome::kFull:
-        return StoreFull(tables_->max_keys(), limit, key);
+        result = StoreFull(tables_->max_keys(), limit, key);
+        return result;
       case Table::Outcome::kRetired:
         break;  // Look again.
     }
   }
-  return Churning(limit);
+  result = Churning(limit);
+  return result;
 }
 
 namespace {

@@ -13,8 +13,10 @@
 
 #include "absl/container/inlined_vector.h"
 
+#include "src/core/tat.h"
 #include "src/memory/compact_map.h"
 #include "src/memory/compact_state.h"
+#include "src/memory/divisors.h"
 #include "src/memory/inline_key.h"
 
 namespace sluice::internal {
@@ -26,20 +28,19 @@ class TableOf final : public Table {
   using Table::Table;
   using Stored = typename Storage::Stored;
 
-  Outcome Decide(HashedKey key, int64_t cost, Timestamp now, Others others,
-                 Decision& out) override {
-    Shard& shard = shards_[ShardOf(key.hash)];
+  Outcome Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now, Decision& out,
+                 Others others) override {
+    Shard& shard = shards_[ShardOf(hash)];
     SpinLockHolder lock(shard.mu);
     if (retired()) [[unlikely]] {
       return Outcome::kRetired;
     }
-    std::optional<Decision> d =
-        DecideInShard(shard, key, cost, now, Mode::kApply, /*room_made=*/false, others);
-    if (!d) [[unlikely]] {
-      return Outcome::kFull;
+    // The hot path: a stored key, decided in place, its decision written straight to `out`.
+    if (Slot* slot = shard.states.Find(key, hash); slot != nullptr) [[likely]] {
+      out = DecideStored(slot->value, now, cost);
+      return Outcome::kDecided;
     }
-    out = *d;
-    return Outcome::kDecided;
+    return DecideNew(shard, HashedKey{key, hash}, cost, now, others, out);
   }
 
   Decision DecideHeld(HashedKey key, int64_t cost, Timestamp now,
@@ -148,22 +149,33 @@ class TableOf final : public Table {
                                         Mode mode, bool room_made, Others others)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
-      Decision d;
-      if constexpr (std::is_same_v<Stored, State>) {
-        if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
-          d = sluice::Decide(limit(), slot->value, now, cost);
-        }
+      if (mode == Mode::kApply) {  // In place: a sliding log is not copied per request.
+        return DecideStored(slot->value, now, cost);
       }
-      if (!std::is_same_v<Stored, State> || mode == Mode::kDryRun) {
-        State state = Storage::Unpack(slot->value);
-        d = sluice::Decide(limit(), state, now, cost);
-        if (mode == Mode::kApply && d.allowed && cost > 0) {
-          slot->value = Storage::Pack(state);
-        }
-      }
-      return d;
+      Stored copy = slot->value;
+      return DecideStored(copy, now, cost);
     }
-    // A key is created only by an admission that changes its state.
+    return DecideFresh(shard, key, cost, now, mode, room_made, others);
+  }
+
+  // Decide's path for a key not stored: out of line, so that the hot path stays small.
+  [[gnu::noinline]] Outcome DecideNew(Shard& shard, HashedKey key, int64_t cost, Timestamp now,
+                                      Others others, Decision& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    std::optional<Decision> d =
+        DecideFresh(shard, key, cost, now, Mode::kApply, /*room_made=*/false, others);
+    if (!d) [[unlikely]] {
+      return Outcome::kFull;
+    }
+    out = *d;
+    return Outcome::kDecided;
+  }
+
+  // A key not stored: decided from a fresh state, and created only by an admission that
+  // changes it. Empty when there is no room for it.
+  std::optional<Decision> DecideFresh(Shard& shard, HashedKey key, int64_t cost, Timestamp now,
+                                      Mode mode, bool room_made, Others others)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     State fresh;
     const Decision d = sluice::Decide(limit(), fresh, now, cost);
     if (mode == Mode::kApply && d.allowed && cost > 0) {
@@ -174,6 +186,31 @@ class TableOf final : public Table {
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
+  }
+
+  // Decides on a stored state in place, changing it only when the request is admitted with a
+  // cost. A state stored as is goes to its algorithm's Decide (a sliding log is not copied); a
+  // compact TAT is decided by the inline arithmetic of src/core/tat.h, the very code that
+  // gcra's and leaky_bucket's Decide run, so the decision compiles into the probe.
+  [[gnu::always_inline]] Decision DecideStored(Stored& stored, Timestamp now, int64_t cost) {
+    if constexpr (std::is_same_v<Stored, State>) {
+      return sluice::Decide(limit(), stored, now, cost);
+    } else if constexpr (std::is_same_v<Storage, CompactTat<State>>) {
+      State state = Storage::Unpack(stored);
+      const Decision d = NarrowWide(DecideTat(
+          limit(), state.tat, now, cost, std::is_same_v<State, LeakyBucketState>, divisors_));
+      if (d.allowed && cost > 0) {
+        stored = Storage::Pack(state);
+      }
+      return d;
+    } else {
+      State state = Storage::Unpack(stored);
+      const Decision d = sluice::Decide(limit(), state, now, cost);
+      if (d.allowed && cost > 0) {
+        stored = Storage::Pack(state);
+      }
+      return d;
+    }
   }
 
   // The figures a cost-0 query would get for a stored state: whether it has reset. A cost-0
@@ -288,6 +325,7 @@ class TableOf final : public Table {
   }
 
  private:
+  const TableDivisors divisors_{limit()};  // For the compact TAT's decisions.
   std::array<Shard, kShards> shards_;
   std::atomic<size_t> round_robin_{0};  // Where the search of other tables starts.
 };

@@ -62,9 +62,10 @@ class Table {
   // full with no reset key found to drop (MakeRoomHeld), nothing changed; or found the table
   // retired, nothing changed (look the limit up again).
   enum class Outcome { kDecided, kFull, kRetired };
-  // Decides under the shard's lock.
-  virtual Outcome Decide(HashedKey key, int64_t cost, Timestamp now, Others others,
-                         Decision& out) = 0;
+  // Decides under the shard's lock. The key and its hash come apart, and `others` last, so
+  // that every argument the hot path reads travels in a register.
+  virtual Outcome Decide(std::string_view key, size_t hash, int64_t cost, Timestamp now,
+                         Decision& out, Others others) = 0;
   // DecideAll's steps: the caller holds ShardLock(ShardOf(key.hash)) for the whole of them.
   // kApply after MakeRoomHeld said yes for every new key of the request: a new key is
   // inserted even if others have filled the store since (all or nothing comes first).

@@ -1,5 +1,6 @@
 #include "sluice/memory_store.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +49,31 @@ TEST_P(MemoryStoreAlgorithmTest, DecidesAsThePureAlgorithm) {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MemoryStoreAlgorithmTest,
                          ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
+
+// gcra and leaky_bucket tables divide by each limit's N' and P' their own way (libdivide,
+// src/memory/divisors.h): many rates, short traces with steps back in time, every figure as
+// the pure algorithm gives it.
+TEST(MemoryStoreTest, BucketTablesDecideAsThePureAlgorithmAtEveryRate) {
+  Random random(testing::Seed(2300));
+  for (const Algorithm algorithm : {Algorithm::kGcra, Algorithm::kLeakyBucket}) {
+    MemoryStore store;
+    for (int c = 0; c < 2000; ++c) {
+      const Limit limit = random.LimitFor(store, algorithm);
+      const std::string key = fmt::format("key{}", c);  // A limit may be drawn twice.
+      AnyState reference = InitialState(algorithm);
+      int64_t t = kEpoch + random.Between(0, 1'000'000'000);
+      for (int row = 0; row < 20; ++row) {
+        t += random.OneIn(8) ? -random.Between(0, limit.period().count()) : random.Gap(limit);
+        t = std::clamp<int64_t>(t, 0, MemoryStore::kLatest.time_since_epoch().count() - 1);
+        const int64_t cost = random.Cost(limit);
+        const Decision expected = Decide(limit, reference, At(t), cost);
+        const absl::StatusOr<Decision> got = store.Decide(limit, key, cost, At(t));
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(*got, expected) << limit.ToString() << " row " << row << " t " << t;
+      }
+    }
+  }
+}
 
 TEST(MemoryStoreTest, DecidesOnlyWithinItsTimeRange) {
   MemoryStore store;
