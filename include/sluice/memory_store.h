@@ -41,6 +41,9 @@ struct MemoryStoreOptions {
   //     or nothing.
   // Eviction, max_keys and the retiring of idle limits work as without it.
   bool compact_keys = false;
+  // The secret of compact keys' fingerprints; 0 (the default) draws one at random. A fixed one
+  // is for tests that compare two stores: whoever knows it can craft keys that share a state.
+  uint64_t compact_keys_secret_for_testing = 0;
 };
 
 // One request of a batch (MemoryStore::DecideBatch): a key and its cost.

@@ -77,12 +77,23 @@ absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key
       max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))), limit.ToString()));
 }
 
+// The fingerprint of compact keys, if asked for (MemoryStoreOptions).
+std::optional<Fingerprint> CompactKeys(const MemoryStoreOptions& options) {
+  if (!options.compact_keys) {
+    return std::nullopt;
+  }
+  if (const uint64_t secret = options.compact_keys_secret_for_testing; secret != 0) {
+    return Fingerprint(secret, ~secret);
+  }
+  return Fingerprint::Random();
+}
+
 // The store's parts: the key budget, the leases, and the registry of limit tables.
 class MemoryStore::Tables {
  public:
   explicit Tables(MemoryStoreOptions options)
       : max_keys_(options.max_keys),
-        compact_keys_(options.compact_keys ? std::optional(Fingerprint::Random()) : std::nullopt),
+        compact_keys_(CompactKeys(options)),
         budget_(options.max_keys),
         leases_(options.max_leases),
         registry_(kMaxLimits, budget_, compact_keys_ ? &*compact_keys_ : nullptr) {}
