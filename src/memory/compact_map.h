@@ -96,7 +96,10 @@ class CompactMap {
     auto matches = static_cast<uint32_t>(_mm_movemask_epi8(
         _mm_cmpeq_epi8(ctrl, _mm_set1_epi8(static_cast<char>(FragmentOf(hash))))));
     for (; matches != 0; matches &= matches - 1) {
-      __builtin_prefetch(&slots_[g * kGroup + static_cast<size_t>(__builtin_ctz(matches))]);
+      // A slot may straddle two cache lines (the array is aligned to 16 bytes): both.
+      const Slot* slot = &slots_[g * kGroup + static_cast<size_t>(__builtin_ctz(matches))];
+      __builtin_prefetch(slot);
+      __builtin_prefetch(reinterpret_cast<const char*>(slot) + sizeof(Slot) - 1);
     }
   }
 
