@@ -23,6 +23,7 @@
 #include <new>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "src/memory/fingerprint.h"
 
@@ -142,15 +143,12 @@ class FingerprintMap {
     std::unique_ptr<Slot[], Free> slots(static_cast<Slot*>(
         ::operator new[](capacity * sizeof(Slot), std::align_val_t{kAlign})));
     std::fill_n(slots.get(), capacity, Slot{kEmpty, Stored{}});
-    std::swap(slots, slots_);
-    const size_t old_capacity = capacity_;
-    capacity_ = capacity;
-    size_ = 0;
-    deleted_ = 0;
+    const std::unique_ptr<Slot[], Free> old = std::exchange(slots_, std::move(slots));
+    const size_t old_capacity = std::exchange(capacity_, capacity);
+    deleted_ = 0;  // size_ stays: every key moves over.
     for (size_t i = 0; i < old_capacity; ++i) {
-      if (slots[i].fingerprint >= Fingerprint::kFirstKey) {
-        slots_[FreeSlotFor(slots[i].fingerprint)] = slots[i];
-        ++size_;
+      if (old[i].fingerprint >= Fingerprint::kFirstKey) {
+        slots_[FreeSlotFor(old[i].fingerprint)] = old[i];
       }
     }
   }
