@@ -1,6 +1,7 @@
 // Resident memory per key: the growth of this process's resident set while a MemoryStore
 // learns `--keys` keys (default 1,000,000) of 16 to 24 characters, divided by the keys, for
-// one algorithm or all. Usage: sluice_memory_bench [--keys N] [ALGORITHM...]
+// one algorithm or all. Usage: sluice_memory_bench [--keys N] [--compact-keys] [ALGORITHM...]
+// (--compact-keys: MemoryStoreOptions::compact_keys, fingerprints kept instead of keys).
 // Each algorithm runs in a fresh child process, so that memory freed by one does not hide the
 // growth of the next.
 
@@ -41,10 +42,10 @@ int MakeKey(int64_t n, char* buf) {
   return 7 + pad + len;
 }
 
-void Measure(Algorithm algorithm, int64_t keys) {
+void Measure(Algorithm algorithm, int64_t keys, bool compact_keys) {
   const Limit limit = *Limit::Create(
       {.algorithm = algorithm, .limit = 100, .period = std::chrono::hours(1), .buckets = 60});
-  MemoryStore store;
+  MemoryStore store({.compact_keys = compact_keys});
   const Timestamp now = SystemClock().Now();
   char buf[32];
   // Warm the store's fixed parts (the table, its shards) before the baseline is read.
@@ -67,14 +68,17 @@ void Measure(Algorithm algorithm, int64_t keys) {
 
 int main(int argc, char** argv) {
   int64_t keys = 1'000'000;
+  bool compact_keys = false;
   std::vector<sluice::Algorithm> algorithms;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--keys") == 0 && i + 1 < argc) {
       keys = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--compact-keys") == 0) {
+      compact_keys = true;
     } else if (absl::StatusOr<sluice::Algorithm> a = sluice::ParseAlgorithm(argv[i]); a.ok()) {
       algorithms.push_back(*a);
     } else {
-      std::fprintf(stderr, "usage: %s [--keys N] [ALGORITHM...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--keys N] [--compact-keys] [ALGORITHM...]\n", argv[0]);
       return 2;
     }
   }
@@ -86,7 +90,7 @@ int main(int argc, char** argv) {
   for (sluice::Algorithm algorithm : algorithms) {
     const pid_t child = fork();
     if (child == 0) {
-      sluice::Measure(algorithm, keys);
+      sluice::Measure(algorithm, keys, compact_keys);
       std::_Exit(0);
     }
     int status = 0;

@@ -130,6 +130,14 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
     return absl::InvalidArgumentError(
         "--snapshot is for the memory store: Redis keeps its own state");
   }
+  if (flags_.memory_compact_keys && memory_ == nullptr) {
+    return absl::InvalidArgumentError("--memory-compact-keys is for the memory store (--store memory)");
+  }
+  if (flags_.memory_compact_keys && !flags_.snapshot.empty()) {
+    return absl::InvalidArgumentError(
+        "--snapshot cannot be used with --memory-compact-keys: the store keeps fingerprints of "
+        "the keys, not the keys, so it has nothing a snapshot could name them by");
+  }
   Settings settings{
       .snapshot_interval = *snapshot_interval, .watch_interval = *watch_interval, .drain = *drain};
   for (const auto& [flag, text, address] : {std::tuple{"--http", flags_.http, &settings.http},
@@ -324,7 +332,9 @@ absl::Status ParseStoreFailure(const Flags& flags, std::chrono::milliseconds& ti
 absl::Status Daemon::OpenStore() {
   if (flags_.store == "memory") {
     auto memory = std::make_unique<MemoryStore>(
-        MemoryStoreOptions{.max_keys = flags_.max_keys, .max_leases = flags_.max_leases});
+        MemoryStoreOptions{.max_keys = flags_.max_keys,
+                           .max_leases = flags_.max_leases,
+                           .compact_keys = flags_.memory_compact_keys});
     memory_ = memory.get();
     store_ = std::move(memory);
     return absl::OkStatus();

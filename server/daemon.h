@@ -47,6 +47,7 @@ struct Flags {
   int threads = 0;
   size_t max_keys = 10'000'000;
   size_t max_leases = 1'000'000;  // About 210 bytes each.
+  bool memory_compact_keys = false;  // MemoryStoreOptions::compact_keys.
   std::string snapshot;
   bool snapshot_discard_corrupt = false;  // Move a corrupt snapshot aside, start empty.
   std::string snapshot_interval = "0";

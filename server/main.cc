@@ -230,6 +230,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "Memory store capacity in leases of concurrency limits, about 210 bytes each "
                  "(0: unbounded); also bounds Redis's local failure policy")
       ->capture_default_str();
+  app.add_flag("--memory-compact-keys", flags.memory_compact_keys,
+               "Memory store: gcra and leaky_bucket keep a 64-bit keyed fingerprint of each key, "
+               "not the key (about 21 bytes a key, not 48; two keys that share a fingerprint, "
+               "by a chance of 1 in 2^64 a pair, share one state and may be denied sooner); "
+               "no --snapshot (MemoryStoreOptions::compact_keys)");
   app.add_option("--snapshot", flags.snapshot,
                  "Memory store snapshot file: loaded at start, written at shutdown");
   app.add_flag("--snapshot-discard-corrupt", flags.snapshot_discard_corrupt,

@@ -38,6 +38,7 @@ class CompactMap {
     InlineKey key;
     Stored value;
   };
+  static constexpr bool kKeepsKeys = true;  // Slots hold the key's text (a FingerprintMap's not).
 
   CompactMap() = default;
   CompactMap(const CompactMap&) = delete;
@@ -77,6 +78,29 @@ class CompactMap {
       g = g + 1 == groups ? 0 : g + 1;
     }
     return nullptr;
+  }
+
+  // Prefetching, for a caller that will Find `hash` soon (MemoryStore::DecideBatch): stage 0
+  // asks for the control group Find reads first; stage 1, once that has arrived, for the slots
+  // whose fragment matches. Changes nothing.
+  void Prefetch(size_t hash, int stage) const {
+    if (capacity_ == 0) {
+      return;
+    }
+    const size_t g = GroupOf(hash, capacity_ / kGroup);
+    if (stage == 0) {
+      __builtin_prefetch(ctrl_.get() + g * kGroup);
+      return;
+    }
+    const __m128i ctrl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ctrl_.get() + g * kGroup));
+    auto matches = static_cast<uint32_t>(_mm_movemask_epi8(
+        _mm_cmpeq_epi8(ctrl, _mm_set1_epi8(static_cast<char>(FragmentOf(hash))))));
+    for (; matches != 0; matches &= matches - 1) {
+      // A slot may straddle two cache lines (the array is aligned to 16 bytes): both.
+      const Slot* slot = &slots_[g * kGroup + static_cast<size_t>(__builtin_ctz(matches))];
+      __builtin_prefetch(slot);
+      __builtin_prefetch(reinterpret_cast<const char*>(slot) + sizeof(Slot) - 1);
+    }
   }
 
   // Stores a new key. REQUIRES: Find(key, hash) is null.

@@ -18,7 +18,9 @@
 #include "sluice/algorithms.h"
 #include "src/core/mutex.h"
 #include "src/core/status.h"
+#include "src/memory/batch.h"
 #include "src/memory/eviction.h"
+#include "src/memory/fingerprint.h"
 #include "src/memory/leases.h"
 #include "src/memory/registry.h"
 #include "src/memory/shards.h"
@@ -30,8 +32,8 @@ namespace sluice {
 namespace {
 
 using internal::Budget;
+using internal::Fingerprint;
 using internal::HashedKey;
-using internal::HashOf;
 using internal::Mode;
 using internal::Mutex;
 using internal::MutexLock;
@@ -75,16 +77,29 @@ absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key
       max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))), limit.ToString()));
 }
 
+// The fingerprint of compact keys, if asked for (MemoryStoreOptions).
+std::optional<Fingerprint> CompactKeys(const MemoryStoreOptions& options) {
+  if (!options.compact_keys) {
+    return std::nullopt;
+  }
+  if (const uint64_t secret = options.compact_keys_secret_for_testing; secret != 0) {
+    return Fingerprint(secret, ~secret);
+  }
+  return Fingerprint::Random();
+}
+
 // The store's parts: the key budget, the leases, and the registry of limit tables.
 class MemoryStore::Tables {
  public:
   explicit Tables(MemoryStoreOptions options)
       : max_keys_(options.max_keys),
+        compact_keys_(CompactKeys(options)),
         budget_(options.max_keys),
         leases_(options.max_leases),
-        registry_(kMaxLimits, budget_) {}
+        registry_(kMaxLimits, budget_, compact_keys_ ? &*compact_keys_ : nullptr) {}
 
   size_t max_keys() const { return max_keys_; }
+  bool compact_keys() const { return compact_keys_.has_value(); }
   const Budget& budget() const { return budget_; }
   internal::LeaseTable& leases() { return leases_; }
   const internal::LeaseTable& leases() const { return leases_; }
@@ -119,12 +134,19 @@ class MemoryStore::Tables {
       if (*table == nullptr) {
         return false;
       }
-      const HashedKey key{r.key, HashOf(r.key)};
+      const HashedKey key{r.key, (*table)->KeyHash(r.key)};
       for (size_t j = 0; j < targets.size(); ++j) {
-        if (targets[j].table == *table && requests[j].key == r.key) {
+        // Two keys with one fingerprint (compact keys) are one state too.
+        if (targets[j].table == *table &&
+            (requests[j].key == r.key ||
+             ((*table)->fingerprinted() && targets[j].key.hash == key.hash))) {
           // Deciding one state twice in one all-or-nothing request cannot be undone half-way.
           return absl::InvalidArgumentError(
-              fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key));
+              requests[j].key == r.key
+                  ? fmt::format("limit {} on key '{}' appears twice", r.limit->ToString(), r.key)
+                  : fmt::format("limit {}: keys '{}' and '{}' share a fingerprint (compact "
+                                "keys) and cannot be charged together",
+                                r.limit->ToString(), requests[j].key, r.key));
         }
       }
       targets.push_back({*table, key});
@@ -149,6 +171,7 @@ class MemoryStore::Tables {
 
  private:
   const size_t max_keys_;
+  const std::optional<Fingerprint> compact_keys_;  // Set: compact keys (MemoryStoreOptions).
   Budget budget_;
   internal::LeaseTable leases_;
   Registry registry_;
@@ -185,7 +208,6 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
     result = std::move(s);
     return result;
   }
-  const size_t hash = HashOf(key);
   for (int lookup = 0; lookup < kMaxLookups; ++lookup) {
     const Registry::View& view = tables_->registry().Pin();
     absl::StatusOr<Table*> table = tables_->Find(view, limit, now);
@@ -196,7 +218,7 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
     if (*table == nullptr) {
       continue;  // Made: pin the View that holds it.
     }
-    switch ((*table)->Decide(key, hash, cost, now, *result, view.tables)) {
+    switch ((*table)->Decide(key, (*table)->KeyHash(key), cost, now, *result, view.tables)) {
       case Table::Outcome::kDecided:
         return result;
       case Table::Outcome::kFull:
@@ -208,6 +230,42 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   }
   result = Churning(limit);
   return result;
+}
+
+void MemoryStore::DecideBatch(const Limit& limit, std::span<const KeyCost> requests,
+                              Timestamp now, std::span<absl::StatusOr<Decision>> out) {
+  if (out.size() != requests.size()) [[unlikely]] {
+    for (absl::StatusOr<Decision>& o : out) {
+      o = absl::InvalidArgumentError(fmt::format(
+          "DecideBatch: {} requests and {} places for answers", requests.size(), out.size()));
+    }
+    return;
+  }
+  size_t done = 0;
+  // A batch none of whose costs is valid makes no table, as Decide does not.
+  const bool any_valid = std::any_of(requests.begin(), requests.end(), [](const KeyCost& r) {
+    return ValidateRequest(1, r.cost).ok();
+  });
+  if (any_valid && CheckTime(now).ok()) [[likely]] {
+    for (int lookup = 0; lookup < kMaxLookups && done < requests.size(); ++lookup) {
+      const Registry::View& view = tables_->registry().Pin();
+      absl::StatusOr<Table*> table = tables_->Find(view, limit, now);
+      if (!table.ok()) {
+        break;  // Each request gets its error from Decide, below.
+      }
+      if (*table == nullptr) {
+        continue;  // Made: pin the View that holds it.
+      }
+      done += internal::DecideBatchIn(
+          **table, view.tables, requests.subspan(done), now, out.subspan(done),
+          [&](std::string_view key) { return StoreFull(tables_->max_keys(), limit, key); });
+    }
+  }
+  // What is left (a time out of range, a limit refused, a table retired over and over) is
+  // rare: decided one by one, which gives each request Decide's answer by definition.
+  for (size_t i = done; i < requests.size(); ++i) {
+    out[i] = Decide(limit, requests[i].key, requests[i].cost, now);
+  }
 }
 
 namespace {
@@ -363,7 +421,18 @@ MemoryStoreStats MemoryStore::Stats() const {
   return stats;
 }
 
+// Snapshots and compact keys: see MemoryStoreOptions::compact_keys.
+absl::Status NoSnapshotsOfFingerprints(const std::string& path) {
+  return absl::FailedPreconditionError(fmt::format(
+      "snapshot {}: this memory store keeps fingerprints of its keys, not the keys "
+      "(compact keys), so it neither saves nor loads snapshots",
+      path));
+}
+
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
+  if (tables_->compact_keys()) {
+    return NoSnapshotsOfFingerprints(path);
+  }
   SnapshotWriter w;
   tables_->ForEach([&](Table& table) {
     const Limit& limit = table.limit();
@@ -481,6 +550,9 @@ absl::StatusOr<size_t> ReadSnapshotBody(
 }  // namespace
 
 absl::StatusOr<size_t> MemoryStore::LoadSnapshot(const std::string& path, Timestamp now) {
+  if (tables_->compact_keys()) {
+    return NoSnapshotsOfFingerprints(path);
+  }
   const absl::StatusOr<std::string> body = internal::ReadSnapshotFile(path);
   if (!body.ok()) {
     return body.status();

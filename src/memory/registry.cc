@@ -17,8 +17,11 @@ constexpr Micros kMinTableAge = std::chrono::seconds(1);
 
 }  // namespace
 
-Registry::Registry(size_t max_tables, Budget& budget)
-    : max_tables_(max_tables), budget_(budget), id_(next_registry_id.fetch_add(1)) {
+Registry::Registry(size_t max_tables, Budget& budget, const Fingerprint* compact_keys)
+    : max_tables_(max_tables),
+      budget_(budget),
+      compact_keys_(compact_keys),
+      id_(next_registry_id.fetch_add(1)) {
   MutexLock lock(mu_);
   Publish({});
 }
@@ -118,7 +121,7 @@ absl::Status Registry::Insert(const Limit& limit, Timestamp now) {
         max_tables_, limit.ToString()));
   }
   std::vector<std::shared_ptr<Table>> owned = view_->owned;
-  owned.push_back(MakeTable(limit, budget_, now));
+  owned.push_back(MakeTable(limit, budget_, now, compact_keys_));
   Publish(std::move(owned));
   return absl::OkStatus();
 }

@@ -74,8 +74,9 @@ class Registry {
   }
 
   // `max_tables`: the most tables held at once (MemoryStore::kMaxLimits). `budget` counts
-  // the tables' keys and must outlive them.
-  Registry(size_t max_tables, Budget& budget);
+  // the tables' keys and must outlive them. `compact_keys`, if not null, is given to every
+  // table made (MakeTable) and must outlive them too.
+  Registry(size_t max_tables, Budget& budget, const Fingerprint* compact_keys = nullptr);
 
   // The View this thread holds, refreshed if the registry changed since. Lets go of the View
   // it held before: call it at the start of a store call, and again only once no table found
@@ -119,6 +120,7 @@ class Registry {
 
   const size_t max_tables_;
   Budget& budget_;
+  const Fingerprint* const compact_keys_;
   const uint64_t id_;  // Tells registries apart in the threads' copies.
   std::atomic<uint64_t> version_{1};
   std::atomic<size_t> size_{0};

@@ -17,12 +17,15 @@
 #include "src/memory/compact_map.h"
 #include "src/memory/compact_state.h"
 #include "src/memory/divisors.h"
+#include "src/memory/fingerprint_map.h"
 #include "src/memory/inline_key.h"
 
 namespace sluice::internal {
 namespace {
 
-template <typename State, typename Storage = AsIs<State>>
+// `MapOf`: CompactMap, keeping keys; or FingerprintMap, keeping fingerprints (compact keys).
+template <typename State, typename Storage = AsIs<State>,
+          template <typename> typename MapOf = CompactMap>
 class TableOf final : public Table {
  public:
   using Table::Table;
@@ -68,22 +71,38 @@ class TableOf final : public Table {
     return n;
   }
 
+  void Prefetch(HashedKey key, int stage) override {
+    if (!Map::kKeepsKeys && stage == 1) {
+      return;  // A fingerprint's slot is its whole entry: stage 0 fetched it.
+    }
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (!shard.mu.TryLock()) {
+      return;
+    }
+    shard.states.Prefetch(key.hash, stage);
+    shard.mu.Unlock();
+  }
+
   void Save(SnapshotWriter& w) override {
-    for (Shard& shard : shards_) {
-      SpinLockHolder lock(shard.mu);
-      shard.states.ForEach([&](const Slot& slot) {
-        w.U8(1);
-        w.U32(static_cast<uint32_t>(slot.key.view().size()));
-        w.Bytes(slot.key.view());
-        Encode(Storage::Unpack(slot.value), w);
-      });
+    if constexpr (Map::kKeepsKeys) {
+      for (Shard& shard : shards_) {
+        SpinLockHolder lock(shard.mu);
+        shard.states.ForEach([&](const Slot& slot) {
+          w.U8(1);
+          w.U32(static_cast<uint32_t>(slot.key.view().size()));
+          w.Bytes(slot.key.view());
+          Encode(Storage::Unpack(slot.value), w);
+        });
+      }
+    } else {
+      assert(false && "a table of fingerprints has no keys to save");
     }
   }
 
   bool Put(std::string_view key, const AnyState& state) override {
     const auto& s = std::get<State>(state);
     assert(Storage::Fits(s));
-    const size_t hash = HashOf(key);
+    const size_t hash = KeyHash(key);
     Shard& shard = shards_[ShardOf(hash)];
     SpinLockHolder lock(shard.mu);
     if (retired()) {
@@ -92,7 +111,7 @@ class TableOf final : public Table {
     if (Slot* slot = shard.states.Find(key, hash); slot != nullptr) {
       slot->value = Storage::Pack(s);
     } else {
-      shard.states.Insert(InlineKey(key), hash, Storage::Pack(s));
+      Insert(shard, key, hash, Storage::Pack(s));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return true;
@@ -135,7 +154,7 @@ class TableOf final : public Table {
   static bool Fits(const State& s) { return Storage::Fits(s); }
 
  private:
-  using Map = internal::CompactMap<Stored>;
+  using Map = MapOf<Stored>;
   using Slot = typename Map::Slot;
 
   struct alignas(64) Shard {  // A cache line each, so that two shards' locks never share one.
@@ -143,6 +162,15 @@ class TableOf final : public Table {
     Map states ABSL_GUARDED_BY(mu);
     size_t cursor ABSL_GUARDED_BY(mu) = 0;  // The slot where the walk of MakeRoom resumes.
   };
+
+  void Insert(Shard& shard, std::string_view key, size_t hash, Stored stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+    if constexpr (Map::kKeepsKeys) {
+      shard.states.Insert(InlineKey(key), hash, std::move(stored));
+    } else {
+      shard.states.Insert(key, hash, std::move(stored));
+    }
+  }
 
   // `room_made`: MakeRoomHeld has made room for a new key (or the mode is a dry run).
   std::optional<Decision> DecideInShard(Shard& shard, HashedKey key, int64_t cost, Timestamp now,
@@ -182,7 +210,7 @@ class TableOf final : public Table {
       if (!room_made && !MakeRoom(shard, now, others)) [[unlikely]] {
         return std::nullopt;
       }
-      shard.states.Insert(InlineKey(key.key), key.hash, Storage::Pack(fresh));
+      Insert(shard, key.key, key.hash, Storage::Pack(fresh));
       StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
     }
     return d;
@@ -330,6 +358,21 @@ class TableOf final : public Table {
   std::atomic<size_t> round_robin_{0};  // Where the search of other tables starts.
 };
 
+// gcra's or leaky_bucket's table: its TAT in 64 bits when the limit allows, under fingerprints
+// too when asked (compact keys); else as is.
+template <typename State>
+std::unique_ptr<Table> MakeTatTable(const Limit& limit, Budget& budget, Timestamp created,
+                                    const Fingerprint* compact_keys) {
+  if (!TatFitsCompact(limit)) {
+    return std::make_unique<TableOf<State>>(limit, budget, created, nullptr);
+  }
+  if (compact_keys != nullptr) {
+    return std::make_unique<TableOf<State, CompactTat<State>, FingerprintMap>>(limit, budget,
+                                                                               created, compact_keys);
+  }
+  return std::make_unique<TableOf<State, CompactTat<State>>>(limit, budget, created, nullptr);
+}
+
 }  // namespace
 
 // Whether a table for `limit` can hold `state`: a compact table only what fits its 64 bits
@@ -349,32 +392,27 @@ bool Storable(const Limit& limit, const AnyState& state) {
   }
 }
 
-std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created) {
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created,
+                                 const Fingerprint* compact_keys) {
   switch (limit.algorithm()) {
     case Algorithm::kFixedWindow:
-      return std::make_unique<TableOf<FixedWindowState>>(limit, budget, created);
+      return std::make_unique<TableOf<FixedWindowState>>(limit, budget, created, nullptr);
     case Algorithm::kSlidingLog:
-      return std::make_unique<TableOf<SlidingLogState>>(limit, budget, created);
+      return std::make_unique<TableOf<SlidingLogState>>(limit, budget, created, nullptr);
     case Algorithm::kSlidingWindow:
-      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget, created);
+      return std::make_unique<TableOf<SlidingWindowState>>(limit, budget, created, nullptr);
     case Algorithm::kSlidingBuckets:
-      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget, created);
+      return std::make_unique<TableOf<SlidingBucketsState>>(limit, budget, created, nullptr);
     case Algorithm::kTokenBucket:
       if (LevelFitsCompact(limit)) {
-        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget, created);
+        return std::make_unique<TableOf<TokenBucketState, CompactTokenBucket>>(limit, budget,
+                                                                               created, nullptr);
       }
-      return std::make_unique<TableOf<TokenBucketState>>(limit, budget, created);
+      return std::make_unique<TableOf<TokenBucketState>>(limit, budget, created, nullptr);
     case Algorithm::kGcra:
-      if (TatFitsCompact(limit)) {
-        return std::make_unique<TableOf<GcraState, CompactTat<GcraState>>>(limit, budget, created);
-      }
-      return std::make_unique<TableOf<GcraState>>(limit, budget, created);
+      return MakeTatTable<GcraState>(limit, budget, created, compact_keys);
     case Algorithm::kLeakyBucket:
-      if (TatFitsCompact(limit)) {
-        return std::make_unique<TableOf<LeakyBucketState, CompactTat<LeakyBucketState>>>(limit,
-                                                                                         budget, created);
-      }
-      return std::make_unique<TableOf<LeakyBucketState>>(limit, budget, created);
+      return MakeTatTable<LeakyBucketState>(limit, budget, created, compact_keys);
   }
   return nullptr;  // Unreachable: the switch covers every enumerator.
 }

@@ -31,6 +31,7 @@
 #include "sluice/limit.h"
 #include "src/core/mutex.h"
 #include "src/memory/eviction.h"
+#include "src/memory/fingerprint.h"
 #include "src/memory/shards.h"
 #include "src/memory/snapshot.h"
 
@@ -46,8 +47,10 @@ using Others = std::span<Table* const>;
 // The states of one Limit's keys.
 class Table {
  public:
-  Table(const Limit& limit, Budget& budget, Timestamp created)
-      : limit_(limit), budget_(budget), created_(created) {}
+  // `fingerprint`: null when the table keeps its keys' text; else the store's keyed hash,
+  // whose value stands for each key (compact-keys mode, src/memory/fingerprint_map.h).
+  Table(const Limit& limit, Budget& budget, Timestamp created, const Fingerprint* fingerprint)
+      : limit_(limit), budget_(budget), created_(created), fingerprint_(fingerprint) {}
   virtual ~Table() = default;
 
   const Limit& limit() const { return limit_; }
@@ -57,6 +60,20 @@ class Table {
   // Whether RetireIfEmpty has retired it. Read under one of its shard locks: it is set under
   // all of them, so a caller that holds one knows whether its decision counts.
   bool retired() const { return retired_.load(std::memory_order_relaxed); }
+
+  // The hash every call of this table takes with a key (HashedKey::hash): the key's fingerprint
+  // when the table keeps fingerprints, else HashOf. Inline: it runs on every request.
+  size_t KeyHash(std::string_view key) const {
+    return fingerprint_ != nullptr ? fingerprint_->Of(key) : HashOf(key);
+  }
+  // Whether the table keeps fingerprints, not keys: it cannot Save, and two keys with one
+  // fingerprint share a state.
+  bool fingerprinted() const { return fingerprint_ != nullptr; }
+
+  // Asks the memory for what Decide on `key` will read, without waiting for it (a hint: it
+  // changes nothing, and does nothing when the shard is busy). Stage 0 first, then, once that
+  // has had time to arrive, stage 1 (see CompactMap::Prefetch).
+  virtual void Prefetch(HashedKey key, int stage) = 0;
 
   // What Decide did: decided (`out` holds the decision); refused a new key, the store being
   // full with no reset key found to drop (MakeRoomHeld), nothing changed; or found the table
@@ -85,6 +102,7 @@ class Table {
   virtual bool ReclaimOne(size_t index, Timestamp now) = 0;
 
   // Snapshots: writes every key as (u8 1, u32 length, key, state); see src/memory/snapshot.h.
+  // REQUIRES: !fingerprinted() (it has no key text to write; the store refuses first).
   virtual void Save(SnapshotWriter& w) = 0;
   // Stores `state` for `key`; false, storing nothing, when the table is retired.
   // REQUIRES: the state's alternative is this table's algorithm and Storable(limit(), state).
@@ -105,6 +123,7 @@ class Table {
   const Limit limit_;
   Budget& budget_;  // The store's; outlives the table.
   const Timestamp created_;
+  const Fingerprint* const fingerprint_;  // The store's; outlives the table.
   std::atomic<bool> retired_{false};
 };
 
@@ -113,7 +132,10 @@ class Table {
 bool Storable(const Limit& limit, const AnyState& state);
 
 // The table for `limit`, its keys counted against `budget` (which must outlive it), made by a
-// request at `created`.
-std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created);
+// request at `created`. With `compact_keys` (which must outlive it too), a gcra or leaky_bucket
+// table whose TAT fits 64 bits keeps fingerprints under it instead of keys; other tables
+// ignore it.
+std::unique_ptr<Table> MakeTable(const Limit& limit, Budget& budget, Timestamp created,
+                                 const Fingerprint* compact_keys = nullptr);
 
 }  // namespace sluice::internal
