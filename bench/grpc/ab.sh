@@ -32,12 +32,9 @@ done
 [ -n "$reference" ] && [ ! -x "$PEER/run.sh" ] && { echo "ab.sh: no $PEER/run.sh (--no-reference?)" >&2; exit 1; }
 CONF=$(mktemp -d)
 trap 'rm -rf "$CONF"' EXIT
-cat > "$CONF/bench.yaml" <<'RULES'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-RULES
+# One rule that admits everything, as bench/grpc/run.sh and bench/peers/ use.
+printf '%s\n' 'domain: bench' 'descriptors:' '  - key: user' \
+  '    rate_limit: {unit: second, requests_per_unit: 1000000}' > "$CONF/bench.yaml"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # one PID ADDR LABEL: a run against the server PID at ADDR; appends "LABEL calls/s us/call".
