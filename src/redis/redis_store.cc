@@ -364,9 +364,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     }
     // While every connection has a script call in flight, what arrives waits for the first
     // reply (which dispatches again) to go out as one batch, unless a full batch waits: calls
-    // that come in one by one would otherwise each go out as a script call of its own, and
-    // each pays a round trip's system calls and thread wake-ups in Redis, here and in the
-    // callers (a gRPC server wakes its threads per answer it sends).
+    // that come in one by one would otherwise each go out as a script call of its own, each
+    // paying a round trip's system calls here and a script call's overhead in Redis.
     if (c->batches() > 0 && node.queue.size() < static_cast<size_t>(options_.batch)) {
       break;
     }
