@@ -14,8 +14,10 @@
 // failure policy (and by tests, see RedisStoreOptions::use_caller_time).
 //
 // I/O: the store owns one thread running the connections. Calls from any thread are queued
-// there; a call is sent on a ready connection (up to `pipeline` script calls in flight on each),
-// and calls that wait together are decided by one script call (up to `batch` of them). Each call
+// there; a call is sent at once on a connection with nothing in flight, and calls made while
+// every connection has a script call in flight wait for a reply and are decided together by
+// one script call (up to `batch` of them; a full batch goes out at once, up to `pipeline`
+// script calls in flight on a connection): fewer round trips under load. Each call
 // has a deadline; a connection that misses one is closed and reopened, with backoff. A
 // connection is TCP, a unix socket (unix://) or TLS over TCP (rediss://, RedisTlsOptions).
 //
@@ -140,7 +142,8 @@ struct RedisStoreOptions {
   int database = 0;           // SELECT; 0 in a cluster.
   RedisTlsOptions tls = {};
 
-  // Connections per Redis server, and script calls in flight on each.
+  // Connections per Redis server, and script calls in flight on each (beyond the first, only
+  // full batches).
   int connections = 2;
   int pipeline = 16;
   // The most requests one script call decides (1: a call each).

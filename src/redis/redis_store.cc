@@ -362,6 +362,13 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     if (c == nullptr) {
       break;
     }
+    // While every connection has a script call in flight, what arrives waits for the first
+    // reply (which dispatches again) to go out as one batch, unless a full batch waits: calls
+    // that come in one by one would otherwise each go out as a script call of its own, each
+    // paying a round trip's system calls here and a script call's overhead in Redis.
+    if (c->batches() > 0 && node.queue.size() < static_cast<size_t>(options_.batch)) {
+      break;
+    }
     // In a cluster one script call touches one slot: batch the calls of the first one's.
     Pending batch{.kind = Pending::Kind::kBatch};
     const int slot = node.queue.front()->slot;
