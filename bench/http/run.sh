@@ -72,10 +72,21 @@ if [[ -n $nice && -z ${SLUICE_BENCH_NICED:-} ]]; then
     { echo "run.sh: --nice takes -20..19, not '$nice'" >&2; exit 2; }
   [[ -w /proc/self/autogroup ]] ||
     { echo "run.sh: --nice: no /proc/self/autogroup (kernel without autogroups)" >&2; exit 1; }
-  # A new session is a new autogroup: set its nice, then run this script again inside it.
-  SLUICE_BENCH_NICED=1 exec setsid --wait bash -c \
+  # A new session is a new autogroup: set its nice, then run this script again inside it. The
+  # session is out of the terminal's reach, so an interrupt here is passed on to it (its
+  # process group: run.sh there stops its servers on the way out).
+  SLUICE_BENCH_NICED=1 setsid bash -c \
     'echo "$1" >/proc/self/autogroup || { echo "run.sh: --nice $1: cannot set the autogroup nice (root needed below 0)" >&2; exit 1; }; shift; exec "$@"' \
-    run.sh "$nice" "$0" "${args[@]}"
+    run.sh "$nice" "$0" "${args[@]}" &
+  session=$!
+  trap 'kill -TERM -- "-$session" 2>/dev/null' INT TERM
+  status=0
+  wait "$session" || status=$?
+  if kill -0 "$session" 2>/dev/null; then
+    status=0
+    wait "$session" || status=$?
+  fi
+  exit "$status"
 fi
 
 for tool in wrk "$nginx" python3; do
