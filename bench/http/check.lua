@@ -14,6 +14,9 @@
 --                       enough that every request is admitted: wrk counts any 429 under
 --                       "Non-2xx or 3xx responses".
 --
+-- done() prints the tail beyond wrk's --latency (which stops at p99) on a line of its own,
+-- "tail: p99.5 X p99.9 Y max Z" in ms, for run.sh's summary.
+--
 -- The requests are formatted once per thread in init() and then cycled through with a counter,
 -- so that wrk's own Lua work per request stays small. Each thread starts at a different user.
 
@@ -54,4 +57,9 @@ end
 function request()
    counter = counter + 1
    return requests[(counter % users) + 1]
+end
+
+function done(summary, latency, requests)
+   io.write(string.format("tail: p99.5 %.3f p99.9 %.3f max %.3f\n", latency:percentile(99.5) / 1000,
+                          latency:percentile(99.9) / 1000, latency.max / 1000))
 end

@@ -1,6 +1,7 @@
 #include "server/http/server.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -44,14 +45,21 @@ using Timer = asio::steady_timer::rebind_executor<LoopExecutor>::other;
 // request that timed out can still be told why.
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  // `connections` counts the open connections of the session's loop: the caller has counted
+  // this one in, and the session counts it out when it ends.
   Session(Socket socket, HttpHandler& api, const HttpServerOptions& options,
-          std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping)
+          std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping,
+          std::atomic<int64_t>& connections)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         api_(api),
         options_(options),
         in_flight_(in_flight),
-        stopping_(stopping) {}
+        stopping_(stopping),
+        connections_(connections) {}
+  ~Session() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   LoopExecutor executor() { return socket_.get_executor(); }
 
@@ -347,11 +355,32 @@ class Session : public std::enable_shared_from_this<Session> {
   const HttpServerOptions& options_;
   std::atomic<int64_t>& in_flight_;
   const std::atomic<bool>& stopping_;
+  std::atomic<int64_t>& connections_;
 };
+
+// The same connection, its descriptor moved from its loop's reactor to `context`'s.
+Socket MoveTo(Socket socket, asio::io_context& context, beast::error_code& ec) {
+  Socket moved(context);
+  const Tcp::endpoint local = socket.local_endpoint(ec);
+  if (ec) {
+    return moved;
+  }
+  const int fd = socket.release(ec);
+  if (ec) {
+    return moved;
+  }
+  if (moved.assign(local.protocol(), fd, ec); ec) {
+    ::close(fd);
+  }
+  return moved;
+}
 
 }  // namespace
 
 struct HttpServer::Loop {
+  // Its open connections (sessions alive), read by the first loop when it accepts. First, so
+  // that it outlives the sessions the context still holds when it is destroyed.
+  std::atomic<int64_t> connections{0};
   asio::io_context context{1};
   // Keeps run() going while the loop has no connection yet.
   asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
@@ -393,8 +422,9 @@ absl::Status HttpServer::Start() {
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
     loops_.push_back(std::make_unique<Loop>());
   }
-  // One listening socket, on the first loop; each accepted connection is handed to the next
-  // loop in turn and lives there. (SO_REUSEPORT, a socket per loop, would also let a second
+  // One listening socket, on the first loop; each accepted connection is handed to the loop of
+  // the core its packets came in on (SO_INCOMING_CPU), within kLoopSlack of the loop with the
+  // fewest, and lives there (Destination). (SO_REUSEPORT, a socket per loop, would also let a second
   // sluiced bind the same port and silently split the traffic and the counts.)
   Tcp::acceptor& acceptor = loops_.front()->acceptor;
   const Tcp::endpoint endpoint(address, options_.port);
@@ -421,34 +451,78 @@ absl::Status HttpServer::Start() {
   return absl::OkStatus();
 }
 
+// On loopback, and with receive flow steering, a connection's packets come in on the core
+// its client sent from: the loop numbered as that core (modulo the loops) then serves a client
+// thread's connections on one loop, which the scheduler keeps on the client's core. Requests
+// then cross no cores, each crossing a wait for another core that, with the cores busy, can
+// last up to a scheduler tick (docs/server.md, "The two-loop tail").
+HttpServer::Loop& HttpServer::Destination(int fd) {
+  int cpu = -1;
+  socklen_t size = sizeof(cpu);
+  size_t index = 0;
+  if (::getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &size) == 0 && cpu >= 0) {
+    index = static_cast<size_t>(cpu) % loops_.size();
+  } else {
+    index = next_loop_++ % loops_.size();  // Not known: in turn.
+  }
+  Loop* fewest = loops_.front().get();
+  for (const auto& loop : loops_) {
+    if (loop->connections.load(std::memory_order_relaxed) <
+        fewest->connections.load(std::memory_order_relaxed)) {
+      fewest = loop.get();
+    }
+  }
+  Loop& preferred = *loops_[index];
+  return preferred.connections.load(std::memory_order_relaxed) >
+                 fewest->connections.load(std::memory_order_relaxed) + kLoopSlack
+             ? *fewest
+             : preferred;
+}
+
+std::vector<int64_t> HttpServer::connections_per_loop() const {
+  std::vector<int64_t> counts;
+  for (const auto& loop : loops_) {
+    counts.push_back(loop->connections.load(std::memory_order_relaxed));
+  }
+  return counts;
+}
+
 void HttpServer::Accept() {
-  Loop& next = *loops_[next_loop_++ % loops_.size()];
-  loops_.front()->acceptor.async_accept(
-      next.context, [this, &next](beast::error_code ec, Socket socket) {
-        if (ec == asio::error::operation_aborted || !loops_.front()->acceptor.is_open()) {
-          return;
+  Loop& first = *loops_.front();
+  first.acceptor.async_accept(first.context, [this, &first](beast::error_code ec, Socket socket) {
+    if (ec == asio::error::operation_aborted || !first.acceptor.is_open()) {
+      return;
+    }
+    if (ec) {
+      spdlog::warn("accepting a connection failed: {}; retrying in 50 ms", ec.message());
+      first.accept_retry.expires_after(std::chrono::milliseconds(50));
+      first.accept_retry.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec) {
+          Accept();
         }
-        if (ec) {
-          // Out of file descriptors, say: the pending connection would fail again at once, so
-          // wait a little rather than spin.
-          spdlog::warn("accepting a connection failed: {}; retrying in 50 ms", ec.message());
-          loops_.front()->accept_retry.expires_after(std::chrono::milliseconds(50));
-          loops_.front()->accept_retry.async_wait([this](beast::error_code wait_ec) {
-            if (!wait_ec) {
-              Accept();
-            }
-          });
-          return;
-        }
-        // The socket belongs to its loop's context: start its session there.
-        auto session =
-            std::make_shared<Session>(std::move(socket), api_, options_, in_flight_, stopping_);
-        asio::post(session->executor(), [session, &next] {
-          next.Adopt(session);
-          session->Start();
-        });
-        Accept();
       });
+      return;
+    }
+    Loop& next = Destination(socket.native_handle());
+    if (&next != &first) {
+      beast::error_code move_ec;
+      socket = MoveTo(std::move(socket), next.context, move_ec);
+      if (move_ec) {
+        spdlog::warn("handing a connection to another event loop failed: {}; closed it",
+                     move_ec.message());
+        Accept();
+        return;
+      }
+    }
+    next.connections.fetch_add(1, std::memory_order_relaxed);
+    auto session = std::make_shared<Session>(std::move(socket), api_, options_, in_flight_,
+                                             stopping_, next.connections);
+    asio::post(session->executor(), [session, &next] {
+      next.Adopt(session);
+      session->Start();
+    });
+    Accept();
+  });
 }
 
 void HttpServer::Stop(Micros drain) {

@@ -2,7 +2,9 @@
 
 // HttpServer: the sockets behind an HttpHandler (sluiced's HttpApi, the debug listener's
 // DebugApi). One event loop (an Asio io_context on a thread of its own) per thread asked for;
-// connections are accepted on the first and handed to the loops in turn, so each connection
+// connections are accepted on the first and handed to the loop of the core they came in on
+// (so a client thread's connections share a loop), unless that loop holds more than
+// kLoopSlack connections beyond the loop with the fewest, which then takes it. Each connection
 // lives on one loop and no lock is shared between them. Keep-alive, a bound on header and body
 // size, and a read timeout per request: a request too large or too slow gets a 400 naming the
 // problem, then the connection closes.
@@ -54,15 +56,22 @@ class HttpServer {
   // Requests being handled now (read, not yet answered).
   int64_t in_flight() const { return in_flight_.load(); }
 
+  // The open connections of each loop (empty before Start). A new connection never goes to a
+  // loop that holds more than kLoopSlack connections beyond the loop with the fewest.
+  std::vector<int64_t> connections_per_loop() const;
+  static constexpr int64_t kLoopSlack = 32;
+
  private:
   struct Loop;
-  void Accept();  // Accepts the next connection, for the next loop in turn.
+  void Accept();  // Accepts the next connection, on the first loop.
+  // The loop for the connection just accepted on `fd`.
+  Loop& Destination(int fd);
 
   HttpHandler& api_;
   HttpServerOptions options_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<Loop>> loops_;
-  size_t next_loop_ = 0;  // Only touched by the first loop's thread (and Start).
+  size_t next_loop_ = 0;  // When a connection's core is not known. First loop's thread only.
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;  // Stop has run; the loops are kept until the destructor.
