@@ -91,6 +91,13 @@ void CountUnknownDomain(Metrics& metrics, std::string_view domain) {
   }
 }
 
+// Whether every limit planned for a descriptor is in shadow mode.
+template <typename Group>
+bool AllShadow(const Group& group) {
+  return std::all_of(group.begin(), group.end(),
+                     [](const auto& p) { return p.mode == Mode::kShadow; });
+}
+
 }  // namespace
 
 absl::Status RateLimitService::Validate(const CheckRequest& request) const {
@@ -269,12 +276,8 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     if (absl::IsResourceExhausted(result.status())) {
       // A shadow descriptor never changes the answer, not even by an error that
       // failure_mode_deny turns into a denial: it is answered as under its limit.
-      const bool shadow = std::all_of(group.begin(), group.end(),
-                                      [](const Planned& p) { return p.mode == Mode::kShadow; });
-      results[d].matched = shadow;
-      if (!shadow) {
-        no_room = result.status();
-      }
+      results[d].matched = AllShadow(group);
+      no_room = results[d].matched ? no_room : result.status();
       continue;
     }
     if (!result.ok()) {

@@ -310,13 +310,15 @@ class EnvoyFullStoreTest : public ::testing::Test {
     service_.SetRules(testing::MustParseRules(rules, metrics_.rules(), store_));
   }
 
+  // One descriptor per pair, of cost 1, asked of `service` (service_ by default).
   absl::StatusOr<std::vector<DescriptorResult>> Ask(
-      std::vector<std::pair<std::string, std::string>> descriptors) {
+      std::vector<std::pair<std::string, std::string>> descriptors,
+      RateLimitService* service = nullptr) {
     CheckRequest request{.domain = "api"};
     for (auto& [key, value] : descriptors) {
       request.descriptors.push_back({.entries = {{key, std::move(value)}}, .cost = 1});
     }
-    return service_.ShouldRateLimit(request);
+    return (service != nullptr ? *service : service_).ShouldRateLimit(request);
   }
 
   // Fills the store with keys that stay inside their minute, until new keys find no room;
@@ -423,11 +425,7 @@ descriptors:
   RateLimitService limiting(store_, clock_, metrics_, nullptr, {.count_over_limit = false});
   limiting.SetRules(testing::MustParseRules(rules, metrics_.rules(), store_));
   auto ask = [&](std::vector<std::pair<std::string, std::string>> descriptors) {
-    CheckRequest request{.domain = "api"};
-    for (auto& [key, value] : descriptors) {
-      request.descriptors.push_back({.entries = {{key, std::move(value)}}, .cost = 1});
-    }
-    return limiting.ShouldRateLimit(request);
+    return Ask(std::move(descriptors), &limiting);
   };
   for (int i = 0; i < 3; ++i) {
     ASSERT_FALSE(ask({{"three", "victim"}})->front().over_limit);
