@@ -2,7 +2,7 @@
 # The Envoy API's cost per call, A/B in one sitting: each sluiced binary given (and, unless
 # --no-reference, envoyproxy/ratelimit from ../shared/peers/envoy-ratelimit) asked by
 # sluice_grpc_load with 64 calls in flight, in interleaved rounds, one rule high enough that
-# every call is admitted (as bench/peers/grpc_vs_reference.sh). Each run prints calls/s and the
+# every call is admitted (bench/peers/table.py runs it for its gRPC rows). Each run prints calls/s and the
 # server's CPU per call (utime+stime of its process over the run); the end prints each
 # server's medians and their ratios to the first sluiced and to the reference.
 #

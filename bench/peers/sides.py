@@ -3,7 +3,7 @@
 Each function runs one program once and returns {measure: value}; a program that cannot run
 (its toolchain or build is missing) raises Skip with the reason, which table.py prints in place
 of its figures. The peers print "name value unit" lines; our benchmarks print Google Benchmark's
-JSON, sluice_memory_bench its line, bench/peers/grpc_vs_reference.sh and bench/http/run.sh their
+JSON, sluice_memory_bench its line, bench/grpc/ab.sh and bench/http/run.sh their
 own summaries, which are read here rather than measured again.
 """
 
@@ -104,30 +104,32 @@ def sluice_bytes_per_key(build_dir):
 
 
 def grpc(build_dir, seconds, peer_dir):
-    """One round of bench/peers/grpc_vs_reference.sh: calls/s and server CPU µs per call of the
-    reference on Redis (absent: a Skip in the result), sluiced on Redis and on memory."""
-    for name in ("sluiced", "sluice_grpc_load"):
-        _binary(build_dir, name)
-    env = dict(os.environ)
+    """One round of bench/grpc/ab.sh: calls/s and server CPU µs per call of the reference on
+    Redis (absent: a Skip in the result), sluiced on Redis and on memory."""
+    sluiced = _binary(build_dir, "sluiced")
+    env = dict(os.environ, LOAD=_binary(build_dir, "sluice_grpc_load"))
     if peer_dir:
         env["PEER"] = peer_dir
-    out = _run([os.path.join(HERE, "grpc_vs_reference.sh"), "--rounds", "1",
-                "--duration", str(seconds)], env=env)
-    result = {}
-    for line in out.splitlines():
-        name, _, rest = line.partition(": ")
-        if rest.startswith("skipped"):
-            result[name] = Skip(rest)
-            continue
-        m = re.search(r"calls (\d+) in ([0-9.]+) s: ([0-9.]+) calls/s.*errors (\d+).*"
-                      r"server CPU ticks (\d+)", rest)
-        if not m:
-            continue
-        calls, _, per_s, errors, ticks = m.groups()
+    peer = env.get("PEER", os.path.join(HERE, "..", "..", "..", "shared", "peers", "envoy-ratelimit"))
+    has_peer = os.access(os.path.join(peer, "run.sh"), os.X_OK)
+    cmd = [os.path.join(HERE, "..", "grpc", "ab.sh"), "--rounds", "1", "--duration", str(seconds)]
+    done = subprocess.run(cmd + ([] if has_peer else ["--no-reference"]) + [f"sluiced={sluiced}"],
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ab.sh exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    result = {} if has_peer else {
+        "reference-redis": Skip(f"no reference at {peer} (a clone does not have it; --peer DIR)")}
+    # ab.sh's medians (stdout; one round: the run's own figures), "LABEL  N calls/s  U us
+    # CPU/call", and its line per sluiced run (stderr), which adds sluice_grpc_load's errors.
+    figures = r"^(\S+)\s+(\d+) calls/s\s+([0-9.]+) us CPU/call"
+    for m in re.finditer(figures, done.stdout, re.M):
+        result[m.group(1)] = {"calls/s": float(m.group(2)), "cpu_us": float(m.group(3)),
+                              "errors": 0}
+    for m in re.finditer(figures + r" \|.*?errors (\d+)", done.stderr, re.M):
         # Failed calls (a Redis deadline missed under load, say) are counted apart; rows.py
         # shows them beside the figures.
-        result[name] = {"calls/s": float(per_s), "errors": int(errors),
-                        "cpu_us": int(ticks) * 1e6 / os.sysconf("SC_CLK_TCK") / int(calls)}
+        if m.group(1) in result:
+            result[m.group(1)]["errors"] = int(m.group(4))
     return result
 
 

@@ -8,7 +8,7 @@
 Every round runs each side once, one after the other (in-process, for the hot key, then the
 1 M keys, then bytes per key: our sluice_bench or sluice_memory_bench, then Guava, x/time/rate
 and rate-limiter-flexible, the order reversed in every other round; then one round of
-bench/peers/grpc_vs_reference.sh, then one of bench/http/run.sh), so that what the machine does meanwhile falls on both sides. It prints each
+bench/grpc/ab.sh, then one of bench/http/run.sh), so that what the machine does meanwhile falls on both sides. It prints each
 round's figures, then the table: medians over the rounds, and for ratios the median of each
 round's ratio (sluice / the fastest peer in that row). --quick: one round, short runs, a smoke
 test of the script, not figures to quote. A side whose toolchain, build or reference is missing
@@ -36,7 +36,7 @@ def options(argv):
                    help="comma-separated groups of rows: inprocess, grpc, http")
     p.add_argument("--quick", action="store_true", help="one short round: a smoke test")
     p.add_argument("--build-dir", default=os.path.join(sides.ROOT, "build"))
-    p.add_argument("--peer", help="envoyproxy/ratelimit's folder (grpc_vs_reference.sh's PEER)")
+    p.add_argument("--peer", help="envoyproxy/ratelimit's folder (bench/grpc/ab.sh's PEER)")
     p.add_argument("--seconds", type=float, default=1.0,
                    help="per in-process measure; gRPC and HTTP runs take 10 times this")
     p.add_argument("--hot-filter", default="^BM_HotKey",
