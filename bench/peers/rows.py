@@ -28,6 +28,15 @@ THROUGHPUT = [
      "BM_HotKeyWithClock/threads:1"),
     ("one hot key, 2 threads in all, time passed in", [], "BM_HotKeyTimePassedIn/threads:2",
      "BM_HotKeyTimePassedIn/threads:1"),
+    # DirectLimiter: one limit without a key or a store, as each peer's hot limiter is.
+    ("in-process, one limiter without a key, clock read per call", HOT,
+     "BM_DirectWithClock/threads:1", None),
+    ("in-process, one limiter without a key, time passed in", HOT_PASSED_IN,
+     "BM_DirectTimePassedIn/threads:1", None),
+    ("one limiter without a key, 2 threads in all, clock read per call", HOT_2,
+     "BM_DirectWithClock/threads:2", "BM_DirectWithClock/threads:1"),
+    ("one limiter without a key, 2 threads in all, time passed in", [],
+     "BM_DirectTimePassedIn/threads:2", "BM_DirectTimePassedIn/threads:1"),
     ("in-process, 1 M keys, uniform, clock read per call", KEYS,
      "BM_MillionKeysWithClock/threads:1", None),
     ("in-process, 1 M keys, uniform, time passed in", KEYS_PASSED_IN + KEYS,
@@ -90,7 +99,7 @@ def _extras(used, medians):
     for key in sorted(k for k in medians if k.startswith("sluice:BM_") and k[7:] not in used):
         bench = key[7:]
         if bench.endswith("threads:2"):
-            peers = HOT_2 if bench.startswith("BM_HotKey") else []
+            peers = HOT_2 if bench.startswith(("BM_HotKey", "BM_Direct")) else []
             base = bench.replace("threads:2", "threads:1")
         else:
             peers = KEYS_PASSED_IN + KEYS if "MillionKeys" in bench else HOT + HOT_PASSED_IN[:1]

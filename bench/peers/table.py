@@ -3,7 +3,7 @@
 
     bench/peers/table.py [--rounds 3] [--only inprocess,grpc,http] [--quick]
                          [--build-dir build] [--peer DIR] [--seconds 1]
-                         [--hot-filter ^BM_HotKey] [--keys-filter ^BM_MillionKeys[^Z]]
+                         [--hot-filter ^BM_(HotKey|Direct)] [--keys-filter ^BM_MillionKeys[^Z]]
 
 Every round runs each side once, one after the other (in-process, for the hot key, then the
 1 M keys, then bytes per key: our sluice_bench or sluice_memory_bench, then Guava, x/time/rate
@@ -39,7 +39,7 @@ def options(argv):
     p.add_argument("--peer", help="envoyproxy/ratelimit's folder (bench/grpc/ab.sh's PEER)")
     p.add_argument("--seconds", type=float, default=1.0,
                    help="per in-process measure; gRPC and HTTP runs take 10 times this")
-    p.add_argument("--hot-filter", default="^BM_HotKey",
+    p.add_argument("--hot-filter", default="^BM_(HotKey|Direct)",
                    help="sluice_bench's one-key benchmarks, run beside the peers' hot key")
     p.add_argument("--keys-filter", default="^BM_MillionKeys[^Z]",
                    help="sluice_bench's many-key benchmarks (uniform: not BM_MillionKeysZipf)")

@@ -6,6 +6,8 @@
 
 #include "absl/container/inlined_vector.h"
 
+#include "src/core/acquire.h"
+
 namespace sluice {
 
 Limiter::Limiter(Limit limit, Store& store, Clock& clock)
@@ -42,38 +44,8 @@ absl::StatusOr<Decision> Limiter::DecideAll(std::string_view key, int64_t cost, 
 }
 
 absl::StatusOr<Decision> Limiter::Acquire(std::string_view key, int64_t cost, Timestamp deadline) {
-  while (true) {
-    const Timestamp now = clock_.Now();
-    if (shapes_traffic_) {
-      // A leaky_bucket admission cannot be taken back, so first ask (cost 0, which records
-      // nothing) how long the queue would make this request wait.
-      absl::StatusOr<Decision> queue = DecideAll(key, 0, now);
-      if (!queue.ok()) {
-        return queue.status();
-      }
-      if (now + queue->delay > deadline) {
-        Decision d = *queue;
-        d.allowed = false;
-        d.retry_after = queue->delay - std::max(deadline - now, Micros{0});
-        d.delay = Micros{0};
-        return d;
-      }
-    }
-    absl::StatusOr<Decision> d = DecideAll(key, cost, now);
-    if (!d.ok()) {
-      return d;
-    }
-    if (d->allowed) {
-      if (d->delay > Micros{0}) {
-        clock_.SleepUntil(now + d->delay);
-      }
-      return d;
-    }
-    if (d->never_allowed() || now + d->retry_after > deadline) {
-      return d;
-    }
-    clock_.SleepUntil(now + d->retry_after);
-  }
+  return internal::AcquireWith(clock_, shapes_traffic_, cost, deadline,
+                               [&](int64_t c, Timestamp now) { return DecideAll(key, c, now); });
 }
 
 }  // namespace sluice

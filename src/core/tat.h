@@ -18,8 +18,8 @@
 namespace sluice::internal {
 
 // How the 64-bit path divides its numerators, all of them >= 0, by N' and P': here by the
-// CPU's division. The memory store's tables pass their own, which divide by multiplying
-// (src/memory/divisors.h): the same quotients, exactly, a few times faster.
+// CPU's division. The hot paths (the memory store's tables, DirectLimiter) pass their own,
+// which divide by multiplying (src/memory/divisors.h): the same quotients, a few times faster.
 struct PlainDivisors {
   int64_t n;
   int64_t p;

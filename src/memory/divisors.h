@@ -1,9 +1,10 @@
 #pragma once
 
-// TableDivisors: how the memory store's tables divide gcra's and leaky_bucket's figures by a
-// limit's N' and P' (the 64-bit path of src/core/tat.h). A 64-bit division takes 15 to 40
+// LimitDivisors: how gcra's and leaky_bucket's figures are divided by a limit's N' and P' on
+// the hot paths (the 64-bit path of src/core/tat.h): the memory store's tables and the
+// DirectLimiter each make one per limit. A 64-bit division takes 15 to 40
 // cycles, and a decision makes two or three: on a hot key they were a third of the decision.
-// libdivide turns each into a multiply and a shift, with a divider made once per table. Its
+// libdivide turns each into a multiply and a shift, with a divider made once per limit. Its
 // quotients are exact for every unsigned 64-bit numerator (Granlund and Montgomery's method,
 // the one compilers use to divide by a constant), and every numerator there is >= 0, so the
 // figures are the same to the bit as the CPU's division gives (a test compares them). Debian's
@@ -19,9 +20,9 @@
 
 namespace sluice::internal {
 
-class TableDivisors {
+class LimitDivisors {
  public:
-  explicit TableDivisors(const Limit& limit)
+  explicit LimitDivisors(const Limit& limit)
       : n_(static_cast<uint64_t>(limit.rate_units())),
         p_(static_cast<uint64_t>(limit.rate_period_us())) {}
 

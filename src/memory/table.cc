@@ -353,7 +353,7 @@ class TableOf final : public Table {
   }
 
  private:
-  const TableDivisors divisors_{limit()};  // For the compact TAT's decisions.
+  const LimitDivisors divisors_{limit()};  // For the compact TAT's decisions.
   std::array<Shard, kShards> shards_;
   std::atomic<size_t> round_robin_{0};  // Where the search of other tables starts.
 };

@@ -46,7 +46,7 @@ std::vector<int64_t> Numerators(int64_t d, std::mt19937_64& gen) {
   return out;
 }
 
-TEST(TableDivisorsTest, GiveTheCpusQuotientForEveryNumerator) {
+TEST(LimitDivisorsTest, GiveTheCpusQuotientForEveryNumerator) {
   std::mt19937_64 gen(sluice::testing::Seed(23));
   std::vector<int64_t> divisors = {1,      2,         3,          5,          7,
                                    10,     1000,      1'000'000,  3'600'000,  35'490'773,
@@ -57,8 +57,8 @@ TEST(TableDivisorsTest, GiveTheCpusQuotientForEveryNumerator) {
   }
   for (const int64_t d : divisors) {
     // As N' (over a 1 µs period, N' = N) and as P' (one per P µs: P' = P).
-    const TableDivisors as_n(Rate(d, 1));
-    const TableDivisors as_p(Rate(1, std::min<int64_t>(d, Limit::kMaxPeriod.count())));
+    const LimitDivisors as_n(Rate(d, 1));
+    const LimitDivisors as_p(Rate(1, std::min<int64_t>(d, Limit::kMaxPeriod.count())));
     const int64_t p = std::min<int64_t>(d, Limit::kMaxPeriod.count());
     for (const int64_t a : Numerators(d, gen)) {
       ASSERT_EQ(as_n.ByN(a), a / d) << a << " / " << d;

@@ -1,0 +1,61 @@
+// DirectLimiter throughput: one limit held in the process, no key (what Guava's RateLimiter
+// is), on 1 and 2 threads, with a clock read per call (Check) and with the time passed in
+// (CheckAt). Every call is admitted, so every call writes the limiter's word. Baseline in the
+// same binary: the same limit on one key of a MemoryStore (BM_HotKey*, memory_store_benchmark.cc).
+
+#include <memory>
+
+#include "benchmark/benchmark.h"
+
+#include "sluice/direct_limiter.h"
+#include "bench/decision_bench.h"
+
+namespace sluice {
+namespace {
+
+std::unique_ptr<DirectLimiter> direct;  // Shared by the threads of one run.
+
+void SetUp(const benchmark::State& bench) {
+  if (bench.thread_index() == 0) {
+    // BM_HotKey*'s limit (memory_store_benchmark.cc): every call is admitted.
+    direct = *DirectLimiter::Create(*Limit::Create({.algorithm = Algorithm::kGcra,
+                                                    .limit = 1000,
+                                                    .period = Micros(1),
+                                                    .burst = 1'000'000'000}),
+                                    SystemClock());
+  }
+}
+void TearDown(const benchmark::State& bench) {
+  if (bench.thread_index() == 0) {
+    direct.reset();
+  }
+}
+
+void BM_DirectWithClock(benchmark::State& bench) {
+  for (auto _ : bench) {
+    if (!Admitted(bench, direct->Check())) {
+      break;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_DirectWithClock)->Setup(SetUp)->Teardown(TearDown)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_DirectTimePassedIn(benchmark::State& bench) {
+  BatchClock clock;
+  for (auto _ : bench) {
+    if (!Admitted(bench, direct->CheckAt(1, clock.Now()))) {
+      break;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_DirectTimePassedIn)
+    ->Setup(SetUp)
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace sluice
