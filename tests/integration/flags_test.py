@@ -2,7 +2,7 @@
 """sluiced refuses a numeric or duration flag out of its range, naming the flag, the value and
 what is accepted: negative counts (which once read as 2^64-1), absurd thread counts, intervals
 short enough to keep a core busy; from the command line and from envoyproxy/ratelimit's
-environment variables. Values at the edges of the ranges start. Python 3 standard library only.
+environment variables. Flags that cannot go together are refused naming both. Values at the edges of the ranges start. Python 3 standard library only.
 
     python3 tests/integration/flags_test.py --sluiced build/bin/sluiced
 """
@@ -42,6 +42,15 @@ BAD_FLAGS = [
      "--statsd-interval '1us': must be at least 10ms"),
 ]
 
+# Flags that cannot go together: the error names both and why.
+CONFLICTING_FLAGS = [
+    # Compact keys keep fingerprints, which a snapshot could not name; Redis keeps its own keys.
+    (["--memory-compact-keys", "--snapshot", "x.snap"],
+     "--snapshot cannot be used with --memory-compact-keys: the store keeps fingerprints"),
+    (["--memory-compact-keys", "--store", "redis://127.0.0.1:1"],
+     "--memory-compact-keys is for the memory store (--store memory)"),
+]
+
 # Their variables go through the same checks; the error names the variable.
 BAD_ENVIRONMENT = [
     ({"NEAR_LIMIT_RATIO": "2"}, "NEAR_LIMIT_RATIO"),
@@ -71,6 +80,13 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(code, 2, err)
                 self.assertIn(says, err)
                 self.assertIn("accepted: ", err)
+
+    def test_flags_that_cannot_go_together_are_refused_naming_both(self):
+        for flags, says in CONFLICTING_FLAGS:
+            with self.subTest(flags=flags):
+                code, err = run(flags)
+                self.assertEqual(code, 2, err)
+                self.assertIn(says, err)
 
     def test_environment_values_out_of_range_are_refused_naming_the_variable(self):
         for extra, says in BAD_ENVIRONMENT:

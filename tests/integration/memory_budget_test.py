@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""sluiced's memory budget against a flood (issue 19, findings 2 and 4), through HTTP:
+"""sluiced's memory store under load, through HTTP (issue 19, findings 2 and 4; issue 23):
 
 - with --max-keys 1000, a flood of new keys each driven over its own limit never frees a
   limited victim: the victim stays denied, the keys past the bound are refused (503, store
   full) and counted in sluice_store_refused_total;
 - with --max-leases 50, a flood of leases on new keys holds at most 50, the rest refused (503)
-  and counted, the gauge sluice_store_leases showing what is held.
+  and counted, the gauge sluice_store_leases showing what is held;
+- with --memory-compact-keys (fingerprints for gcra and leaky_bucket keys, issue 23), each of
+  many users still gets exactly its limit, apart from the others, beside a fixed_window rule
+  whose keys are kept as text.
 
     python3 tests/integration/memory_budget_test.py --sluiced build/bin/sluiced
 
@@ -28,6 +31,10 @@ descriptors:
   - key: job
     concurrency: 1000
     lease_ttl: 1h
+  - key: paced
+    rate_limit: {algorithm: gcra, unit: day, requests_per_unit: 3}
+  - key: queued
+    rate_limit: {algorithm: leaky_bucket, unit: day, requests_per_unit: 2}
 """
 
 
@@ -90,6 +97,21 @@ class MemoryBudgetTest(unittest.TestCase):
         metrics = self.server.metrics()
         self.assertEqual(self.server.metric("sluice_store_leases", metrics), 50)
         self.assertEqual(self.server.metric("sluice_store_leases_refused_total", metrics), 150)
+
+    def test_compact_keys_give_each_key_exactly_its_limit(self):
+        self.start("--memory-compact-keys")
+        answers = {}
+        for k in range(300):
+            for key, limit in (("paced", 3), ("queued", 2), ("user", 1)):
+                got = [self.client.check(key, f"u-{k}")[0] for _ in range(limit + 1)]
+                answers[(key, got == [200] * limit + [429])] = answers.get(
+                    (key, got == [200] * limit + [429]), 0) + 1
+        self.assertEqual(answers, {("paced", True): 300, ("queued", True): 300,
+                                   ("user", True): 300})
+        # 900 keys in all, none lost or refused.
+        metrics = self.server.metrics()
+        self.assertEqual(self.server.metric("sluice_store_keys", metrics), 900)
+        self.assertEqual(self.server.metric("sluice_store_refused_total", metrics), 0)
 
     def test_caller_limits_and_the_stores_tables_are_shown(self):
         self.start()
