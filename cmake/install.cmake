@@ -9,7 +9,8 @@ include(CMakePackageConfigHelpers)
 set(SLUICE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)
 set(SLUICE_PKGCONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# sluice::sluice: the contract, the algorithms, Limiter and the memory store, as one target.
+# sluice::sluice: the contract, the algorithms, Limiter, DirectLimiter and the memory store, as
+# one target.
 # (The name `sluice` is the CLI's, hence sluice_library here.)
 add_library(sluice_library INTERFACE)
 target_link_libraries(sluice_library INTERFACE sluice_core sluice_memory)
@@ -17,8 +18,8 @@ set_target_properties(sluice_library PROPERTIES EXPORT_NAME sluice)
 set_target_properties(sluice_core PROPERTIES EXPORT_NAME core)
 set_target_properties(sluice_memory PROPERTIES EXPORT_NAME memory)
 
-set(SLUICE_PUBLIC_HEADERS algorithms.h clock.h decision.h duration.h failure_policy.h give_back.h
-    limit.h limiter.h memory_store.h store.h store_log.h)
+set(SLUICE_PUBLIC_HEADERS algorithms.h clock.h decision.h direct_limiter.h duration.h
+    failure_policy.h give_back.h limit.h limiter.h memory_store.h store.h store_log.h)
 list(TRANSFORM SLUICE_PUBLIC_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/include/sluice/)
 install(FILES ${SLUICE_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sluice
         COMPONENT library)

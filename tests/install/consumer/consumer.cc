@@ -1,10 +1,12 @@
-// A user's program: a limiter on the memory store with a manual clock, in the documented
-// designated-initializer style. Exits 0 when the decisions are the ones the spec gives.
+// A user's program: a limiter on the memory store and a direct limiter, with a manual clock, in
+// the documented designated-initializer style. Exits 0 when the decisions are the ones the spec gives.
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include "sluice/algorithms.h"
+#include "sluice/direct_limiter.h"
 #include "sluice/duration.h"
 #include "sluice/give_back.h"
 #include "sluice/limiter.h"
@@ -54,6 +56,11 @@ int main() {
   Expect(big.ok() && big->allowed, "a burst of 20 allowed");
   absl::StatusOr<sluice::Micros> period = sluice::ParseDuration("250ms");
   Expect(period.ok() && *period == 250ms, "ParseDuration(\"250ms\") == 250ms");
+
+  absl::StatusOr<std::unique_ptr<sluice::DirectLimiter>> direct =
+      sluice::DirectLimiter::Create(*burst, clock);
+  Expect(direct.ok() && (*direct)->Check(20)->allowed && !(*direct)->Check()->allowed,
+         "a direct limiter allows its burst of 20 and no more");
 
   if (failures != 0) return 1;
   std::printf("consumer: ok\n");
