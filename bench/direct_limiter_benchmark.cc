@@ -5,10 +5,10 @@
 
 #include <memory>
 
+#include "bench/decision_bench.h"
 #include "benchmark/benchmark.h"
 
 #include "sluice/direct_limiter.h"
-#include "bench/decision_bench.h"
 
 namespace sluice {
 namespace {
@@ -39,7 +39,12 @@ void BM_DirectWithClock(benchmark::State& bench) {
   }
   bench.SetItemsProcessed(bench.iterations());
 }
-BENCHMARK(BM_DirectWithClock)->Setup(SetUp)->Teardown(TearDown)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_DirectWithClock)
+    ->Setup(SetUp)
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 
 void BM_DirectTimePassedIn(benchmark::State& bench) {
   BatchClock clock;

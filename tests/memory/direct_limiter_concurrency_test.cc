@@ -79,10 +79,10 @@ class DirectLimiterRaceTest : public ::testing::TestWithParam<bool> {
   // One an hour with a burst of kBurst; the wide path's rate has a prime count per day, so its
   // reduced N' (1,000,003) makes TAT outgrow 64 bits.
   Limit MakeLimit(Algorithm algorithm) const {
-    return GetParam() ? MustLimit({.algorithm = algorithm, .limit = 1, .period = 1h,
-                                   .burst = kBurst})
-                      : MustLimit({.algorithm = algorithm, .limit = 1'000'003, .period = 24h,
-                                   .burst = kBurst});
+    return GetParam()
+               ? MustLimit({.algorithm = algorithm, .limit = 1, .period = 1h, .burst = kBurst})
+               : MustLimit(
+                     {.algorithm = algorithm, .limit = 1'000'003, .period = 24h, .burst = kBurst});
   }
 };
 

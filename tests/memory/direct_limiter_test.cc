@@ -94,8 +94,8 @@ TEST(DirectLimiterTest, RefusesAnAlgorithmWhoseStateIsNotOneNumber) {
 
 TEST(DirectLimiterTest, RefusesANegativeCostAndATimeOutOfRangeAndRecordsNothing) {
   ManualClock clock{At(kEpoch)};
-  auto direct = MustDirect(MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s}),
-                           clock);
+  auto direct =
+      MustDirect(MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s}), clock);
   EXPECT_EQ(direct->Check(-1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(direct->CheckAt(1, DirectLimiter::kLatest).status().code(),
             absl::StatusCode::kInvalidArgument);

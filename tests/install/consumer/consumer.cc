@@ -1,5 +1,5 @@
 // A user's program: a limiter on the memory store and a direct limiter, with a manual clock, in
-// the documented designated-initializer style. Exits 0 when the decisions are the ones the spec gives.
+// the documented designated-initializer style. Exits 0 when the decisions are those of the spec.
 
 #include <chrono>
 #include <cstdio>
