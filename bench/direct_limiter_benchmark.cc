@@ -13,21 +13,23 @@
 namespace sluice {
 namespace {
 
-std::unique_ptr<DirectLimiter> direct;  // Shared by the threads of one run.
+DirectLimiter* direct = nullptr;  // Shared by the threads of one run.
 
 void SetUp(const benchmark::State& bench) {
   if (bench.thread_index() == 0) {
     // BM_HotKey*'s limit (memory_store_benchmark.cc): every call is admitted.
-    direct = *DirectLimiter::Create(*Limit::Create({.algorithm = Algorithm::kGcra,
-                                                    .limit = 1000,
-                                                    .period = Micros(1),
-                                                    .burst = 1'000'000'000}),
-                                    SystemClock());
+    direct = DirectLimiter::Create(*Limit::Create({.algorithm = Algorithm::kGcra,
+                                                   .limit = 1000,
+                                                   .period = Micros(1),
+                                                   .burst = 1'000'000'000}),
+                                   SystemClock())
+                 ->release();
   }
 }
 void TearDown(const benchmark::State& bench) {
   if (bench.thread_index() == 0) {
-    direct.reset();
+    delete direct;
+    direct = nullptr;
   }
 }
 

@@ -44,8 +44,12 @@ absl::StatusOr<Decision> Limiter::DecideAll(std::string_view key, int64_t cost, 
 }
 
 absl::StatusOr<Decision> Limiter::Acquire(std::string_view key, int64_t cost, Timestamp deadline) {
-  return internal::AcquireWith(clock_, shapes_traffic_, cost, deadline,
-                               [&](int64_t c, Timestamp now) { return DecideAll(key, c, now); });
+  using internal::Queueing;
+  return internal::AcquireWith(clock_, shapes_traffic_ ? Queueing::kAskFirst : Queueing::kNone,
+                               cost, deadline,
+                               [&](int64_t c, Timestamp now, Micros /*max_delay: a store cannot*/) {
+                                 return DecideAll(key, c, now);
+                               });
 }
 
 }  // namespace sluice

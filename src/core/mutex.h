@@ -1,6 +1,7 @@
 #pragma once
 
-// The locks of the memory store's shards, in a form clang's -Wthread-safety understands.
+// The locks of the memory store's shards (and of a DirectLimiter whose state needs 128 bits),
+// in a form clang's -Wthread-safety understands.
 //
 // SpinLock, not std::mutex: a shard is held for a few tens of nanoseconds (a map probe and an
 // integer decision), shorter than a futex sleep and wake-up, and two threads on one hot key

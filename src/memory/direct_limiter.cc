@@ -34,40 +34,68 @@ class DirectLimiter::Impl {
   const Limit& limit() const { return limit_; }
   Clock& clock() { return clock_; }
   bool shapes_traffic() const { return shapes_traffic_; }
+  bool lock_free() const { return compact_; }
 
   // Decides into `result`, which holds a Decision: the caller's, written in place, not copied
   // through the stack (a copy's mixed-width loads and stores cost more than the decision).
-  void Decide(int64_t cost, Timestamp now, absl::StatusOr<Decision>& result) {
+  // `max_delay`: a leaky_bucket request whose place would be served later is not admitted (see
+  // internal::AcquireWith); Check passes Micros::max(), no bound.
+  void Decide(int64_t cost, Timestamp now, Micros max_delay, absl::StatusOr<Decision>& result) {
     if (cost < 0 || now < kEarliest || now >= kLatest) [[unlikely]] {
       result = Invalid(cost, now);
     } else if (compact_) [[likely]] {
-      DecideCompact(cost, now, *result);
+      DecideCompact(cost, now, max_delay, *result);
     } else {
-      DecideWide(cost, now, *result);
+      DecideWide(cost, now, max_delay, *result);
     }
   }
 
  private:
-  [[gnu::always_inline]] void DecideCompact(int64_t cost, Timestamp now, Decision& out) {
-    int64_t seen = tat_.load(std::memory_order_acquire);
+  using Word = internal::CompactTat<GcraState>;  // TAT in 64 bits; kNoTat as kNoCompactTat.
+
+  // Decides on `tat` into `out`; whether to record the new `tat` (the request was admitted
+  // with a cost). With a bound (Acquire's: internal::Queueing::kEnforced), a leaky_bucket
+  // request first looks at the queue as a cost-0 request does, and if its place there would be
+  // served after `max_delay`, takes nothing: `out` is that look, denied with retry_after 0
+  // (AcquireWith's sign), its delay the wait (every new place's, whatever its cost).
+  [[gnu::always_inline]] bool DecideOn(Int128& tat, int64_t cost, Timestamp now, Micros max_delay,
+                                       Decision& out) const {
+    if (shapes_traffic_ && max_delay < Micros::max()) [[unlikely]] {
+      Int128 unchanged = tat;
+      out = internal::NarrowWide(
+          internal::DecideTat(limit_, unchanged, now, 0, shapes_traffic_, divisors_));
+      if (out.delay > max_delay) {
+        out.allowed = false;
+        out.retry_after = Micros{0};
+        return false;
+      }
+    }
+    const WideDecision d = internal::DecideTat(limit_, tat, now, cost, shapes_traffic_, divisors_);
+    out = internal::NarrowWide(d);
+    return d.allowed && cost > 0;
+  }
+
+  [[gnu::always_inline]] void DecideCompact(int64_t cost, Timestamp now, Micros max_delay,
+                                            Decision& out) {
+    // Relaxed: the word is the whole state and publishes nothing else, and the exchanges on
+    // one atomic word are totally ordered whatever their memory order.
+    int64_t seen = tat_.load(std::memory_order_relaxed);
     while (true) {
-      Int128 tat = internal::CompactTat<GcraState>::Unpack(seen).tat;
-      const WideDecision d =
-          internal::DecideTat(limit_, tat, now, cost, shapes_traffic_, divisors_);
+      Int128 tat = Word::Unpack(seen).tat;
       // A failed exchange loads the word that beat us into `seen`: decide again on it.
-      if (!d.allowed || cost == 0 ||
-          tat_.compare_exchange_weak(seen, internal::CompactTat<GcraState>::Pack({.tat = tat}),
-                                     std::memory_order_acq_rel, std::memory_order_acquire)) {
-        out = internal::NarrowWide(d);
+      if (!DecideOn(tat, cost, now, max_delay, out) ||
+          tat_.compare_exchange_weak(seen, Word::Pack({.tat = tat}), std::memory_order_relaxed)) {
         return;
       }
     }
   }
 
-  void DecideWide(int64_t cost, Timestamp now, Decision& out) {
+  void DecideWide(int64_t cost, Timestamp now, Micros max_delay, Decision& out) {
     internal::SpinLockHolder hold(mu_);
-    out = internal::NarrowWide(
-        internal::DecideTat(limit_, wide_tat_, now, cost, shapes_traffic_, divisors_));
+    Int128 tat = wide_tat_;
+    if (DecideOn(tat, cost, now, max_delay, out)) {
+      wide_tat_ = tat;
+    }
   }
 
   absl::Status Invalid(int64_t cost, Timestamp now) const {
@@ -95,8 +123,8 @@ absl::StatusOr<std::unique_ptr<DirectLimiter>> DirectLimiter::Create(Limit limit
   if (limit.algorithm() != Algorithm::kGcra && limit.algorithm() != Algorithm::kLeakyBucket) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: a direct limiter keeps gcra or leaky_bucket, whose state is one number (for "
-        "token_bucket use gcra, which decides the same; for a window, a Limiter over a "
-        "MemoryStore)",
+        "token_bucket use gcra, which decides the same while the clock runs forward; for a "
+        "window, a Limiter over a MemoryStore)",
         limit.ToString()));
   }
   return std::unique_ptr<DirectLimiter>(
@@ -107,6 +135,7 @@ DirectLimiter::DirectLimiter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 DirectLimiter::~DirectLimiter() = default;
 
 const Limit& DirectLimiter::limit() const { return impl_->limit(); }
+bool DirectLimiter::lock_free() const { return impl_->lock_free(); }
 
 absl::StatusOr<Decision> DirectLimiter::Check(int64_t cost) {
   return CheckAt(cost, impl_->clock().Now());
@@ -114,13 +143,19 @@ absl::StatusOr<Decision> DirectLimiter::Check(int64_t cost) {
 
 absl::StatusOr<Decision> DirectLimiter::CheckAt(int64_t cost, Timestamp now) {
   absl::StatusOr<Decision> result(Decision{});
-  impl_->Decide(cost, now, result);
+  impl_->Decide(cost, now, Micros::max(), result);
   return result;
 }
 
 absl::StatusOr<Decision> DirectLimiter::Acquire(int64_t cost, Timestamp deadline) {
-  return internal::AcquireWith(impl_->clock(), impl_->shapes_traffic(), cost, deadline,
-                               [this](int64_t c, Timestamp now) { return CheckAt(c, now); });
+  using internal::Queueing;
+  return internal::AcquireWith(impl_->clock(),
+                               impl_->shapes_traffic() ? Queueing::kEnforced : Queueing::kNone,
+                               cost, deadline, [this](int64_t c, Timestamp now, Micros max_delay) {
+                                 absl::StatusOr<Decision> result(Decision{});
+                                 impl_->Decide(c, now, max_delay, result);
+                                 return result;
+                               });
 }
 
 }  // namespace sluice

@@ -2,7 +2,8 @@
 """sluiced refuses a numeric or duration flag out of its range, naming the flag, the value and
 what is accepted: negative counts (which once read as 2^64-1), absurd thread counts, intervals
 short enough to keep a core busy; from the command line and from envoyproxy/ratelimit's
-environment variables. Flags that cannot go together are refused naming both. Values at the edges of the ranges start. Python 3 standard library only.
+environment variables; flags that cannot go together, naming both. Values at the edges of the
+ranges start. Python 3 standard library only.
 
     python3 tests/integration/flags_test.py --sluiced build/bin/sluiced
 """

@@ -3,12 +3,15 @@
 // exactly B, whatever the threads' interleaving, and their figures are those of B requests in
 // a row: each `remaining` from B-1 down to 0 exactly once (and for a leaky_bucket each place
 // in the queue, its delay, once). Two decisions made on the same state would repeat a figure;
-// a lost update would admit more than B. Both paths: one atomic word, and the 128-bit TAT
-// under a lock. Runs under ThreadSanitizer (label "concurrent").
+// a lost update would admit more than B. Then, the clock moved on by k units' worth, exactly k
+// more. Both paths: one atomic word, and the 128-bit TAT under a lock. Runs under
+// ThreadSanitizer (label "concurrent").
 
 #include <algorithm>
+#include <functional>
 #include <latch>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,16 +39,16 @@ struct Admitted {
   std::vector<int64_t> delay_us;
 };
 
-// Every admitted decision's figures, from kThreads threads at one instant.
-Admitted Race(DirectLimiter& direct, Timestamp now) {
+// Every admitted decision's figures (sorted), from kThreads threads each making `tries` calls.
+Admitted Race(int tries, const std::function<absl::StatusOr<Decision>()>& call) {
   std::vector<Admitted> each(kThreads);
   std::vector<std::thread> threads;
   std::latch start(kThreads);  // All at once, so that their tries overlap.
   for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&direct, &out = each[i], &start, now] {
+    threads.emplace_back([&call, &out = each[i], &start, tries] {
       start.arrive_and_wait();
-      for (int n = 0; n < kTriesEach; ++n) {
-        const absl::StatusOr<Decision> d = direct.CheckAt(1, now);
+      for (int n = 0; n < tries; ++n) {
+        const absl::StatusOr<Decision> d = call();
         if (d.ok() && d->allowed) {
           out.remaining.push_back(d->remaining);
           out.delay_us.push_back(d->delay.count());
@@ -67,10 +70,8 @@ Admitted Race(DirectLimiter& direct, Timestamp now) {
 }
 
 std::vector<int64_t> CountingUp(int64_t n) {
-  std::vector<int64_t> v;
-  for (int64_t i = 0; i < n; ++i) {
-    v.push_back(i);
-  }
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
   return v;
 }
 
@@ -86,15 +87,19 @@ class DirectLimiterRaceTest : public ::testing::TestWithParam<bool> {
   }
 };
 
-TEST_P(DirectLimiterRaceTest, AdmitsExactlyTheBurstEachFigureOnce) {
+TEST_P(DirectLimiterRaceTest, AdmitsExactlyTheBurstEachFigureOnceThenExactlyTheRefill) {
   ManualClock clock;
   const Limit limit = MakeLimit(Algorithm::kGcra);
-  ASSERT_EQ(internal::TatFitsCompact(limit), GetParam());
   auto direct = DirectLimiter::Create(limit, clock);
   ASSERT_TRUE(direct.ok());
-  const Admitted admitted = Race(**direct, At(kEpoch));
-  EXPECT_EQ(admitted.remaining.size(), static_cast<size_t>(kBurst));
-  EXPECT_TRUE(admitted.remaining == CountingUp(kBurst)) << "a figure repeated or missing";
+  ASSERT_EQ((*direct)->lock_free(), GetParam());
+  const Admitted burst = Race(kTriesEach, [&] { return (*direct)->CheckAt(1, At(kEpoch)); });
+  EXPECT_EQ(burst.remaining.size(), static_cast<size_t>(kBurst));
+  EXPECT_TRUE(burst.remaining == CountingUp(kBurst)) << "a figure repeated or missing";
+  // Later by the time 5 units take to drain (rounded up): exactly 5 more, remaining 4 to 0.
+  const Micros five{(5 * limit.period().count() + limit.limit() - 1) / limit.limit()};
+  const Admitted refill = Race(100, [&] { return (*direct)->CheckAt(1, At(kEpoch) + five); });
+  EXPECT_EQ(refill.remaining, CountingUp(5));
 }
 
 TEST_P(DirectLimiterRaceTest, QueuesALeakyBucketsAdmissionsEachInItsOwnPlace) {
@@ -102,7 +107,7 @@ TEST_P(DirectLimiterRaceTest, QueuesALeakyBucketsAdmissionsEachInItsOwnPlace) {
   const Limit limit = MakeLimit(Algorithm::kLeakyBucket);
   auto direct = DirectLimiter::Create(limit, clock);
   ASSERT_TRUE(direct.ok());
-  const Admitted admitted = Race(**direct, At(kEpoch));
+  const Admitted admitted = Race(kTriesEach, [&] { return (*direct)->CheckAt(1, At(kEpoch)); });
   EXPECT_EQ(admitted.remaining.size(), static_cast<size_t>(kBurst));
   EXPECT_TRUE(admitted.remaining == CountingUp(kBurst)) << "a figure repeated or missing";
   // Place i waits ceil(i * P / N).

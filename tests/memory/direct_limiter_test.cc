@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -35,10 +36,6 @@ std::unique_ptr<DirectLimiter> MustDirect(const Limit& limit, Clock& clock) {
   return direct.ok() ? *std::move(direct) : nullptr;
 }
 
-AnyState StateOf(Algorithm algorithm) {
-  return algorithm == Algorithm::kGcra ? AnyState{GcraState{}} : AnyState{LeakyBucketState{}};
-}
-
 class DirectLimiterTraceTest : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAndTheMemoryStoreOnRandomTraces) {
@@ -52,7 +49,7 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAndTheMemoryStoreOnRandomTraces) 
     std::unique_ptr<DirectLimiter> direct = MustDirect(limit, clock);
     ASSERT_NE(direct, nullptr);
     MemoryStore store;
-    AnyState spec = StateOf(GetParam());
+    AnyState spec = InitialState(GetParam());
     int64_t t = kEpoch + random.Between(0, 1'000'000);
     for (int row = 0; row < 60; ++row) {
       // Mostly forward; one step in ten goes back, as a wall clock set back would.
@@ -71,6 +68,41 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAndTheMemoryStoreOnRandomTraces) 
   // Both paths were taken (the random limits reach rates of 10^9 per microsecond's period).
   EXPECT_GT(compact, 50);
   EXPECT_GT(wide, 10);
+}
+
+// The edges the random traces do not reach: the last microseconds before kLatest and the first
+// after the epoch, with steps back; costs of 0, the burst, one more, and beyond 2^61 (the
+// 128-bit arithmetic inside a one-word limiter); rates either side of what one word holds.
+TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAtTheEdges) {
+  ManualClock clock;
+  const int64_t last = DirectLimiter::kLatest.time_since_epoch().count() - 1;
+  int compact = 0;
+  for (int64_t n : {1, 7, 1000, 1270, 1271, 1'000'003}) {
+    for (int64_t burst : {int64_t{1}, int64_t{1000}, int64_t{1'000'000'000'000'000}}) {
+      for (Micros period : {Micros(1), Micros(1'000'000), Limit::kMaxPeriod}) {
+        const absl::StatusOr<Limit> limit =
+            Limit::Create({.algorithm = GetParam(), .limit = n, .period = period, .burst = burst});
+        if (!limit.ok()) {
+          continue;
+        }
+        compact += internal::TatFitsCompact(*limit) ? 1 : 0;
+        std::unique_ptr<DirectLimiter> direct = MustDirect(*limit, clock);
+        ASSERT_NE(direct, nullptr);
+        AnyState spec = InitialState(GetParam());
+        for (int64_t t : {last - 6, last - 2, last - 5, last, last - 1, int64_t{0}, int64_t{3},
+                          int64_t{1}, last}) {
+          for (int64_t cost : {int64_t{0}, int64_t{1}, burst, burst + 1, int64_t{1} << 62,
+                               std::numeric_limits<int64_t>::max()}) {
+            const Decision want = Decide(*limit, spec, At(t), cost);
+            const absl::StatusOr<Decision> got = direct->CheckAt(cost, At(t));
+            ASSERT_TRUE(got.ok()) << got.status();
+            ASSERT_EQ(*got, want) << limit->ToString() << " t=" << t << " cost=" << cost;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compact, 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tat, DirectLimiterTraceTest,
@@ -135,6 +167,42 @@ TEST(DirectLimiterTest, AcquireWaitsUntilAllowedAndGivesUpWhenItCannotBe) {
   ASSERT_EQ(result.wait_for(kWatchdog), std::future_status::ready);
   EXPECT_TRUE(result.get()->allowed);
   EXPECT_FALSE(direct->Check()->allowed) << "Acquire did not record its admission";
+}
+
+// Time stands still; a wait returns at once and is only counted. So an Acquire that joined a
+// queue returns at once too, and one that joined past its deadline fails the test, not hangs it.
+class StillClock final : public Clock {
+ public:
+  Timestamp Now() const override { return At(kEpoch); }
+  void SleepUntil(Timestamp) override { ++sleeps; }
+  int sleeps = 0;
+};
+
+// Acquire joins a leaky_bucket queue only where its place is served by the deadline, in the
+// same step as it takes the place: with 99 places held and a deadline 100 ms away (one place a
+// millisecond), places 99 and 100 are taken and the next Acquire is told at once, as if it had
+// asked first, that the queue is too long: by 1 ms for that deadline.
+TEST(DirectLimiterTest, AcquireTakesOnlyAPlaceServedByTheDeadline) {
+  StillClock clock;
+  auto leaky = MustDirect(
+      MustLimit({.algorithm = Algorithm::kLeakyBucket, .limit = 1, .period = 1ms, .burst = 1000}),
+      clock);
+  for (int i = 0; i < 99; ++i) {
+    ASSERT_TRUE(leaky->Check()->allowed);
+  }
+  for (Micros place : {99ms, 100ms}) {
+    const absl::StatusOr<Decision> joined = leaky->Acquire(1, At(kEpoch) + 100ms);
+    ASSERT_TRUE(joined.ok() && joined->allowed);
+    EXPECT_EQ(joined->delay, place);
+  }
+  EXPECT_EQ(clock.sleeps, 2) << "each waited out its place";
+  const absl::StatusOr<Decision> late = leaky->Acquire(1, At(kEpoch) + 100ms);
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(late->allowed);
+  EXPECT_EQ(late->retry_after, 1ms);
+  EXPECT_EQ(late->delay, 0us);
+  EXPECT_EQ(clock.sleeps, 2);
+  EXPECT_EQ(leaky->Check(0)->delay, 101ms) << "the refused Acquire took a place";
 }
 
 TEST(DirectLimiterTest, AcquireWaitsOutALeakyBucketDelay) {
