@@ -202,6 +202,12 @@ struct RedisStoreOptions {
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
   // has as many clocks as servers.
   bool use_caller_time = false;
+  // For tests only: the steady clock of the call path (each call's deadline, the deadline
+  // timer's checks, the age of a connection's reading of Redis's TIME), which a test moves
+  // ahead to put a call past its deadline or a reading past its age without waiting. The timer
+  // itself still waits on std::chrono::steady_clock, so a clock moved ahead makes it fire late,
+  // never early. Called on any thread. Empty: std::chrono::steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> steady_clock_for_testing = {};
 };
 
 // Reads
