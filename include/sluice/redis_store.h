@@ -18,7 +18,8 @@
 // every connection has a script call in flight wait for a reply and are decided together by
 // one script call (up to `batch` of them; a full batch goes out at once, up to `pipeline`
 // script calls in flight on a connection): fewer round trips under load. Each call
-// has a deadline; a connection that misses one is closed and reopened, with backoff. A
+// has a deadline; a connection that misses one is closed and reopened, with backoff; a call
+// whose deadline passes while it waits is answered as timed out, not sent. A
 // connection is TCP, a unix socket (unix://) or TLS over TCP (rediss://, RedisTlsOptions).
 //
 // Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
