@@ -67,8 +67,9 @@ bool RedisStore::Impl::Connection::ClockReady(SteadyTime now) {
     clock_asked_ = true;
     Control(Pending::Kind::kTime, Command({"TIME"}), now + store_.options_.timeout);
   }
-  // Wait for the TIME on its way only when it is expected to answer.
-  return OnRedisClock(now, now).has_value() || !clock_asked_ || time_refused_at_.has_value();
+  const bool fresh = OnRedisClock(now, now).has_value();  // A reading under kRedisClockStale.
+  // Else wait for the TIME on its way, unless Redis refused the last one.
+  return fresh || !clock_asked_ || time_refused_at_.has_value();
 }
 
 void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
