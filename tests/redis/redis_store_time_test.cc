@@ -30,7 +30,7 @@ namespace {
 using ::testing::MatchesRegex;
 using namespace std::chrono_literals;
 using testing::At, testing::kEpoch, testing::MustLimit, testing::MustStore, testing::OptionsFor;
-using testing::Joined, testing::Lines, testing::RedisServer;
+using testing::RedisServer;
 
 // `field` (calls, rejected_calls) of TIME's line in INFO commandstats; 0 before any.
 int64_t TimeStat(testing::Client& client, const std::string& field) {
@@ -108,7 +108,7 @@ class RedisTimeTest : public ::testing::Test {
   }
 
   testing::AheadClock clock_;
-  Lines lines_;
+  testing::Lines lines_;
   const Limit limit_ = MustLimit({.limit = 1000, .period = 1h});
 };
 
@@ -150,19 +150,19 @@ TEST_F(RedisTimeTest, ATimeRefusedAfterAGoodOneIsAskedAgainAMinuteLaterAndSaidOn
   Decide(*redis, 5);
   EXPECT_EQ(TimeStat(client, "rejected_calls"), 1);
   EXPECT_EQ(LastExpires(client), "");
-  EXPECT_EQ(lines_.Count("refused TIME"), 1) << Joined(lines_.Get());
+  EXPECT_EQ(lines_.Count("refused TIME"), 1) << testing::Joined(lines_.Get());
 
   clock_.Advance(61s);  // Asked again, refused again, not said again.
   Decide(*redis, 3);
   EXPECT_EQ(TimeStat(client, "rejected_calls"), 2);
-  EXPECT_EQ(lines_.Count("refused TIME"), 1) << Joined(lines_.Get());
+  EXPECT_EQ(lines_.Count("refused TIME"), 1) << testing::Joined(lines_.Get());
 
   client.Run({"ACL", "SETUSER", "worker", "+time"});
   clock_.Advance(61s);
   Decide(*redis);  // Goes as it is (TIME was refused last), the TIME along with it...
   Decide(*redis);  // ... and this one carries `expires` again.
   EXPECT_THAT(LastExpires(client), MatchesRegex("[0-9]+"));
-  EXPECT_EQ(lines_.Count("answers TIME again"), 1) << Joined(lines_.Get());
+  EXPECT_EQ(lines_.Count("answers TIME again"), 1) << testing::Joined(lines_.Get());
   EXPECT_EQ(redis->Stats().failures, 0u);
   EXPECT_EQ(redis->Stats().reconnects, 0u);
 }
