@@ -18,7 +18,8 @@
 // every connection has a script call in flight wait for a reply and are decided together by
 // one script call (up to `batch` of them; a full batch goes out at once, up to `pipeline`
 // script calls in flight on a connection): fewer round trips under load. Each call
-// has a deadline; a connection that misses one is closed and reopened, with backoff. A
+// has a deadline; a connection that misses one is closed and reopened, with backoff; a call
+// whose deadline passes while it waits is answered as timed out, not sent. A
 // connection is TCP, a unix socket (unix://) or TLS over TCP (rediss://, RedisTlsOptions).
 //
 // Keys: each limit's state for a key is one Redis key, "<prefix><limit>:<key>", where <limit>
@@ -202,6 +203,12 @@ struct RedisStoreOptions {
   // test can replay a trace and compare with MemoryStore. Never in production: a fleet then
   // has as many clocks as servers.
   bool use_caller_time = false;
+  // For tests only: the steady clock of the call path (each call's deadline, the deadline
+  // timer's checks, the age of a connection's reading of Redis's TIME), which a test moves
+  // ahead to put a call past its deadline or a reading past its age without waiting. The timer
+  // itself still waits on std::chrono::steady_clock, so a clock moved ahead makes it fire late,
+  // never early. Called on any thread. Empty: std::chrono::steady_clock.
+  std::function<std::chrono::steady_clock::time_point()> steady_clock_for_testing = {};
 };
 
 // Reads

@@ -132,6 +132,11 @@ struct RedisClock {
   }
 };
 inline constexpr std::chrono::seconds kRedisClockReread{60};
+// The age past which a reading is not used for `expires`: a batch waits for a fresh one, or
+// goes without (Redis refuses TIME). Twice kRedisClockReread, so that a connection that keeps
+// sending has its new reading before the old one is this old and never waits; the drift it
+// allows is a few milliseconds.
+inline constexpr std::chrono::seconds kRedisClockStale{2 * kRedisClockReread};
 
 // Redis's clock from TIME's `reply`, arrived at `now`. nullopt for a reply that is not TIME's.
 std::optional<RedisClock> ReadRedisClock(const redisReply& reply, SteadyTime now);

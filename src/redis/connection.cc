@@ -41,7 +41,7 @@ std::optional<internal::SteadyTime> RedisStore::Impl::Connection::deadline() con
 void RedisStore::Impl::Connection::Connect() {
   state_ = State::kOpening;
   open_deadline_ =
-      SteadyClock::now() +
+      store_.SteadyNow() +
       std::max<SteadyClock::duration>(store_.options_.timeout, std::chrono::milliseconds(250));
   const uint64_t generation = generation_;
   stream_ = std::make_shared<internal::RedisStream>(store_.io_, node_.endpoint, store_.tls_.get(),
@@ -59,12 +59,20 @@ void RedisStore::Impl::Connection::Connect() {
   store_.ArmTimer();
 }
 
-void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
-  const SteadyTime now = SteadyClock::now();
-  if (redis_clock_ && !clock_asked_ && now - redis_clock_->read_at >= internal::kRedisClockReread) {
-    clock_asked_ = true;  // For the batches after this one.
+bool RedisStore::Impl::Connection::ClockReady(SteadyTime now) {
+  const bool due = time_refused_at_
+                       ? now - *time_refused_at_ >= internal::kRedisClockReread
+                       : !redis_clock_ || now - redis_clock_->read_at >= internal::kRedisClockReread;
+  if (due && !clock_asked_) {
+    clock_asked_ = true;
     Control(Pending::Kind::kTime, Command({"TIME"}), now + store_.options_.timeout);
   }
+  const bool fresh = OnRedisClock(now, now).has_value();  // A reading under kRedisClockStale.
+  // Else wait for the TIME on its way, unless Redis refused the last one.
+  return fresh || !clock_asked_ || time_refused_at_.has_value();
+}
+
+void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
   batch.asking = asking;
   if (asking) {
     Control(Pending::Kind::kAsking, Command({"ASKING"}), batch.deadline);
@@ -76,8 +84,9 @@ void RedisStore::Impl::Connection::Send(Pending batch, bool asking) {
   Flush();
 }
 
-std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime deadline) const {
-  if (!redis_clock_) {
+std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime now,
+                                                                  SteadyTime deadline) const {
+  if (!redis_clock_ || now - redis_clock_->read_at >= internal::kRedisClockStale) {
     return std::nullopt;
   }
   return redis_clock_->At(deadline);
@@ -85,13 +94,13 @@ std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime dea
 
 void RedisStore::Impl::Connection::AskSlots() {
   Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
-          SteadyClock::now() + store_.options_.timeout);
+          store_.SteadyNow() + store_.options_.timeout);
 }
 
 void RedisStore::Impl::Connection::Fail(const absl::Status& status, bool refusing) {
   store_.last_error_ = std::string(status.message());
   if (!store_.stopping_) {
-    store_.health_.Lost(Name(), internal::Message(status), refusing, SteadyClock::now());
+    store_.health_.Lost(Name(), internal::Message(status), refusing, store_.SteadyNow());
   }
   Close(status);
   if (store_.stopping_) {
@@ -127,6 +136,7 @@ void RedisStore::Impl::Connection::Close(const absl::Status& status) {
   state_ = State::kClosed;
   redis_clock_.reset();  // The next handshake may reach another server (a failover).
   clock_asked_ = false;
+  time_refused_at_.reset();
   writes_.Clear();
   batches_ = 0;
   if (reader_ != nullptr) {
@@ -251,10 +261,7 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
     case Pending::Kind::kAsking:
       return;  // +OK; the batch behind it carries the answer.
     case Pending::Kind::kTime:
-      if (auto clock = internal::ReadRedisClock(*reply, SteadyClock::now())) {
-        redis_clock_ = clock;  // Else (not TIME's answer): no `expires`, or the last reading.
-      }
-      clock_asked_ = false;
+      OnTime(*reply, text, store_.SteadyNow());
       return;
     case Pending::Kind::kRole:
       if (!internal::IsMasterRole(*reply)) {  // A sentinel named a server since demoted.
@@ -283,7 +290,7 @@ void RedisStore::Impl::Connection::OnReply(ReplyPtr reply) {
           backoff_ = store_.options_.backoff_min;
         }
         store_.ready_.fetch_add(1, std::memory_order_relaxed);
-        store_.health_.Connected(Name(), SteadyClock::now());
+        store_.health_.Connected(Name(), store_.SteadyNow());
         if (store_.options_.cluster && !store_.slots_known_) {
           store_.RefreshSlots();  // Learn the map before the first call needs it.
         }
@@ -322,7 +329,7 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
                                 fmt::format("redis: {}: this server is a Redis Cluster node; use "
                                             "redis+cluster:// to follow its redirections",
                                             text)));
-  } else if (error && text.starts_with(internal::kExpired) && SteadyClock::now() < p.deadline) {
+  } else if (error && text.starts_with(internal::kExpired) && store_.SteadyNow() < p.deadline) {
     // Redis read the call past its `expires` before its deadline here: Redis's clock has been
     // stepped forward since this connection read it. The policy answers; a new connection
     // reads it again.
@@ -346,7 +353,7 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
         not_master_ = false;
         backoff_ = store_.options_.backoff_min;
       }
-      store_.health_.Answered(Name(), SteadyClock::now());
+      store_.health_.Answered(Name(), store_.SteadyNow());
     }
   }
   store_.Dispatch();
@@ -354,11 +361,11 @@ void RedisStore::Impl::Connection::OnBatchReply(Pending p, const redisReply& rep
 
 void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_master) {
   if (!not_master) {
-    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    store_.health_.Lost(Name(), text, /*refusing=*/true, store_.SteadyNow());
     return;
   }
   if (store_.options_.cluster) {
-    store_.health_.Lost(Name(), text, /*refusing=*/true, SteadyClock::now());
+    store_.health_.Lost(Name(), text, /*refusing=*/true, store_.SteadyNow());
     store_.RefreshSlots();  // A failover: the fresh map names the slot's new master.
     return;
   }
@@ -368,6 +375,43 @@ void RedisStore::Impl::Connection::Refused(std::string_view text, bool not_maste
   not_master_ = true;
   Fail(absl::UnavailableError(fmt::format("Redis at {} is not a master: {}", Name(), text)),
        /*refusing=*/true);
+}
+
+void RedisStore::Impl::Connection::OnTime(const redisReply& reply, std::string_view text,
+                                          SteadyTime now) {
+  clock_asked_ = false;
+  const RedisLogSink& log = store_.options_.log;
+  if (std::optional<internal::RedisClock> clock = internal::ReadRedisClock(reply, now)) {
+    redis_clock_ = clock;
+    time_refused_at_.reset();
+    if (node_.time_refused_said) {
+      node_.time_refused_said = false;
+      if (log) {
+        log(RedisLogLevel::kInfo, fmt::format("Redis at {} answers TIME again: its calls carry "
+                                              "their deadline on its clock",
+                                              Name()));
+      }
+    }
+  } else {
+    // Like a handshake whose TIME is refused: the last reading serves while it is younger
+    // than kRedisClockStale, then calls go without `expires` (Redis may then decide a call
+    // after its caller was answered: charged, never admitted), and TIME is asked again
+    // kRedisClockReread later rather than before each batch.
+    time_refused_at_ = now;
+    if (!node_.time_refused_said) {
+      node_.time_refused_said = true;
+      if (log) {
+        log(RedisLogLevel::kWarning,
+            fmt::format("Redis at {} refused TIME ({}): its calls carry no deadline on its "
+                        "clock once the last reading is {} s old; TIME is asked again every {} s",
+                        Name(), text.empty() ? "not TIME's reply" : text,
+                        internal::kRedisClockStale.count(), internal::kRedisClockReread.count()));
+      }
+    }
+  }
+  if (state_ == State::kReady) {
+    store_.Dispatch();  // Batches may have waited for this reading.
+  }
 }
 
 std::string RedisStore::Impl::Connection::Name() const { return RedisEndpointName(node_.endpoint); }

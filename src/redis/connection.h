@@ -47,13 +47,19 @@ class RedisStore::Impl::Connection {
   // Opens a new stream to the node (resolves, connects, shakes hands over TLS), and starts
   // Redis's handshake.
   void Connect();
-  // Sends a batch; after ASKING when an ASK redirected it here; after TIME when Redis's clock
-  // was read kRedisClockReread ago or more.
+  // Whether a batch built `now` may go out on this connection, as far as Redis's clock goes:
+  // yes on a reading younger than kRedisClockStale, or when Redis refuses TIME (the batch
+  // then carries no `expires`); no while a TIME asked for a reading that old is on its way
+  // (its answer dispatches again). Asks TIME again (once) when the reading is
+  // kRedisClockReread old, or kRedisClockReread after Redis refused it.
+  bool ClockReady(SteadyTime now);
+  // Sends a batch; after ASKING when an ASK redirected it here.
   void Send(Pending batch, bool asking);
   // `deadline` on Redis's clock (microseconds of its TIME), for BatchCommand's `expires`: a
   // little early, never late (what TIME showed, less its round trip, plus the steady time
-  // since); nullopt before the handshake has read it.
-  std::optional<int64_t> OnRedisClock(SteadyTime deadline) const;
+  // since); nullopt without a reading younger than kRedisClockStale at `now` (before the
+  // handshake has read it, or once Redis refuses TIME).
+  std::optional<int64_t> OnRedisClock(SteadyTime now, SteadyTime deadline) const;
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the
@@ -77,6 +83,8 @@ class RedisStore::Impl::Connection {
   // What to add to the message of a failure as the connection opens, if anything.
   std::string Hint() const;
   void Read();
+  // TIME's reply, arrived at `now`: a new reading, or a refusal (said once per node).
+  void OnTime(const redisReply& reply, std::string_view text, SteadyTime now);
   // A reply, to the oldest command in flight.
   void OnReply(internal::ReplyPtr reply);
   // A reply to a batch: its decisions, a NOSCRIPT, a redirection or a failure of the batch.
@@ -100,6 +108,9 @@ class RedisStore::Impl::Connection {
   // Redis's own may be stepped.
   std::optional<internal::RedisClock> redis_clock_;
   bool clock_asked_ = false;  // A TIME after the handshake's is in flight.
+  // When Redis last refused TIME (an ACL, a reply that is not TIME's), if it has not answered
+  // it since: asked again kRedisClockReread later, not before every batch.
+  std::optional<SteadyTime> time_refused_at_;
   State state_ = State::kClosed;
   uint64_t generation_ = 0;
   SteadyTime open_deadline_;

@@ -95,7 +95,7 @@ void RedisStore::Impl::FillCall(Call& call, int64_t cost, size_t keys, Timestamp
   call.now = now;
   call.each = each;
   call.done = std::move(done);
-  call.deadline = SteadyClock::now() + options_.timeout;
+  call.deadline = SteadyNow() + options_.timeout;
   call.keys.reserve(keys);
   AppendHead(call, options_.use_caller_time ? std::optional(now) : std::nullopt, keys);
 }
@@ -321,8 +321,10 @@ void RedisStore::Impl::Route(CallPtr call) {
   queue->insert(at, std::move(call));
 }
 
-// Sends what waits on the connections that have room, a batch per script call.
+// Sends what waits on the connections that have room, a batch per script call: what waited
+// past its deadline is answered instead (ExpireWaiting).
 void RedisStore::Impl::Dispatch() {
+  ExpireWaiting(SteadyNow());
   for (auto& node : nodes_) {
     DispatchTo(*node);
   }
@@ -336,10 +338,11 @@ void RedisStore::Impl::Dispatch() {
 }
 
 void RedisStore::Impl::DispatchTo(Node& node) {
+  const SteadyTime now = SteadyNow();
   auto least_busy = [&]() -> Connection* {
     Connection* best = nullptr;
     for (auto& c : node.connections) {
-      if (c->ready() && c->batches() < options_.pipeline &&
+      if (c->ready() && c->batches() < options_.pipeline && c->ClockReady(now) &&
           (best == nullptr || c->batches() < best->batches())) {
         best = c.get();
       }
@@ -354,7 +357,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     // Its `expires` on this node's clock, not the node's that sent it here.
     Pending batch = std::move(node.asked.front());
     node.asked.pop_front();
-    batch.command = BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.deadline));
+    batch.command =
+        BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(now, batch.deadline));
     c->Send(std::move(batch), /*asking=*/true);
   }
   while (!node.queue.empty()) {
@@ -382,8 +386,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
       }
     }
     // Past the earliest deadline its caller has its answer: Redis must then decide nothing.
-    batch.command =
-        BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(batch.calls.front()->deadline));
+    batch.command = BatchCommand(batch.calls, sha_, margin_ms_,
+                                 c->OnRedisClock(now, batch.calls.front()->deadline));
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }
@@ -479,35 +483,44 @@ void RedisStore::Impl::ArmTimer() {
 }
 
 void RedisStore::Impl::OnTimer() {
-  const SteadyTime now = SteadyClock::now();
+  const SteadyTime now = SteadyNow();
   health_.Flush(now);
-  const std::string timeout =
-      fmt::format("Redis did not answer within {} ms", options_.timeout.count());
+  for (auto& node : nodes_) {
+    for (auto& c : node->connections) {
+      if (std::optional<SteadyTime> d = c->deadline(); d && *d <= now) {
+        c->Fail(TimedOut());
+      }
+    }
+  }
+  ExpireWaiting(now);
+  ArmTimer();
+}
+
+void RedisStore::Impl::ExpireWaiting(SteadyTime now) {
   auto expire = [&](std::deque<CallPtr>& queue) {
-    while (!queue.empty() && queue.front()->deadline <= now) {
+    while (!queue.empty() && queue.front()->deadline <= now) {  // In deadline order (Route).
       CallPtr c = std::move(queue.front());
       queue.pop_front();
-      Complete(*c, absl::DeadlineExceededError(timeout));
+      Complete(*c, TimedOut());
     }
   };
   expire(unrouted_);
   for (auto& node : nodes_) {
-    for (auto& c : node->connections) {
-      if (std::optional<SteadyTime> d = c->deadline(); d && *d <= now) {
-        c->Fail(absl::DeadlineExceededError(timeout));
-      }
-    }
     expire(node->queue);
     for (auto it = node->asked.begin(); it != node->asked.end();) {
       if (it->deadline <= now) {
-        FailAll(it->calls, absl::DeadlineExceededError(timeout));
+        FailAll(it->calls, TimedOut());
         it = node->asked.erase(it);
       } else {
         ++it;
       }
     }
   }
-  ArmTimer();
+}
+
+absl::Status RedisStore::Impl::TimedOut() const {
+  return absl::DeadlineExceededError(
+      fmt::format("Redis did not answer within {} ms", options_.timeout.count()));
 }
 
 void RedisStore::Impl::Shutdown() {

@@ -94,6 +94,13 @@ class RedisStore::Impl {
                          Micros ttl, Timestamp now, std::span<Decision> each, DecideDone done);
   RedisStoreStats Stats() const;
 
+  // The call path's steady clock: options_.steady_clock_for_testing's, or steady_clock's.
+  // Any thread.
+  internal::SteadyTime SteadyNow() const {
+    return options_.steady_clock_for_testing ? options_.steady_clock_for_testing()
+                                             : internal::SteadyClock::now();
+  }
+
  private:
   class Connection;  // connection.h
   class Sentinel;    // sentinel.h
@@ -111,6 +118,7 @@ class RedisStore::Impl {
     std::vector<std::unique_ptr<Connection>> connections;
     std::deque<CallPtr> queue;
     std::deque<Pending> asked;  // Batches an ASK sent here, to go first, after ASKING.
+    bool time_refused_said = false;  // Its refusal of TIME has been logged (connection.cc).
   };
 
   // redis_store.cc: calls in and out. NewCall, SameSlot and Enqueue run on the caller's
@@ -156,6 +164,12 @@ class RedisStore::Impl {
   // redis_store.cc: deadlines and shutdown; I/O thread.
   void ArmTimer();
   void OnTimer();
+  // Answers the calls waiting to be sent (queued, unrouted, or in a batch an ASK sent on)
+  // whose deadline is `now` or past, as timed out: from OnTimer, and from Dispatch before it
+  // sends anything, so that a batch that waited goes out without the calls whose callers
+  // have their answer (which, sent, would make the timer fail the connection).
+  void ExpireWaiting(SteadyTime now);
+  absl::Status TimedOut() const;
   void Shutdown();
 
   // share_calls.cc: quota leasing. SubmitLeased, from Submit on the caller's thread, answers

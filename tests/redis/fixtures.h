@@ -4,7 +4,10 @@
 // created, and the options for a test's own server (its URL, the caller's time, generous
 // timeouts and expiries).
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -23,6 +26,32 @@ inline std::unique_ptr<RedisStore> MustStore(RedisStoreOptions options) {
   absl::StatusOr<std::unique_ptr<RedisStore>> store = RedisStore::Create(std::move(options));
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? *std::move(store) : nullptr;
+}
+
+// A steady clock for RedisStoreOptions::steady_clock_for_testing: the real one, moved ahead
+// by the test (the store's timers still wait on the real one, so they fire late, never early).
+// Must outlive the store. Thread-safe.
+class AheadClock {
+ public:
+  std::function<std::chrono::steady_clock::time_point()> Fn() {
+    return [this] { return std::chrono::steady_clock::now() + ahead(); };
+  }
+  void Advance(std::chrono::nanoseconds d) { ahead_ns_.fetch_add(d.count()); }
+
+ private:
+  std::chrono::nanoseconds ahead() const { return std::chrono::nanoseconds(ahead_ns_.load()); }
+  std::atomic<int64_t> ahead_ns_{0};
+};
+
+// Waits (20 s at most) until `redis` has sent `script_calls` script calls in all: a call made
+// has gone out, not merely been made.
+inline void AwaitScriptCalls(const RedisStore& redis, uint64_t script_calls) {
+  const auto start = std::chrono::steady_clock::now();
+  while (redis.Stats().script_calls < script_calls &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(redis.Stats().script_calls, script_calls);
 }
 
 // The options of `url` (redis://, rediss://, unix://...), with the tests' settings below.

@@ -16,6 +16,7 @@
 
 #include "sluice/redis_store.h"
 #include "tests/redis/fixtures.h"
+#include "tests/redis/log_lines.h"
 #include "tests/testing/redis_server.h"
 #include "tests/testing/util.h"
 
@@ -25,51 +26,7 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 using testing::At, testing::kEpoch, testing::MustLimit, testing::MustStore, testing::OptionsFor;
-using testing::RedisServer;
-
-// The lines a store said, kept for the test to read.
-class Lines {
- public:
-  RedisLogSink Sink() {
-    return [this](RedisLogLevel level, std::string_view line) {
-      std::lock_guard lock(mu_);
-      lines_.push_back(std::string(level == RedisLogLevel::kWarning ? "W " : "I ") +
-                       std::string(line));
-    };
-  }
-  std::vector<std::string> Get() const {
-    std::lock_guard lock(mu_);
-    return lines_;
-  }
-  // How many lines hold `text`, once at least one does or 5 s have passed: the store says a
-  // line on its own thread, after the call that showed the change has been answered.
-  int Await(std::string_view text) const {
-    for (int i = 0; i < 500 && Count(text) == 0; ++i) {
-      std::this_thread::sleep_for(10ms);
-    }
-    return Count(text);
-  }
-  // How many lines hold `text`.
-  int Count(std::string_view text) const {
-    int n = 0;
-    for (const std::string& line : Get()) {
-      n += line.find(text) != std::string::npos ? 1 : 0;
-    }
-    return n;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
-std::string Joined(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const std::string& line : lines) {
-    out += line + "\n";
-  }
-  return out;
-}
+using testing::Joined, testing::Lines, testing::RedisServer;
 
 class RedisIncidentTest : public ::testing::TestWithParam<FailurePolicy> {
  protected:
