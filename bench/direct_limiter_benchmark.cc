@@ -1,7 +1,8 @@
 // DirectLimiter throughput: one limit held in the process, no key (what Guava's RateLimiter
-// is), on 1 and 2 threads, with a clock read per call (Check) and with the time passed in
-// (CheckAt). Every call is admitted, so every call writes the limiter's word. Baseline in the
-// same binary: the same limit on one key of a MemoryStore (BM_HotKey*, memory_store_benchmark.cc).
+// is), on 1 and 2 threads, with a clock read per call and with the time passed in, with the
+// figures (Check) and with the yes or no alone (TryAcquire). Every call is admitted, so every
+// call writes the limiter's word. Baseline in the same binary: the same limit on one key of a
+// MemoryStore (BM_HotKey*, memory_store_benchmark.cc).
 
 #include <memory>
 
@@ -58,6 +59,47 @@ void BM_DirectTimePassedIn(benchmark::State& bench) {
   bench.SetItemsProcessed(bench.iterations());
 }
 BENCHMARK(BM_DirectTimePassedIn)
+    ->Setup(SetUp)
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// TryAcquire: the yes or no alone, as Guava's tryAcquire() answers.
+bool Admitted(benchmark::State& bench, const absl::StatusOr<bool>& admitted) {
+  benchmark::DoNotOptimize(admitted);
+  if (!admitted.ok() || !*admitted) [[unlikely]] {
+    bench.SkipWithError("a call was denied or refused");
+    return false;
+  }
+  return true;
+}
+
+void BM_DirectTryAcquireWithClock(benchmark::State& bench) {
+  for (auto _ : bench) {
+    if (!Admitted(bench, direct->TryAcquire())) {
+      break;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_DirectTryAcquireWithClock)
+    ->Setup(SetUp)
+    ->Teardown(TearDown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+void BM_DirectTryAcquireTimePassedIn(benchmark::State& bench) {
+  BatchClock clock;
+  for (auto _ : bench) {
+    if (!Admitted(bench, direct->TryAcquireAt(1, clock.Now()))) {
+      break;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_DirectTryAcquireTimePassedIn)
     ->Setup(SetUp)
     ->Teardown(TearDown)
     ->Threads(1)

@@ -15,8 +15,9 @@
 //   if (!(*upstream)->Check()->allowed) { /* wait, or drop the call */ }
 //
 // Its decisions are the spec's (docs/algorithms.md), to the bit: the same as a Limiter over a
-// MemoryStore answers for one key, concurrent calls deciding in the order their updates land. For a key per user or IP, several limits all or nothing, or a limit shared by a
-// fleet, use Limiter with a Store.
+// MemoryStore answers for one key, concurrent calls deciding in the order their updates land. For a
+// key per user or IP, several limits all or nothing, or a limit shared by a fleet, use Limiter with
+// a Store.
 //
 // Only gcra and leaky_bucket, whose state is one number: a window algorithm keeps counters,
 // and token_bucket two numbers (it decides as gcra does, but treats a step back in time
@@ -64,6 +65,15 @@ class DirectLimiter {
   // As Check, at a time the caller has already read.
   // Errors: InvalidArgument for a negative cost or a time outside [kEarliest, kLatest).
   absl::StatusOr<Decision> CheckAt(int64_t cost, Timestamp now);
+
+  // Whether a request of `cost` units is admitted now, recording it if so: Check's `allowed`
+  // without its figures, for a caller that only goes ahead or not (as Guava's tryAcquire).
+  // The same admissions as Check, to the bit; it saves working out remaining and reset_after.
+  // gcra only: a leaky_bucket admission carries a delay, which only Check and Acquire return.
+  // Errors: as CheckAt; InvalidArgument on a leaky_bucket.
+  absl::StatusOr<bool> TryAcquire(int64_t cost = 1);
+  // As TryAcquire, at a time the caller has already read.
+  absl::StatusOr<bool> TryAcquireAt(int64_t cost, Timestamp now);
 
   // Waits, on the Clock, until the request is allowed, as Limiter::Acquire does (including a
   // leaky_bucket's delay), and returns its Decision. Returns a denied Decision at once when the

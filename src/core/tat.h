@@ -38,10 +38,9 @@ struct WideDivisors {
 // The spec's gcra in integers of type Int: 128 bits always suffice; 64 bits do when every
 // product fits (see DecideTat), and then each step is a single instruction.
 template <typename Int, typename Divisors>
-[[gnu::always_inline]] inline WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n,
-                                                       Int tat, Int cost, int64_t burst,
-                                                       bool shapes_traffic, Int128& tat_out,
-                                                       const Divisors& div) {
+[[gnu::always_inline]] inline WideDecision DecideTatIn(Int n, Int p, Int capacity, Int t_n, Int tat,
+                                                       Int cost, int64_t burst, bool shapes_traffic,
+                                                       Int128& tat_out, const Divisors& div) {
   const Int base = std::max(tat, t_n);
   const Int backlog = base + cost * p - t_n;
   WideDecision d;
@@ -54,20 +53,36 @@ template <typename Int, typename Divisors>
   d.remaining = ahead <= capacity ? div.ByP(capacity - ahead) : 0;
   d.reset_after_us = div.ByN(ahead + n - 1);  // ceil(ahead / N)
   if (!d.allowed) {
-    d.retry_after_us = cost > burst ? Int128{kNeverAllowed.count()}
-                                    : Int128{div.ByN(backlog - capacity + n - 1)};
+    d.retry_after_us =
+        cost > burst ? Int128{kNeverAllowed.count()} : Int128{div.ByN(backlog - capacity + n - 1)};
   } else if (shapes_traffic) {
     d.delay_us = div.ByN(base - t_n + n - 1);
   }
   return d;
 }
 
+// Whether gcra admits a request, and the TAT it then leaves, without the figures: the spec's
+// "allowed iff backlog <= B*P; then TAT = base + c*P" alone, for a caller that wants yes or no
+// (DirectLimiter::TryAcquire). The same test as DecideTatIn's, written as
+// max(TAT, t*N) - t*N <= B*P - c*P so that nothing overflows, even after a step back in time.
+// REQUIRES: all >= 0; cost_p = c*P <= capacity = B*P; t_n + capacity and tat fit an int64
+// (CompactTat's bound).
+[[gnu::always_inline]] inline bool AdmitTat64(int64_t t_n, int64_t tat, int64_t cost_p,
+                                              int64_t capacity, int64_t& tat_out) {
+  const int64_t base = std::max(tat, t_n);
+  if (base - t_n > capacity - cost_p) {
+    return false;
+  }
+  tat_out = base + cost_p;
+  return true;
+}
+
 // gcra and leaky_bucket share state and arithmetic; leaky_bucket adds the delay. `div`
 // divides by the limit's N' and P' (PlainDivisors{n, p}, or the table's own).
 template <typename Divisors = PlainDivisors>
-[[gnu::always_inline]] inline WideDecision DecideTat(const Limit& limit, Int128& tat,
-                                                     Timestamp now, int64_t cost,
-                                                     bool shapes_traffic, const Divisors& div) {
+[[gnu::always_inline]] inline WideDecision DecideTat(const Limit& limit, Int128& tat, Timestamp now,
+                                                     int64_t cost, bool shapes_traffic,
+                                                     const Divisors& div) {
   const int64_t n = limit.rate_units();
   const int64_t p = limit.rate_period_us();
   const Int128 capacity = Int128{limit.burst()} * p;  // B*P

@@ -96,10 +96,34 @@ TEST_P(DirectLimiterRaceTest, AdmitsExactlyTheBurstEachFigureOnceThenExactlyTheR
   const Admitted burst = Race(kTriesEach, [&] { return (*direct)->CheckAt(1, At(kEpoch)); });
   EXPECT_EQ(burst.remaining.size(), static_cast<size_t>(kBurst));
   EXPECT_TRUE(burst.remaining == CountingUp(kBurst)) << "a figure repeated or missing";
+  // TryAcquire takes the same word: with the burst spent, none.
+  const Admitted none = Race(100, [&]() -> absl::StatusOr<Decision> {
+    absl::StatusOr<bool> admitted = (*direct)->TryAcquireAt(1, At(kEpoch));
+    if (!admitted.ok()) {
+      return admitted.status();
+    }
+    return Decision{.allowed = *admitted};
+  });
+  EXPECT_TRUE(none.remaining.empty());
   // Later by the time 5 units take to drain (rounded up): exactly 5 more, remaining 4 to 0.
   const Micros five{(5 * limit.period().count() + limit.limit() - 1) / limit.limit()};
   const Admitted refill = Race(100, [&] { return (*direct)->CheckAt(1, At(kEpoch) + five); });
   EXPECT_EQ(refill.remaining, CountingUp(5));
+}
+
+TEST_P(DirectLimiterRaceTest, TryAcquireAdmitsExactlyTheBurst) {
+  ManualClock clock;
+  auto direct = DirectLimiter::Create(MakeLimit(Algorithm::kGcra), clock);
+  ASSERT_TRUE(direct.ok());
+  const Admitted admitted = Race(kTriesEach, [&]() -> absl::StatusOr<Decision> {
+    absl::StatusOr<bool> yes = (*direct)->TryAcquireAt(1, At(kEpoch));
+    if (!yes.ok()) {
+      return yes.status();
+    }
+    return Decision{.allowed = *yes};
+  });
+  EXPECT_EQ(admitted.remaining.size(), static_cast<size_t>(kBurst));
+  EXPECT_FALSE((*direct)->CheckAt(1, At(kEpoch))->allowed);
 }
 
 TEST_P(DirectLimiterRaceTest, QueuesALeakyBucketsAdmissionsEachInItsOwnPlace) {

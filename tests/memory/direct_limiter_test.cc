@@ -47,6 +47,7 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAndTheMemoryStoreOnRandomTraces) 
     const Limit limit = random.ValidLimit(GetParam());
     (internal::TatFitsCompact(limit) ? compact : wide)++;
     std::unique_ptr<DirectLimiter> direct = MustDirect(limit, clock);
+    std::unique_ptr<DirectLimiter> yes_or_no = MustDirect(limit, clock);  // TryAcquire's.
     ASSERT_NE(direct, nullptr);
     MemoryStore store;
     AnyState spec = InitialState(GetParam());
@@ -63,6 +64,11 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAndTheMemoryStoreOnRandomTraces) 
       ASSERT_EQ(*got, want) << limit.ToString() << " case " << c << " row " << row << " t=" << t
                             << " cost=" << cost;
       ASSERT_EQ(*stored, want) << limit.ToString() << " case " << c << " row " << row;
+      if (GetParam() == Algorithm::kGcra) {  // TryAcquire admits exactly as Check does.
+        const absl::StatusOr<bool> admitted = yes_or_no->TryAcquireAt(cost, At(t));
+        ASSERT_TRUE(admitted.ok()) << admitted.status();
+        ASSERT_EQ(*admitted, want.allowed) << limit.ToString() << " case " << c << " row " << row;
+      }
     }
   }
   // Both paths were taken (the random limits reach rates of 10^9 per microsecond's period).
@@ -87,6 +93,7 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAtTheEdges) {
         }
         compact += internal::TatFitsCompact(*limit) ? 1 : 0;
         std::unique_ptr<DirectLimiter> direct = MustDirect(*limit, clock);
+        std::unique_ptr<DirectLimiter> yes_or_no = MustDirect(*limit, clock);
         ASSERT_NE(direct, nullptr);
         AnyState spec = InitialState(GetParam());
         for (int64_t t : {last - 6, last - 2, last - 5, last, last - 1, int64_t{0}, int64_t{3},
@@ -97,6 +104,10 @@ TEST_P(DirectLimiterTraceTest, DecidesAsTheSpecAtTheEdges) {
             const absl::StatusOr<Decision> got = direct->CheckAt(cost, At(t));
             ASSERT_TRUE(got.ok()) << got.status();
             ASSERT_EQ(*got, want) << limit->ToString() << " t=" << t << " cost=" << cost;
+            if (GetParam() == Algorithm::kGcra) {
+              ASSERT_EQ(*yes_or_no->TryAcquireAt(cost, At(t)), want.allowed)
+                  << limit->ToString() << " t=" << t << " cost=" << cost;
+            }
           }
         }
       }
@@ -135,6 +146,26 @@ TEST(DirectLimiterTest, RefusesANegativeCostAndATimeOutOfRangeAndRecordsNothing)
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(direct->Check()->allowed) << "a refused request took the one place";
   EXPECT_FALSE(direct->Check()->allowed);
+}
+
+TEST(DirectLimiterTest, TryAcquireIsForGcraAndRefusesWhatCheckRefuses) {
+  ManualClock clock{At(kEpoch)};
+  auto gcra = MustDirect(
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = 2}), clock);
+  EXPECT_EQ(gcra->TryAcquire(-1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gcra->TryAcquireAt(1, DirectLimiter::kLatest).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(*gcra->TryAcquire(3)) << "more than the burst is never allowed";
+  EXPECT_TRUE(*gcra->TryAcquire(2));
+  EXPECT_FALSE(*gcra->TryAcquire());
+  clock.Advance(100ms);
+  EXPECT_TRUE(*gcra->TryAcquire());
+  EXPECT_EQ(gcra->Check(0)->remaining, 0) << "TryAcquire recorded what it admitted";
+  auto leaky = MustDirect(
+      MustLimit({.algorithm = Algorithm::kLeakyBucket, .limit = 10, .period = 1s}), clock);
+  const absl::StatusOr<bool> queued = leaky->TryAcquire();
+  EXPECT_EQ(queued.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(queued.status().message().find("delay"), std::string::npos) << queued.status();
 }
 
 TEST(DirectLimiterTest, CheckReadsTheClockAndCheckAtTakesTheTimeGiven) {
