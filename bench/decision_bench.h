@@ -1,7 +1,7 @@
 #pragma once
 
 // What the decision benchmarks share: the time as a server reads it (BatchClock), and the
-// check that a benchmark meant to admit every call did.
+// check that a benchmark meant to admit every call did (Admitted).
 
 #include <cstdint>
 #include <string>
@@ -37,6 +37,17 @@ inline bool Admitted(benchmark::State& bench, const absl::StatusOr<Decision>& d)
   benchmark::DoNotOptimize(d);
   if (!d.ok() || !d->allowed) [[unlikely]] {
     const std::string why = d.ok() ? "a call was denied" : d.status().ToString();
+    bench.SkipWithError(why.c_str());
+    return false;
+  }
+  return true;
+}
+
+// As above, for a yes-or-no answer (DirectLimiter::TryAcquire).
+inline bool Admitted(benchmark::State& bench, const absl::StatusOr<bool>& admitted) {
+  benchmark::DoNotOptimize(admitted);
+  if (!admitted.ok() || !*admitted) [[unlikely]] {
+    const std::string why = admitted.ok() ? "a call was denied" : admitted.status().ToString();
     bench.SkipWithError(why.c_str());
     return false;
   }

@@ -65,16 +65,6 @@ BENCHMARK(BM_DirectTimePassedIn)
     ->Threads(2)
     ->UseRealTime();
 
-// TryAcquire: the yes or no alone, as Guava's tryAcquire() answers.
-bool Admitted(benchmark::State& bench, const absl::StatusOr<bool>& admitted) {
-  benchmark::DoNotOptimize(admitted);
-  if (!admitted.ok() || !*admitted) [[unlikely]] {
-    bench.SkipWithError("a call was denied or refused");
-    return false;
-  }
-  return true;
-}
-
 void BM_DirectTryAcquireWithClock(benchmark::State& bench) {
   for (auto _ : bench) {
     if (!Admitted(bench, direct->TryAcquire())) {

@@ -79,8 +79,14 @@ class DirectLimiter::Impl {
 
   // The admission alone (DirectLimiter::TryAcquire).
   absl::StatusOr<bool> TryAcquire(int64_t cost, Timestamp now) {
-    if (cost < 0 || now < kEarliest || now >= kLatest || shapes_traffic_) [[unlikely]] {
+    if (cost < 0 || now < kEarliest || now >= kLatest) [[unlikely]] {
       return Invalid(cost, now);
+    }
+    if (shapes_traffic_) [[unlikely]] {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: TryAcquire is for gcra; a leaky_bucket admission carries a delay, which only "
+          "Check and Acquire return",
+          limit_.ToString()));
     }
     if (cost > limit_.burst()) {
       return false;  // Never allowed.
@@ -180,12 +186,6 @@ class DirectLimiter::Impl {
   absl::Status Invalid(int64_t cost, Timestamp now) const {
     if (cost < 0) {
       return absl::InvalidArgumentError(fmt::format("cost must be >= 0, not {}", cost));
-    }
-    if (now >= kEarliest && now < kLatest) {
-      return absl::InvalidArgumentError(fmt::format(
-          "{}: TryAcquire is for gcra; a leaky_bucket admission carries a delay, which only "
-          "Check and Acquire return",
-          limit_.ToString()));
     }
     return absl::InvalidArgumentError(
         fmt::format("time {}us is outside the direct limiter's range, 1970 to 2200",

@@ -69,6 +69,15 @@ Admitted Race(int tries, const std::function<absl::StatusOr<Decision>()>& call) 
   return all;
 }
 
+// TryAcquire's yes or no as a Decision that says only whether it was allowed, for Race.
+absl::StatusOr<Decision> TryAcquireAsDecision(DirectLimiter& direct, Timestamp now) {
+  const absl::StatusOr<bool> admitted = direct.TryAcquireAt(1, now);
+  if (!admitted.ok()) {
+    return admitted.status();
+  }
+  return Decision{.allowed = *admitted};
+}
+
 std::vector<int64_t> CountingUp(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
@@ -97,13 +106,7 @@ TEST_P(DirectLimiterRaceTest, AdmitsExactlyTheBurstEachFigureOnceThenExactlyTheR
   EXPECT_EQ(burst.remaining.size(), static_cast<size_t>(kBurst));
   EXPECT_TRUE(burst.remaining == CountingUp(kBurst)) << "a figure repeated or missing";
   // TryAcquire takes the same word: with the burst spent, none.
-  const Admitted none = Race(100, [&]() -> absl::StatusOr<Decision> {
-    absl::StatusOr<bool> admitted = (*direct)->TryAcquireAt(1, At(kEpoch));
-    if (!admitted.ok()) {
-      return admitted.status();
-    }
-    return Decision{.allowed = *admitted};
-  });
+  const Admitted none = Race(100, [&] { return TryAcquireAsDecision(**direct, At(kEpoch)); });
   EXPECT_TRUE(none.remaining.empty());
   // Later by the time 5 units take to drain (rounded up): exactly 5 more, remaining 4 to 0.
   const Micros five{(5 * limit.period().count() + limit.limit() - 1) / limit.limit()};
@@ -115,13 +118,8 @@ TEST_P(DirectLimiterRaceTest, TryAcquireAdmitsExactlyTheBurst) {
   ManualClock clock;
   auto direct = DirectLimiter::Create(MakeLimit(Algorithm::kGcra), clock);
   ASSERT_TRUE(direct.ok());
-  const Admitted admitted = Race(kTriesEach, [&]() -> absl::StatusOr<Decision> {
-    absl::StatusOr<bool> yes = (*direct)->TryAcquireAt(1, At(kEpoch));
-    if (!yes.ok()) {
-      return yes.status();
-    }
-    return Decision{.allowed = *yes};
-  });
+  const Admitted admitted =
+      Race(kTriesEach, [&] { return TryAcquireAsDecision(**direct, At(kEpoch)); });
   EXPECT_EQ(admitted.remaining.size(), static_cast<size_t>(kBurst));
   EXPECT_FALSE((*direct)->CheckAt(1, At(kEpoch))->allowed);
 }
