@@ -15,7 +15,7 @@
 
 #include "server/http/api.h"
 #include "server/rules/rules.h"
-#include "server/service.h"
+#include "server/service/service.h"
 #include "sluice/clock.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/timers.h"

@@ -15,8 +15,8 @@
 #include "grpcpp/server.h"
 
 #include "server/grpc/listener.h"
-#include "server/rate_limit_headers.h"
-#include "server/service.h"
+#include "server/service/rate_limit_headers.h"
+#include "server/service/service.h"
 
 namespace sluice::server {
 

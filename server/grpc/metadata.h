@@ -13,7 +13,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "google/protobuf/struct.pb.h"
 
-#include "server/service.h"
+#include "server/service/service.h"
 
 namespace sluice::server {
 

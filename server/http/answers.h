@@ -19,8 +19,8 @@
 
 #include "server/http/request.h"
 #include "server/http/response.h"
-#include "server/rate_limit_headers.h"
-#include "server/service.h"
+#include "server/service/rate_limit_headers.h"
+#include "server/service/service.h"
 
 namespace sluice::server {
 

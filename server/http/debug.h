@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "server/http/handler.h"
-#include "server/service.h"
+#include "server/service/service.h"
 
 namespace sluice::server {
 

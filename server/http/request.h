@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "boost/beast/http.hpp"
 
-#include "server/service.h"
+#include "server/service/service.h"
 #include "sluice/duration.h"
 
 namespace sluice::server {

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/metrics.h"
+#include "server/stats/metrics.h"
 
 namespace sluice::server {
 

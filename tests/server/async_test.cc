@@ -22,7 +22,7 @@
 
 #include "server/grpc/envoy_service.h"
 #include "server/http/api.h"
-#include "server/service.h"
+#include "server/service/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/grpc.h"
 #include "tests/testing/rules.h"

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 
 #include "server/rules/rules.h"
-#include "server/service.h"
+#include "server/service/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/util.h"
 

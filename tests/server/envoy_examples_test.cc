@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 
 #include "server/rules/rules.h"
-#include "server/service.h"
+#include "server/service/service.h"
 
 namespace sluice::server {
 namespace {

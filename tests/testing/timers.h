@@ -8,7 +8,7 @@
 #include <mutex>
 #include <utility>
 
-#include "server/waiting.h"
+#include "server/service/waiting.h"
 #include "sluice/clock.h"
 
 namespace sluice::testing {

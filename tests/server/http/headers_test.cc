@@ -1,4 +1,4 @@
-// The RateLimit headers of the HTTP API's decisions (server/rate_limit_headers.h), in each
+// The RateLimit headers of the HTTP API's decisions (server/service/rate_limit_headers.h), in each
 // format: every algorithm (and soft mode) keeps remaining within the quota it advertises, a
 // request that can never pass is said so, several limits are told apart, names are valid
 // structured-field strings, and threads racing on one key are each told a remaining of their
@@ -72,15 +72,15 @@ std::string Header(const HttpResponse& response, std::string_view name) {
 class HeadersTest : public ::testing::Test {
  protected:
   explicit HeadersTest(HeaderOptions options = {})
-      : api_(service_, metrics_, clock_, [] { return std::string(); }, nullptr,
-             std::move(options)) {
+      : api_(
+            service_, metrics_, clock_, [] { return std::string(); }, nullptr, std::move(options)) {
     service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
   }
 
   HttpResponse Check(const std::string& entries, int64_t cost = 1) {
     HttpRequest request{http::verb::post, "/v1/check", 11};
-    request.body() = fmt::format(R"({{"domain": "h", "cost": {}, "descriptors": [{}]}})", cost,
-                                 entries);
+    request.body() =
+        fmt::format(R"({{"domain": "h", "cost": {}, "descriptors": [{}]}})", cost, entries);
     request.prepare_payload();
     std::optional<HttpResponse> response;
     api_.Handle(request, "192.0.2.9", [&](HttpApi::Build build) { response = std::move(build)(); });
@@ -111,10 +111,9 @@ TEST_F(HeadersTest, EveryAlgorithmTellsItsQuotaAndNeverMoreRemaining) {
   // The quota of a limit with a burst is the burst, over the time the rate takes to refill
   // it: gcra 10/s burst 20 is 20 per 2 s. Soft mode tells the nominal limit.
   const std::map<std::string, std::string> policies = {
-      {"fixed_window", "q=3;w=1"},   {"sliding_log", "q=3;w=1"},
-      {"sliding_window", "q=3;w=1"}, {"sliding_buckets", "q=3;w=1"},
-      {"token_bucket", "q=20;w=2"},  {"gcra", "q=20;w=2"},
-      {"leaky_bucket", "q=20;w=2"},  {"soft", "q=20;w=2"},
+      {"fixed_window", "q=3;w=1"},    {"sliding_log", "q=3;w=1"},   {"sliding_window", "q=3;w=1"},
+      {"sliding_buckets", "q=3;w=1"}, {"token_bucket", "q=20;w=2"}, {"gcra", "q=20;w=2"},
+      {"leaky_bucket", "q=20;w=2"},   {"soft", "q=20;w=2"},
   };
   for (const auto& [key, policy] : policies) {
     SCOPED_TRACE(key);
@@ -164,8 +163,7 @@ TEST_F(HeadersTest, ARequestThatCanNeverPassIsToldSo) {
 
 TEST_F(HeadersTest, SeveralLimitsAreToldApart) {
   const HttpResponse answer = Check(One("multi"));
-  EXPECT_EQ(Header(answer, "RateLimit-Policy"),
-            R"("h.multi[0]";q=2;w=1, "daily";q=100;w=86400)");
+  EXPECT_EQ(Header(answer, "RateLimit-Policy"), R"("h.multi[0]";q=2;w=1, "daily";q=100;w=86400)");
   EXPECT_EQ(Header(answer, "RateLimit"), R"("h.multi[0]";r=1;t=1)");
   // One rule for two values in one request: each its own partition key, stable.
   const HttpResponse two = Check(One("fixed_window", "alice") + "," + One("fixed_window", "bob"));
@@ -208,7 +206,7 @@ TEST_F(Draft06Test, TheOldFieldsWithTheSameFigures) {
   EXPECT_EQ(Header(answer, "RateLimit-Policy"), "20;w=2");
   EXPECT_EQ(Header(answer, "RateLimit"), "(none)");
   const HttpResponse never = Check(One("fixed_window"), 4);
-  EXPECT_EQ(Header(never, "RateLimit-Remaining"), "0");  // Was 2.
+  EXPECT_EQ(Header(never, "RateLimit-Remaining"), "0");   // Was 2.
   EXPECT_EQ(Header(never, "RateLimit-Reset"), "(none)");  // Was 0.
   EXPECT_EQ(Header(never, "Retry-After"), "(none)");
 }

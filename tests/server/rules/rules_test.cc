@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-#include "server/ip.h"
+#include "server/service/ip.h"
 #include "sluice/memory_store.h"
 #include "src/core/status.h"
 #include "tests/testing/rules.h"

@@ -1,0 +1,593 @@
+#include "server/daemon/daemon.h"
+
+#include <sys/stat.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#include "server/daemon/environment_values.h"
+#include "server/daemon/snapshot_file.h"
+#include "sluice/duration.h"
+#include "src/core/status.h"
+
+namespace sluice::server {
+namespace {
+
+namespace asio = boost::asio;
+
+// What identifies a version of a rules file or directory: its modification time and size (a
+// directory's time changes when a file is added or removed; its files' are checked too), and
+// its inode, so that a directory swapped in through a symlink (envoyproxy/ratelimit's
+// deployments swap RUNTIME_ROOT's `current`) is seen even when its times and sizes are the old
+// one's, as a copy that keeps times makes them.
+std::string FileVersion(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    return "missing";
+  }
+  return fmt::format("{}.{}:{}@{}.{};", info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_size,
+                     info.st_dev, info.st_ino);
+}
+
+// Whether a wait of the control loop ended without its event: cancelled at shutdown (said
+// nothing), or failed, which ends what it drives (said, as the operator needs to know).
+bool Ended(const boost::system::error_code& ec, std::string_view what) {
+  if (ec && ec != asio::error::operation_aborted) {
+    spdlog::error("{} stopped: {}", what, ec.message());
+  }
+  return static_cast<bool>(ec);
+}
+
+int Refuse(std::string_view message) {
+  spdlog::error("{}", message);
+  return 2;
+}
+
+}  // namespace
+
+int Daemon::Run() {
+  spdlog::set_level(spdlog::level::from_str(flags_.log_level));
+  // Signals are caught from here on, before anything is served: a SIGTERM that arrives
+  // while the server starts still stops it cleanly (drain, snapshot).
+  asio::signal_set signals(control_, SIGINT, SIGTERM, SIGHUP);
+  if (absl::Status s = Open(); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  absl::StatusOr<Settings> settings = ParseFlags();
+  if (!settings.ok()) {
+    return Refuse(internal::Message(settings.status()));
+  }
+  if (!flags_.snapshot.empty()) {
+    if (absl::Status s = OpenSnapshot(*memory_, flags_.snapshot, flags_.snapshot_discard_corrupt,
+                                      SystemClock().Now());
+        !s.ok()) {
+      return Refuse(internal::Message(s));
+    }
+  }
+  if (absl::Status s = StartStatsd(); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  if (absl::Status s = Start(*settings); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  Serve(signals, *settings);
+  // A reload still loading is discarded, and not waited for: the drain starts now.
+  const bool reload_ended = reloader_ == nullptr || reloader_->Stop();
+  const int code = Drain(settings->drain);
+  if (!reload_ended) {
+    // Its thread is still inside the parser, using the store and the metrics: end the process
+    // here rather than destroy them under it (or wait for a parse that may never end).
+    spdlog::warn("exiting without waiting for the reload still reading {}", flags_.config);
+    statsd_.reset();  // Its last flush.
+    // Flushed, not shut down: the reload's thread and the store's may still log, and a logger
+    // dropped under them would crash the exit.
+    spdlog::default_logger()->flush();
+    std::_Exit(code);
+  }
+  return code;
+}
+
+// The store, the service over it, and the rules of --config.
+absl::Status Daemon::Open() {
+  if (absl::Status s = OpenStore(); !s.ok()) {
+    return s;
+  }
+  metrics_.rules().set_near_limit_ratio(flags_.near_limit_ratio);
+  service_ = std::make_unique<RateLimitService>(
+      *store_, SystemClock(), metrics_, &timers_,
+      EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
+                    .quota_mode = flags_.quota_mode,
+                    .shadow_mode = flags_.shadow_mode});
+  if (!flags_.config.empty()) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
+    if (!rules.ok()) {
+      return rules.status();
+    }
+    config_version_ = Version();
+    service_->SetRules(*std::move(rules));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
+  absl::StatusOr<Micros> snapshot_interval = ParseDuration(flags_.snapshot_interval);
+  absl::StatusOr<Micros> watch_interval = ParseDuration(flags_.watch_interval);
+  absl::StatusOr<Micros> drain = ParseDuration(flags_.drain);
+  for (const auto* parsed : {&snapshot_interval, &watch_interval, &drain}) {
+    if (!parsed->ok()) {
+      return parsed->status();
+    }
+  }
+  if (*snapshot_interval > Micros{0} && flags_.snapshot.empty()) {
+    return absl::InvalidArgumentError("--snapshot-interval needs --snapshot FILE");
+  }
+  if (!flags_.snapshot.empty() && memory_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "--snapshot is for the memory store: Redis keeps its own state");
+  }
+  if (flags_.memory_compact_keys && memory_ == nullptr) {
+    return absl::InvalidArgumentError("--memory-compact-keys is for the memory store (--store memory)");
+  }
+  if (flags_.memory_compact_keys && !flags_.snapshot.empty()) {
+    return absl::InvalidArgumentError(
+        "--snapshot cannot be used with --memory-compact-keys: the store keeps fingerprints of "
+        "the keys, not the keys, so it has nothing a snapshot could name them by");
+  }
+  Settings settings{
+      .snapshot_interval = *snapshot_interval, .watch_interval = *watch_interval, .drain = *drain};
+  for (const auto& [flag, text, address] : {std::tuple{"--http", flags_.http, &settings.http},
+                                            std::tuple{"--grpc", flags_.grpc, &settings.grpc}}) {
+    absl::StatusOr<HostPort> parsed = ListenAddress(flag, text);
+    if (!parsed.ok()) {
+      return parsed.status();
+    }
+    *address = *std::move(parsed);
+  }
+  if (!flags_.debug.empty()) {
+    absl::StatusOr<HostPort> debug = ListenAddress("--debug", flags_.debug);
+    if (!debug.ok()) {
+      return debug.status();
+    }
+    settings.debug = *std::move(debug);
+  }
+  return settings;
+}
+
+// The HTTP, gRPC and debug listeners. When one cannot start, those started are stopped.
+absl::Status Daemon::Start(const Settings& settings) {
+  const HostPort& http = settings.http;
+  const std::optional<HeaderFormat> format = ParseHeaderFormat(flags_.ratelimit_headers);
+  HeaderOptions envoy_headers{.format = format.value_or(HeaderFormat::kDraft06),
+                              .limit_name = flags_.header_limit,
+                              .remaining_name = flags_.header_remaining,
+                              .reset_name = flags_.header_reset};
+  api_ = std::make_unique<HttpApi>(
+      *service_, metrics_, SystemClock(),
+      [this] {
+        return StoreMetrics() +
+               fmt::format("# HELP sluice_caller_limits_in_use Distinct limits callers have in "
+                           "use (at most {}).\n# TYPE sluice_caller_limits_in_use gauge\n"
+                           "sluice_caller_limits_in_use {}\n",
+                           kMaxCallerLimits, service_->caller_limits_in_use());
+      },
+      [this] { return Health(); }, HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
+  const int threads = flags_.threads > 0
+                          ? flags_.threads
+                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  server_ = std::make_unique<HttpServer>(
+      *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
+  if (absl::Status s = server_->Start(); !s.ok()) {
+    return s;
+  }
+  spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
+               http.host, server_->port(), threads, service_->rules()->domains().size(),
+               flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
+  envoy_ = std::make_unique<EnvoyGrpcService>(
+      *service_, EnvoyOptions{.response_headers = flags_.response_headers,
+                              .headers = std::move(envoy_headers),
+                              .dynamic_metadata = flags_.dynamic_metadata});
+  int grpc_port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
+      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port,
+      flags_.grpc_tls);
+  if (!grpc_server.ok()) {
+    StopListeners(Micros{0});
+    return grpc_server.status();
+  }
+  grpc_server_ = *std::move(grpc_server);
+  spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}{}", settings.grpc.host,
+               grpc_port,
+               !flags_.grpc_tls.enabled()                ? ""
+               : flags_.grpc_tls.client_ca_file.empty() ? " over TLS"
+                                                        : " over TLS, client certificates required",
+               flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
+  if (settings.debug) {
+    if (absl::Status s = StartDebug(*settings.debug); !s.ok()) {
+      StopListeners(Micros{0});
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The debug listener: an HttpServer of its own, one event loop, over DebugApi.
+absl::Status Daemon::StartDebug(const HostPort& debug) {
+  debug_api_ = std::make_unique<DebugApi>(*service_);
+  debug_server_ = std::make_unique<HttpServer>(
+      *debug_api_, HttpServerOptions{.host = debug.host, .port = debug.port, .threads = 1});
+  if (absl::Status s = debug_server_->Start(); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("--debug: {}", internal::Message(s)));
+  }
+  spdlog::info("sluiced debug pages (/rlconfig) on http://{}:{}", debug.host,
+               debug_server_->port());
+  return absl::OkStatus();
+}
+
+// envoyproxy/ratelimit's stats over statsd (--statsd), sent until the daemon is destroyed.
+absl::Status Daemon::StartStatsd() {
+  if (flags_.statsd.empty()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<HostPort> address = ParseHostPort("--statsd", flags_.statsd);
+  absl::StatusOr<Micros> interval = ParseDuration(flags_.statsd_interval);
+  if (!address.ok()) {
+    return address.status();
+  }
+  if (!interval.ok() || *interval <= Micros{0}) {
+    return absl::InvalidArgumentError(
+        fmt::format("--statsd-interval '{}': {}", flags_.statsd_interval,
+                    interval.ok() ? "must be positive" : internal::Message(interval.status())));
+  }
+  absl::StatusOr<std::unique_ptr<StatsdSink>> sink = StatsdSink::Start(
+      {.host = address->host, .port = address->port, .interval = *interval}, [this] {
+        return EnvoyStats(
+            metrics_,
+            {.loaded_at_start = !flags_.config.empty(),
+             .redis_connections =
+                 redis_ == nullptr ? std::nullopt
+                                   : std::optional<uint64_t>(redis_->Stats().connections_ready)});
+      });
+  if (!sink.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--statsd '{}': {}", flags_.statsd, internal::Message(sink.status())));
+  }
+  statsd_ = *std::move(sink);
+  spdlog::info("sending statistics to statsd {} every {}", statsd_->destination(),
+               FormatDuration(*interval));
+  return absl::OkStatus();
+}
+
+// Stops what Start started: the gRPC server (up to `drain`), then the HTTP listeners.
+void Daemon::StopListeners(Micros drain) {
+  service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + drain);
+  }
+  server_->Stop(drain);
+  if (debug_server_ != nullptr) {
+    debug_server_->Stop(Micros{0});
+  }
+  // A decision still waiting for Redis past the drain ends (within --redis-timeout) before
+  // anything its callback uses is torn down.
+  service_->WaitIdle();
+}
+
+// Runs the control loop until SIGTERM or SIGINT: signals, the rules' watch, snapshots, gRPC's
+// health.
+void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
+  if (!flags_.config.empty()) {
+    reloader_ = std::make_unique<Reloader>(
+        [this] { return LoadRules(); },
+        [this](Reloader::Rules rules, const std::string& why) {
+          ApplyRules(std::move(rules), why);
+        });
+  }
+  WaitForSignal(signals);
+  PublishHealth();
+  if (!flags_.config.empty() && settings.watch_interval > Micros{0}) {
+    Watch(settings.watch_interval);
+  }
+  if (settings.snapshot_interval > Micros{0}) {
+    SnapshotEvery(settings.snapshot_interval);
+  }
+  control_.run();
+}
+
+// Stops taking requests, lets those in flight finish (up to `drain`), writes the snapshot.
+int Daemon::Drain(Micros drain) {
+  spdlog::info("stopping: draining requests in flight (up to {})", FormatDuration(drain));
+  StopListeners(drain);
+  if (!SaveSnapshot()) {
+    spdlog::critical("stopped WITHOUT a snapshot: the counts of this run are lost; exiting 1");
+    return 1;
+  }
+  spdlog::info("stopped");
+  return 0;
+}
+
+absl::Status ParseStoreFailure(const Flags& flags, std::chrono::milliseconds& timeout,
+                               FailurePolicy& policy) {
+  absl::StatusOr<Micros> parsed_timeout = ParseDuration(flags.redis_timeout);
+  if (!parsed_timeout.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-timeout: {}", internal::Message(parsed_timeout.status())));
+  }
+  absl::StatusOr<FailurePolicy> parsed_policy = ParseFailurePolicy(flags.redis_on_failure);
+  if (!parsed_policy.ok()) {
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-on-failure: {}", internal::Message(parsed_policy.status())));
+  }
+  timeout = std::chrono::ceil<std::chrono::milliseconds>(*parsed_timeout);
+  policy = *parsed_policy;
+  return absl::OkStatus();
+}
+
+// The store --store names: the memory store, Memcached, or Redis (connecting in the
+// background: until it answers, the failure policy decides).
+absl::Status Daemon::OpenStore() {
+  if (flags_.store == "memory") {
+    auto memory = std::make_unique<MemoryStore>(
+        MemoryStoreOptions{.max_keys = flags_.max_keys,
+                           .max_leases = flags_.max_leases,
+                           .compact_keys = flags_.memory_compact_keys});
+    memory_ = memory.get();
+    store_ = std::move(memory);
+    return absl::OkStatus();
+  }
+  if (flags_.store.starts_with("memcached://")) {
+    return OpenMemcached();  // daemon_memcached.cc
+  }
+  if (!flags_.store.starts_with("redis") && !flags_.store.starts_with("unix://")) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--store '{}': expected memory, memcached://host:port[,host:port...] or "
+        "redis://[user:password@]host:port[/db] (or rediss:// "
+        "over TLS, redis+cluster://, rediss+cluster://, redis+sentinel://host:port,.../master, "
+        "unix:///path/to/redis.sock[?db=N])",
+        RedactRedisUrl(flags_.store)));
+  }
+  absl::StatusOr<RedisStoreOptions> options = ParseRedisUrl(flags_.store);
+  if (!options.ok()) {
+    return options.status();
+  }
+  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure);
+      !s.ok()) {
+    return s;
+  }
+  options->connections = flags_.redis_connections;
+  absl::StatusOr<Micros> deny_ttl = ParseDuration(flags_.redis_deny_cache_ttl);
+  if (!deny_ttl.ok() || *deny_ttl < std::chrono::milliseconds(1)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--redis-deny-cache-ttl '{}': {}", flags_.redis_deny_cache_ttl,
+        deny_ttl.ok() ? "must be at least 1ms" : internal::Message(deny_ttl.status())));
+  }
+  options->deny_cache_entries = flags_.redis_deny_cache;
+  options->deny_cache_max_ttl = std::chrono::floor<std::chrono::milliseconds>(*deny_ttl);
+  options->shares = flags_.redis_shares;
+  options->local = {.max_keys = flags_.max_keys, .max_leases = flags_.max_leases};
+  if (flags_.cache_key_prefix) {
+    options->key_prefix = *flags_.cache_key_prefix;
+  }
+  const bool tls = options->tls.enabled;  // The URL's say; the files are the flags'.
+  options->tls = flags_.redis_tls;
+  options->tls.enabled = tls;
+  options->tls.verify_hostname = !flags_.redis_tls_skip_verify;
+  options->log = StoreLogToSpdlog();  // Redis lost (and why) and back, once per change.
+  absl::StatusOr<std::unique_ptr<RedisStore>> redis = RedisStore::Create(*options);
+  if (!redis.ok()) {
+    return absl::InvalidArgumentError(fmt::format("--store {}: {}", RedactRedisUrl(flags_.store),
+                                                  internal::Message(redis.status())));
+  }
+  redis_ = redis->get();
+  store_ = *std::move(redis);
+  return absl::OkStatus();
+}
+
+std::string Daemon::StoreDescription() const {
+  if (memory_ != nullptr) {
+    return fmt::format("memory store (max {} keys, {} leases)", flags_.max_keys,
+                       flags_.max_leases);
+  }
+  if (memcached_ != nullptr) {
+    return fmt::format("Memcached store {} (timeout {}, on failure {})", flags_.store,
+                       flags_.redis_timeout, flags_.redis_on_failure);
+  }
+  return fmt::format(
+      "Redis store {} ({} connection(s), timeout {}, on failure {}, denial cache {}{})",
+      RedactRedisUrl(flags_.store), flags_.redis_connections, flags_.redis_timeout,
+      flags_.redis_on_failure,
+      flags_.redis_deny_cache > 0
+          ? fmt::format("{} entries for at most {}", flags_.redis_deny_cache,
+                        flags_.redis_deny_cache_ttl)
+          : "off",
+      flags_.redis_shares ? ", shares on" : "");
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
+  return RuleSet::Load(
+      flags_.config, metrics_.rules(),
+      [this](const Limit& limit) { return store_->CheckLimit(limit); },
+      RuleLoadOptions{.merge_domains = flags_.merge_domains,
+                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : ""});
+}
+
+std::string Daemon::Version() const {
+  std::string version = FileVersion(flags_.config);
+  struct stat info {};
+  if (stat(flags_.config.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(flags_.config, ec)) {
+      version += FileVersion(entry.path().string());
+    }
+  }
+  return version;
+}
+
+// The version is taken before the load: an edit made while loading is then seen by the next
+// look. A reload asked for while one loads runs after it (Reloader).
+void Daemon::RequestReload(std::string why) {
+  config_version_ = Version();
+  reloader_->Request(std::move(why));
+}
+
+void Daemon::ApplyRules(Reloader::Rules rules, const std::string& why) {
+  if (!rules.ok()) {
+    metrics_.CountReload(false);
+    spdlog::error("reload ({}) refused, keeping the rules in force: {}", why,
+                  internal::Message(rules.status()));
+    return;
+  }
+  service_->SetRules(*std::move(rules));
+  metrics_.CountReload(true);
+  spdlog::info("reloaded {} ({}): {} domain(s)", flags_.config, why,
+               service_->rules()->domains().size());
+}
+
+void Daemon::WaitForSignal(asio::signal_set& signals) {
+  signals.async_wait([this, &signals](const boost::system::error_code& ec, int signal) {
+    if (Ended(ec, "handling signals")) {
+      return;
+    }
+    if (signal == SIGHUP) {
+      if (reloader_ != nullptr) {
+        RequestReload("SIGHUP");
+      } else {
+        spdlog::warn("SIGHUP: no --config to reload");
+      }
+      WaitForSignal(signals);
+      return;
+    }
+    spdlog::info("received {}", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    stopping_.store(true);  // Run stops the reloader as soon as the loop returns.
+    control_.stop();
+  });
+}
+
+void Daemon::Watch(Micros interval) {
+  watch_timer_.expires_after(interval);
+  watch_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+    if (Ended(ec, "watching the rules")) {
+      return;
+    }
+    if (Version() != config_version_) {
+      RequestReload("file changed");
+    }
+    Watch(interval);
+  });
+}
+
+void Daemon::SnapshotEvery(Micros interval) {
+  snapshot_timer_.expires_after(interval);
+  snapshot_timer_.async_wait([this, interval](const boost::system::error_code& ec) {
+    if (Ended(ec, "writing snapshots")) {
+      return;
+    }
+    (void)SaveSnapshot();  // Logged; the next try may succeed, and the shutdown's must.
+    SnapshotEvery(interval);
+  });
+}
+
+bool Daemon::SaveSnapshot() {
+  if (flags_.snapshot.empty()) {
+    return true;
+  }
+  if (absl::Status s = memory_->SaveSnapshot(flags_.snapshot); !s.ok()) {
+    spdlog::error("snapshot failed: {}", internal::Message(s));
+    return false;
+  }
+  spdlog::debug("snapshot written to {}", flags_.snapshot);
+  return true;
+}
+
+namespace {
+
+// The memory store's metrics: sluiced's own store, or the one Redis's `local` policy decides in
+// during an outage (the same bounds, --max-keys and --max-leases).
+std::string MemoryStoreMetrics(const MemoryStoreStats& stats) {
+  return fmt::format(
+      "# HELP sluice_store_keys Keys holding state in the memory store.\n"
+      "# TYPE sluice_store_keys gauge\nsluice_store_keys {}\n"
+      "# HELP sluice_store_reclaimed_total Keys dropped because their state had reset.\n"
+      "# TYPE sluice_store_reclaimed_total counter\nsluice_store_reclaimed_total {}\n"
+      "# HELP sluice_store_refused_total New keys refused: --max-keys held, none reset.\n"
+      "# TYPE sluice_store_refused_total counter\nsluice_store_refused_total {}\n"
+      "# HELP sluice_store_leases Leases held in the memory store.\n"
+      "# TYPE sluice_store_leases gauge\nsluice_store_leases {}\n"
+      "# HELP sluice_store_leases_refused_total Leases refused: --max-leases held.\n"
+      "# TYPE sluice_store_leases_refused_total counter\nsluice_store_leases_refused_total {}\n"
+      "# HELP sluice_store_limits Distinct limits with a table in the memory store.\n"
+      "# TYPE sluice_store_limits gauge\nsluice_store_limits {}\n"
+      "# HELP sluice_store_limits_retired_total Tables freed: every key of theirs had reset.\n"
+      "# TYPE sluice_store_limits_retired_total counter\nsluice_store_limits_retired_total {}\n",
+      stats.keys, stats.reclaimed, stats.refused, stats.leases, stats.leases_refused, stats.limits,
+      stats.limits_retired);
+}
+
+}  // namespace
+
+std::string Daemon::StoreMetrics() const {
+  if (redis_ != nullptr) {
+    const RedisStoreStats stats = redis_->Stats();
+    return fmt::format(
+        "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
+        "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
+        "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
+        "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total {}\n"
+        "# HELP sluice_redis_failures_total Decisions Redis did not answer in time.\n"
+        "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
+        "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local policy.\n"
+        "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
+        "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
+        "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
+        "# HELP sluice_redis_master_switches_total Sentinel: times the Redis master moved.\n"
+        "# TYPE sluice_redis_master_switches_total counter\n"
+        "sluice_redis_master_switches_total {}\n"
+        "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
+        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
+        "# HELP sluice_redis_servers_lost Redis servers lost now (the log says why).\n"
+        "# TYPE sluice_redis_servers_lost gauge\nsluice_redis_servers_lost {}\n"
+        "# HELP sluice_redis_servers_refusing Redis servers refusing to decide now (OOM, "
+        "READONLY...).\n"
+        "# TYPE sluice_redis_servers_refusing gauge\nsluice_redis_servers_refusing {}\n"
+        "# HELP sluice_redis_split_requests_total Cluster: requests over several slots.\n"
+        "# TYPE sluice_redis_split_requests_total counter\nsluice_redis_split_requests_total {}\n"
+        "# HELP sluice_redis_give_backs_total Slots given back after a later slot denied.\n"
+        "# TYPE sluice_redis_give_backs_total counter\nsluice_redis_give_backs_total {}\n"
+        "# HELP sluice_redis_give_backs_failed_total Give-backs not reached: units left charged.\n"
+        "# TYPE sluice_redis_give_backs_failed_total counter\n"
+        "sluice_redis_give_backs_failed_total {}\n"
+        "# HELP sluice_redis_denials_answered_locally_total Calls denied from the denial cache "
+        "(--redis-deny-cache), with no script call.\n"
+        "# TYPE sluice_redis_denials_answered_locally_total counter\n"
+        "sluice_redis_denials_answered_locally_total {}\n"
+        "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
+        "# TYPE sluice_redis_share_decisions_total counter\nsluice_redis_share_decisions_total {}\n"
+        "# HELP sluice_redis_shares_taken_total Shares of a quota taken from Redis.\n"
+        "# TYPE sluice_redis_shares_taken_total counter\nsluice_redis_shares_taken_total {}\n"
+        "# HELP sluice_redis_shares_refused_total Shares Redis refused (asked exactly then).\n"
+        "# TYPE sluice_redis_shares_refused_total counter\nsluice_redis_shares_refused_total {}\n"
+        "# HELP sluice_redis_share_units_returned_total Unused units of shares given back.\n"
+        "# TYPE sluice_redis_share_units_returned_total counter\n"
+        "sluice_redis_share_units_returned_total {}\n"
+        "# HELP sluice_redis_share_units_lapsed_total Unused units of shares whose window ended.\n"
+        "# TYPE sluice_redis_share_units_lapsed_total counter\n"
+        "sluice_redis_share_units_lapsed_total {}\n",
+        stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
+        stats.master_switches, stats.connections_ready, stats.servers_lost,
+        stats.servers_refusing, stats.split_requests, stats.give_backs,
+        stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
+        stats.shares_taken, stats.shares_refused, stats.share_units_returned,
+        stats.share_units_lapsed) + MemoryStoreMetrics(stats.local);
+  }
+  if (memcached_ != nullptr) {
+    const MemcachedStoreStats stats = memcached_->Stats();
+    return MemcachedMetrics(stats) + MemoryStoreMetrics(stats.local);
+  }
+  return MemoryStoreMetrics(memory_->Stats());
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,131 @@
+#include "server/stats/metrics.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "fmt/format.h"
+
+#include "sluice_build/version.h"
+
+namespace sluice::server {
+namespace {
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string LabelValue(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Prometheus's convention for what is running: a gauge of 1 whose labels say it.
+std::string BuildInfo() {
+  return fmt::format(
+      "# HELP sluice_build_info The version of sluiced running.\n"
+      "# TYPE sluice_build_info gauge\n"
+      "sluice_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+      LabelValue(build::kVersion), LabelValue(build::kGitDescribe));
+}
+
+}  // namespace
+
+void Metrics::RecordLatency(Micros latency) {
+  const int64_t us = latency.count();
+  const auto* bucket = std::lower_bound(kLatencyBucketsUs.begin(), kLatencyBucketsUs.end(), us);
+  latency_buckets_[static_cast<size_t>(bucket - kLatencyBucketsUs.begin())].fetch_add(
+      1, std::memory_order_relaxed);
+  latency_sum_us_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(us, 0)),
+                            std::memory_order_relaxed);
+}
+
+std::string Metrics::Render(std::string_view extra) const {
+  std::string out;
+  auto emit = std::back_inserter(out);
+  struct Family {
+    const char* name;
+    const char* help;
+    std::atomic<uint64_t> RuleCounters::*member;
+  };
+  static constexpr std::array<Family, 12> kFamilies = {{
+      {"sluice_rule_checks_total", "Requests a rule limit applied to.", &RuleCounters::checks},
+      {"sluice_rule_admitted_total", "Requests admitted where the rule limit applied.",
+       &RuleCounters::admitted},
+      {"sluice_rule_denied_total", "Requests this rule limit denied.", &RuleCounters::denied},
+      {"sluice_rule_near_limit_total",
+       "Requests admitted past the near-limit ratio of the rule limit.", &RuleCounters::near_limit},
+      {"sluice_rule_shadow_denied_total",
+       "Requests a shadow-mode limit would have denied (admitted).", &RuleCounters::shadow_denied},
+      {"sluice_rule_over_soft_total", "Requests admitted past the limit by soft mode.",
+       &RuleCounters::over_soft},
+      {"sluice_rule_borrowed_total", "Requests admitted over the limit by an elastic pool.",
+       &RuleCounters::borrowed},
+      {"sluice_rule_hits_total", "Hits (request costs) counted against the rule limit.",
+       &RuleCounters::total_hits},
+      {"sluice_rule_over_limit_hits_total", "Hits past the rule limit.",
+       &RuleCounters::over_limit_hits},
+      {"sluice_rule_near_limit_hits_total",
+       "Hits past the near-limit ratio of the rule limit, not past the limit.",
+       &RuleCounters::near_limit_hits},
+      {"sluice_rule_within_limit_hits_total", "Hits of requests within the rule limit.",
+       &RuleCounters::within_limit_hits},
+      {"sluice_rule_shadow_mode_hits_total", "Hits past a shadow-mode limit (admitted).",
+       &RuleCounters::shadow_mode_hits},
+  }};
+  const auto rules = rules_.All();
+  for (const Family& family : kFamilies) {
+    fmt::format_to(emit, "# HELP {} {}\n# TYPE {} counter\n", family.name, family.help,
+                   family.name);
+    for (const auto& [name, counters] : rules) {
+      fmt::format_to(emit, "{}{{rule=\"{}\"}} {}\n", family.name, LabelValue(name),
+                     (counters->*family.member).load(std::memory_order_relaxed));
+    }
+  }
+  auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& value) {
+    fmt::format_to(emit, "# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name,
+                   value.load(std::memory_order_relaxed));
+  };
+  counter("sluice_store_errors_total", "Decisions the store failed to make.", store_errors_);
+  counter("sluice_config_reloads_total", "Rule files reloaded successfully.", reloads_);
+  counter("sluice_config_reload_failures_total",
+          "Reloads refused because the new rules were broken (the last good rules stay).",
+          reload_failures_);
+  counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
+  counter("sluice_global_shadow_mode_total",
+          "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
+  counter("sluice_caller_limits_refused_total",
+          "Requests refused: callers had 1,024 limits in use.", caller_limits_refused_);
+  counter("sluice_unknown_domain_total",
+          "Requests to a domain no rule knows (admitted; the log says which at debug level).",
+          unknown_domain_);
+  out += BuildInfo();
+
+  const char* const histogram = "sluice_decision_latency_seconds";
+  fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);
+  fmt::format_to(emit, "# TYPE {} histogram\n", histogram);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < latency_buckets_.size(); ++i) {
+    cumulative += latency_buckets_[i].load(std::memory_order_relaxed);
+    if (i < kLatencyBucketsUs.size()) {
+      fmt::format_to(emit, "{}_bucket{{le=\"{}\"}} {}\n", histogram,
+                     static_cast<double>(kLatencyBucketsUs[i]) / 1e6, cumulative);
+    } else {
+      fmt::format_to(emit, "{}_bucket{{le=\"+Inf\"}} {}\n", histogram, cumulative);
+    }
+  }
+  fmt::format_to(emit, "{}_sum {}\n{}_count {}\n", histogram,
+                 static_cast<double>(latency_sum_us_.load(std::memory_order_relaxed)) / 1e6,
+                 histogram, cumulative);
+  out.append(extra);
+  return out;
+}
+
+}  // namespace sluice::server
