@@ -20,8 +20,8 @@ namespace {
 constexpr double kWidth = 1000;
 constexpr double kLeft = 80;
 constexpr double kRight = 20;
-constexpr double kOverviewRight = 400;  // With a zoom: the whole run left, the burst right.
-constexpr double kZoomLeft = 430;
+constexpr double kOverviewRight = 380;  // With a zoom: the whole run left, the burst right.
+constexpr double kZoomLeft = 440;       // The gap between holds the zoom's y figures and title.
 constexpr double kLaneHeight = 246;
 constexpr double kPlotTop = 38;  // Below the lane's title and note.
 constexpr double kPlotHeight = 120;
@@ -166,7 +166,7 @@ struct Picture {
 
 // The legend: a swatch and a label per series, in rows as wide as the picture. Returns the
 // height it takes.
-double DrawLegend(const Picture& pic, bool zoom, std::string& svg) {
+double DrawLegend(const Picture& pic, bool zoom, bool acts, std::string& svg) {
   struct Item {
     std::string series;
     std::string swatch;
@@ -196,6 +196,15 @@ double DrawLegend(const Picture& pic, bool zoom, std::string& svg) {
                                "class=\"swatch\"/>",
                                kRejected),
                    "rejected requests (bars down)"});
+  if (acts) {
+    items.push_back({"acts",
+                     fmt::format("<g class=\"swatch\"><line x1=\"0\" y1=\"0\" x2=\"18\" "
+                                 "y2=\"-8\" stroke=\"{0}\" stroke-dasharray=\"2 2\"/>"
+                                 "<circle cx=\"18\" cy=\"-8\" r=\"3\" fill=\"white\" "
+                                 "stroke=\"{0}\" stroke-width=\"1.5\"/></g>",
+                                 kAdmitted),
+                     "when a delayed admission acts (leaky_bucket), joined to its request"});
+  }
   if (zoom) {
     items.push_back({"zoom",
                      fmt::format("<rect x=\"0\" y=\"-12\" width=\"22\" height=\"12\" fill=\"{}\" "
@@ -222,23 +231,29 @@ double DrawLegend(const Picture& pic, bool zoom, std::string& svg) {
   return y + 12;
 }
 
-// The y axis of a lane: labels of 0, the limit and the most admitted, and the titles of the
-// plot and the marks.
-void DrawYAxis(int64_t limit, int64_t most, const Picture& pic, double plot_top, const YScale& y,
-               std::string& svg) {
+// A y axis left of `x`: labels of 0, the limit and the most admitted, and its title.
+void DrawYFigures(int64_t limit, int64_t most, const Picture& pic, double x, double plot_top,
+                  const YScale& y, std::string& svg) {
   for (int64_t units : {int64_t{0}, limit, most}) {
     if (units == most && std::abs(y(most) - y(limit)) < 12 && most != limit) {
       continue;  // Its label would overwrite the limit's.
     }
-    svg +=
-        fmt::sprintf("<text x=\"%.1f\" y=\"%.1f\" class=\"axis\" text-anchor=\"end\">%d</text>\n",
-                     kLeft - 6, y(units) + 4, units);
+    svg += fmt::sprintf(
+        "<text x=\"%.1f\" y=\"%.1f\" class=\"axis\" data-axis=\"y\" data-units=\"%d\" "
+        "text-anchor=\"end\">%d</text>\n",
+        x - 6, y(units) + 4, units, units);
   }
   const double mid = plot_top + kPlotHeight / 2;
   svg += fmt::sprintf(
       "<text class=\"axis-title\" data-axis=\"y\" text-anchor=\"middle\" "
       "transform=\"translate(%.1f,%.1f) rotate(-90)\">units in the trailing %s</text>\n",
-      kLeft - 44, mid, pic.period);
+      x - 44, mid, pic.period);
+}
+
+// The y axis of a lane, left of the first panel, and the title of the marks under it.
+void DrawYAxis(int64_t limit, int64_t most, const Picture& pic, double plot_top, const YScale& y,
+               std::string& svg) {
+  DrawYFigures(limit, most, pic, kLeft, plot_top, y, svg);
   svg += fmt::sprintf(
       "<text x=\"%.1f\" y=\"%.1f\" class=\"axis-title\" data-axis=\"y-marks\" "
       "text-anchor=\"end\">requests</text>\n",
@@ -292,22 +307,43 @@ std::string RoundDuration(double us) {
 
 // The requests under a panel's plot, a bar per kBinPx of time: admitted up from the middle,
 // rejected down, as tall as the count. Requests kBinPx apart stay apart.
-void DrawMarks(const Lane& lane, const Panel& panel, double marks_top, std::string& svg) {
-  std::map<int64_t, std::pair<int, int>> bins;  // bin -> (admitted, rejected)
-  for (const SimulatedRow& row : lane.rows) {
-    if (panel.Holds(row.request.time_us)) {
-      auto& bin = bins[static_cast<int64_t>((panel.X(row.request.time_us) - panel.x0) / kBinPx)];
-      ++(row.decision.allowed ? bin.first : bin.second);
+struct Bars {
+  Bars(const Lane& lane, const Panel& panel, double marks_top)
+      : panel(panel), middle(marks_top + kMarksHeight / 2) {
+    for (const SimulatedRow& row : lane.rows) {
+      if (panel.Holds(row.request.time_us)) {
+        auto& bin = bins[Bin(row.request.time_us)];
+        ++(row.decision.allowed ? bin.first : bin.second);
+      }
     }
+    for (const auto& [_, counts] : bins) {
+      most = std::max({most, counts.first, counts.second});
+    }
+    unit = (kMarksHeight / 2 - 2) / most;
   }
+
+  int64_t Bin(int64_t t) const { return static_cast<int64_t>((panel.X(t) - panel.x0) / kBinPx); }
+  double Left(int64_t bin) const { return panel.x0 + static_cast<double>(bin) * kBinPx; }
+  // The top of the admitted bar that holds time `t`.
+  double AdmittedTop(int64_t t) const {
+    auto it = bins.find(Bin(t));
+    return middle - 1 - unit * (it == bins.end() ? 0 : it->second.first);
+  }
+
+  const Panel& panel;
+  double middle;
+  std::map<int64_t, std::pair<int, int>> bins;  // bin -> (admitted, rejected)
   int most = 1;
-  for (const auto& [_, counts] : bins) {
-    most = std::max({most, counts.first, counts.second});
-  }
-  const double middle = marks_top + kMarksHeight / 2;
-  const double unit = (kMarksHeight / 2 - 2) / most;
-  for (const auto& [bin, counts] : bins) {
-    const double x = panel.x0 + static_cast<double>(bin) * kBinPx;
+  double unit = 1;  // Pixels per request.
+};
+
+void DrawMarks(const Bars& bars, double marks_top, std::string& svg) {
+  const Panel& panel = bars.panel;
+  const int most = bars.most;
+  const double middle = bars.middle;
+  const double unit = bars.unit;
+  for (const auto& [bin, counts] : bars.bins) {
+    const double x = bars.Left(bin);
     for (int side = 0; side < 2; ++side) {
       const int count = side == 0 ? counts.first : counts.second;
       if (count == 0) {
@@ -330,17 +366,82 @@ void DrawMarks(const Lane& lane, const Panel& panel, double marks_top, std::stri
   }
 }
 
+// A key's level at `t`: the units its line shows there.
+int64_t LevelAt(const KeyLine& line, int64_t t) {
+  int64_t level = 0;
+  for (auto it = line.points.begin(); it != line.points.end() && it->first <= t; ++it) {
+    level = it->second;
+  }
+  return level;
+}
+
+bool HasDelay(const SimulatedRow& row) {
+  return row.decision.allowed && row.request.cost > 0 && row.decision.delay.count() > 0;
+}
+
+// A leaky_bucket admission acts after its delay, and its key's line counts it then; its bar
+// marks the decision. So each delayed admission gets a circle on its key's line at the time it
+// acts (on the plot's floor for a key without a line), joined to its request's bar by a dotted
+// line: the spacing the queue makes shows. One that acts after the panel ends gets the line
+// alone, to the panel's edge.
+void DrawActs(const Lane& lane, const LaneSummary& summary, const Picture& pic, const Bars& bars,
+              const YScale& y, std::string& svg) {
+  const Panel& panel = bars.panel;
+  for (const SimulatedRow& row : lane.rows) {
+    const int64_t at = row.request.time_us;
+    if (!HasDelay(row) || !panel.Holds(at)) {
+      continue;
+    }
+    const int64_t acts_at = at + row.decision.delay.count();
+    int64_t level = 0;
+    if (std::find(pic.keys.begin(), pic.keys.end(), row.request.key) != pic.keys.end()) {
+      level = LevelAt(summary.lines.at(row.request.key), acts_at);
+    }
+    const double x_from = bars.Left(bars.Bin(at)) + (kBinPx - 1) / 2;
+    const double y_from = bars.AdmittedTop(at);
+    double x_to = panel.X(acts_at);
+    double y_to = y(level);
+    const bool inside = panel.Holds(acts_at);
+    if (!inside && x_to > x_from) {
+      y_to = y_from + (y_to - y_from) * (panel.x1 - x_from) / (x_to - x_from);
+      x_to = panel.x1;
+    }
+    svg += fmt::sprintf(
+        "<g data-series=\"acts\" data-t=\"%d\" data-acts=\"%d\"><title>admitted with a delay of "
+        "%s</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+        "stroke-opacity=\"0.7\" stroke-dasharray=\"2 2\"/>",
+        at, acts_at, FormatDuration(row.decision.delay), x_from, y_from, x_to, y_to, kAdmitted);
+    if (inside) {
+      svg += fmt::sprintf(
+          "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"white\" stroke=\"%s\" "
+          "stroke-width=\"1.5\"/>",
+          x_to, y_to, kAdmitted);
+    }
+    svg += "</g>\n";
+  }
+}
+
+// Whether the panel holds a delayed admission, whose act DrawActs draws.
+bool HasActs(const Lane& lane, const Panel& panel) {
+  return std::any_of(lane.rows.begin(), lane.rows.end(), [&](const SimulatedRow& row) {
+    return HasDelay(row) && panel.Holds(row.request.time_us);
+  });
+}
+
 void DrawPanel(const Lane& lane, const LaneSummary& summary, const Picture& pic, const Panel& panel,
                const char* name, double top, const YScale& y, std::string& svg) {
   const double plot_top = top + kPlotTop;
+  const bool zoom = std::string_view(name) == "zoom";
   svg += fmt::sprintf(
       "<g class=\"panel\" data-panel=\"%s\" data-lane=\"%s\" data-t0=\"%d\" data-t1=\"%d\" "
       "data-x0=\"%.1f\" data-x1=\"%.1f\">\n",
       name, AlgorithmName(lane.limit.algorithm()), panel.t0, panel.t1, panel.x0, panel.x1);
   svg += fmt::sprintf(
       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"plot\" fill=\"%s\"/>\n",
-      panel.x0, plot_top, panel.x1 - panel.x0, kPlotHeight,
-      std::string_view(name) == "zoom" ? kZoomShade : "none");
+      panel.x0, plot_top, panel.x1 - panel.x0, kPlotHeight, zoom ? kZoomShade : "none");
+  if (zoom) {
+    DrawYFigures(lane.limit.limit(), summary.most, pic, panel.x0, plot_top, y, svg);
+  }
   DrawXAxis(panel, pic, plot_top, svg);
   svg += fmt::sprintf(
       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" "
@@ -351,7 +452,11 @@ void DrawPanel(const Lane& lane, const LaneSummary& summary, const Picture& pic,
       DrawKeyLine(it->second, kKeyColors[k], panel, y, svg);
     }
   }
-  DrawMarks(lane, panel, plot_top + kPlotHeight + 6, svg);
+  const Bars bars(lane, panel, plot_top + kPlotHeight + 6);
+  DrawMarks(bars, plot_top + kPlotHeight + 6, svg);
+  if (std::string_view(name) != "overview") {  // The panel that shows the requests apart.
+    DrawActs(lane, summary, pic, bars, y, svg);
+  }
   svg += "</g>\n";
 }
 
@@ -398,15 +503,22 @@ std::string RenderSvg(const std::vector<Lane>& lanes) {
     }
   }
   Panel overview{.t0 = span.t0, .t1 = span.t1, .x0 = kLeft, .x1 = kWidth - kRight};
-  std::optional<Panel> zoom;
-  if (burst) {
-    const Span z = ZoomSpan(*burst, span);
-    overview.x1 = kOverviewRight;
-    zoom = Panel{.t0 = z.t0, .t1 = z.t1, .x0 = kZoomLeft, .x1 = kWidth - kRight};
+  // Each lane's zoom: the burst's, or longer for a lane whose admissions act after a delay.
+  std::vector<std::optional<Panel>> zooms(lanes.size());
+  bool acts = false;
+  bool longer = false;  // A lane's zoom runs on past the burst's.
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    if (burst) {
+      overview.x1 = kOverviewRight;
+      const Span z = LaneZoomSpan(lanes[i], ZoomSpan(*burst, span), span);
+      longer = longer || z.t1 != ZoomSpan(*burst, span).t1;
+      zooms[i] = Panel{.t0 = z.t0, .t1 = z.t1, .x0 = kZoomLeft, .x1 = kWidth - kRight};
+    }
+    acts = acts || HasActs(lanes[i], zooms[i] ? *zooms[i] : overview);
   }
 
   std::string legend;
-  const double top = DrawLegend(pic, zoom.has_value(), legend);
+  const double top = DrawLegend(pic, burst.has_value(), acts, legend);
   const double caption = burst ? 18 : 0;
   const double lanes_top = top + caption + 8;
   const double height = lanes_top + kLaneHeight * static_cast<double>(lanes.size()) + 24;
@@ -423,11 +535,13 @@ std::string RenderSvg(const std::vector<Lane>& lanes) {
   if (burst) {
     svg += fmt::sprintf(
         "<text x=\"%.1f\" y=\"%.1f\" class=\"caption\">Left: the whole run. Right: the burst "
-        "(%d requests in %s), zoomed.</text>\n",
-        kLeft, top + 12, burst->requests, FormatDuration(Micros(burst->last - burst->first)));
+        "(%d requests in %s), zoomed%s.</text>\n",
+        kLeft, top + 12, burst->requests, FormatDuration(Micros(burst->last - burst->first)),
+        longer ? "; a lane with delays (leaky_bucket) runs on until its last admission acts" : "");
   }
   for (size_t i = 0; i < lanes.size(); ++i) {
-    DrawLane(lanes[i], pic, overview, zoom, lanes_top + kLaneHeight * static_cast<double>(i), svg);
+    DrawLane(lanes[i], pic, overview, zooms[i], lanes_top + kLaneHeight * static_cast<double>(i),
+             svg);
   }
   svg += fmt::sprintf(
       "<text x=\"%.1f\" y=\"%.1f\" class=\"axis-title\" data-axis=\"x\" "

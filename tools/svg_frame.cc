@@ -65,6 +65,20 @@ Span ZoomSpan(const Burst& burst, const Span& span) {
   return Span{.t0 = burst.first - pad, .t1 = burst.last + pad};
 }
 
+Span LaneZoomSpan(const Lane& lane, const Span& zoom, const Span& span) {
+  int64_t last_act = zoom.t1;
+  for (const SimulatedRow& row : lane.rows) {
+    if (row.decision.allowed && row.request.time_us >= zoom.t0 && row.request.time_us <= zoom.t1) {
+      last_act = std::max(last_act, row.request.time_us + row.decision.delay.count());
+    }
+  }
+  if (last_act == zoom.t1) {
+    return zoom;
+  }
+  // A margin after the last act, as the whole run's panel would show it: a hundredth of the run.
+  return Span{.t0 = zoom.t0, .t1 = last_act + std::max<int64_t>((span.t1 - span.t0) / 100, 1)};
+}
+
 TimeUnit UnitFor(int64_t span) {
   if (span >= 2'000'000) {
     return {"s", 1'000'000};

@@ -48,6 +48,11 @@ std::optional<Burst> FindBurst(const std::vector<Lane>& lanes, const Span& span)
 // The span the zoom panel shows around a burst: the burst in its middle half.
 Span ZoomSpan(const Burst& burst, const Span& span);
 
+// The zoom of one lane: `zoom`, run on until the last admission decided inside it acts, for a
+// lane whose admissions act after a delay (leaky_bucket). Its zoom then shows the spacing the
+// delays make, which the decisions, all within the burst, do not.
+Span LaneZoomSpan(const Lane& lane, const Span& zoom, const Span& span);
+
 // The unit of a time axis over `span` microseconds: "s", "ms" or "us", and its size in us.
 struct TimeUnit {
   const char* name;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # User-space instructions per POST /v1/check, the whole sluiced process under callgrind: a
 # count that, unlike requests per second on a shared machine, does not move from run to run,
-# so two builds compare at a glance (docs/server.md "Speed").
+# so two builds compare at a glance (bench/http/README.md).
 #
 #   bench/http/instructions.sh [--sluiced PATH] [--mode adhoc|rules] [--keep]
 #

@@ -27,7 +27,8 @@
 # ratio is taken between servers measured side by side in one round, and the median over
 # rounds is the figure to quote. Beyond p99, the summary gives p99.9 (check.lua's done()): on
 # this machine (250 Hz, 2 cores, 4 busy threads) a woken thread can wait up to two scheduler
-# ticks, 8 ms, for a core, and the tail piles up just under it (docs/server.md, "Speed").
+# ticks, 8 ms, for a core, and the tail piles up just under it (bench/http/README.md, "The
+# two-loop tail").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

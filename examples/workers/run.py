@@ -21,6 +21,7 @@ import argparse
 import datetime
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -192,38 +193,93 @@ def run(args):
     return figures
 
 
+def round_step(span, ticks):
+    """A round step (1, 2 or 5 x 10^k) that puts at most `ticks` ticks over `span`."""
+    step = 10 ** math.floor(math.log10(span / ticks)) if span > 0 else 1
+    for m in (1, 2, 5, 10):
+        if span / (step * m) <= ticks:
+            return step * m
+    return step * 10
+
+
+def figure(value):
+    """A tick's figure: 0.5, 2, 100."""
+    return f"{value:g}"
+
+
 def svg(calls, args):
-    """Calls over time: a lane per worker with a mark per call, and the count of all calls
-    against the pace the rules set (a dashed line)."""
-    width, lane, left, top = 900, 36, 90, 30
-    height = top + lane * args.workers + 200 + 40
-    start = calls[0][0] if calls else 0
+    """Calls over time: a lane per worker with a mark per call, and under them the count of all
+    calls against the pace the rules set (dashed, labelled), on one time axis in seconds."""
+    width, left, right, lane, top = 900, 90, 30, 36, 50
+    plot_h, gap = 200, 24
+    lanes_h = lane * args.workers
+    plot_top = top + lanes_h + gap
+    plot_bottom = plot_top + plot_h
+    height = plot_bottom + 56
+    start = calls[0][0] if calls else 0.0
     span = max(1.0, (calls[-1][0] - start) if calls else 1.0)
-    x = lambda t: left + (t - start) / span * (width - left - 20)  # noqa: E731
+    x = lambda t: left + (t - start) / span * (width - left - right)  # noqa: E731
+    most = max(1, len(calls))
+    y = lambda n: plot_bottom - n / most * plot_h  # noqa: E731
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<text x="{left}" y="18">{len(calls)} calls by {args.workers} workers sharing '
-           f'{args.per_second}/s and {args.per_day}/day (leaky_bucket, burst 1)</text>']
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left}" y="18" font-weight="bold">{len(calls)} calls by {args.workers} '
+           f'workers sharing {args.per_second}/s and {args.per_day}/day (leaky_bucket, burst 1)'
+           '</text>',
+           f'<text x="{left}" y="36" fill="#333">a mark per call in its worker\'s lane; below, '
+           'the calls made so far by all of them</text>']
+    # The time axis: a grid through the lanes and the plot, figures in seconds under it.
+    step = round_step(span, 10)
+    for i in range(int(span / step + 1e-9) + 1):
+        at = i * step
+        out.append(f'<line x1="{x(start + at):.1f}" y1="{top}" x2="{x(start + at):.1f}" '
+                   f'y2="{plot_bottom}" stroke="#eee"/>')
+        out.append(f'<text x="{x(start + at):.1f}" y="{plot_bottom + 16}" text-anchor="middle" '
+                   f'fill="#444" data-axis="x" data-value="{at:g}">{figure(at)}</text>')
+    out.append(f'<text x="{(left + width - right) / 2}" y="{plot_bottom + 40}" '
+               'text-anchor="middle" class="axis-title" data-axis="x">'
+               'time since the first call (s)</text>')
     for w in range(args.workers):
-        y = top + w * lane
-        out.append(f'<text x="10" y="{y + lane / 2 + 4}">worker {w}</text>')
-        out.append(f'<line x1="{left}" y1="{y + lane / 2}" x2="{width - 20}" y2="{y + lane / 2}" '
-                   'stroke="#ddd"/>')
+        mid = top + w * lane + lane / 2
+        out.append(f'<text x="10" y="{mid + 4}">worker {w}</text>')
+        out.append(f'<line x1="{left}" y1="{mid}" x2="{width - right}" y2="{mid}" stroke="#ddd"/>')
         for t, who in calls:
             if who == w:
-                out.append(f'<rect x="{x(t) - 1:.1f}" y="{y + 6}" width="2" height="{lane - 12}" '
-                           'fill="#2a7"/>')
-    base = top + lane * args.workers + 200
-    out.append(f'<text x="10" y="{base - 100}">calls</text>')
-    points = " ".join(f"{x(t):.1f},{base - (i + 1) / max(1, len(calls)) * 180:.1f}"
-                      for i, (t, _) in enumerate(calls))
-    out.append(f'<polyline points="{points}" fill="none" stroke="#2a7" stroke-width="2"/>')
-    ideal_end = start + (len(calls) - 1) / args.per_second
-    out.append(f'<line x1="{x(start):.1f}" y1="{base - 180 / max(1, len(calls)):.1f}" '
-               f'x2="{x(ideal_end):.1f}" y2="{base - 180:.1f}" stroke="#555" '
-               'stroke-dasharray="4 4"/>')
-    out.append(f'<text x="{left}" y="{base + 20}">0 s</text>')
-    out.append(f'<text x="{width - 80}" y="{base + 20}">{span:.2f} s</text>')
+                out.append(f'<rect x="{x(t) - 1:.1f}" y="{mid - lane / 2 + 6}" width="2" '
+                           f'height="{lane - 12}" fill="#2a7"/>')
+    # The count axis: round figures of calls, and its title.
+    out.append(f'<rect x="{left}" y="{plot_top}" width="{width - left - right}" '
+               f'height="{plot_h}" fill="none" stroke="#bbb"/>')
+    count_step = max(1, round_step(most, 5))
+    for n in range(0, most + 1, count_step):
+        out.append(f'<text x="{left - 6}" y="{y(n) + 4:.1f}" text-anchor="end" fill="#444" '
+                   f'data-axis="y" data-value="{n}">{n}</text>')
+        out.append(f'<line x1="{left - 3}" y1="{y(n):.1f}" x2="{left}" y2="{y(n):.1f}" '
+                   'stroke="#444"/>')
+    out.append(f'<text class="axis-title" data-axis="y" text-anchor="middle" '
+               f'transform="translate({left - 44},{(plot_top + plot_bottom) / 2}) rotate(-90)">'
+               'calls made (all workers)</text>')
+    # The count as a staircase: one step up at each call.
+    path = [f"M{x(start):.1f},{y(0):.1f}"]
+    for i, (t, _) in enumerate(calls):
+        path.append(f"L{x(t):.1f},{y(i):.1f} L{x(t):.1f},{y(i + 1):.1f}")
+    out.append(f'<path d="{" ".join(path)}" fill="none" stroke="#2a7" stroke-width="2" '
+               'data-series="calls"/>')
+    # The pace the rules set: the first call at once, then one every 1/N, drawn over the count.
+    if calls:
+        end = min(start + (len(calls) - 1) / args.per_second, start + span)
+        n_end = 1 + (end - start) * args.per_second
+        out.append(f'<line x1="{x(start):.1f}" y1="{y(1):.1f}" x2="{x(end):.1f}" '
+                   f'y2="{y(n_end):.1f}" stroke="#000" stroke-width="1.5" '
+                   'stroke-dasharray="6 4" data-series="pace"/>')
+        # Its label under the line, a third of the way along: the line rises away from it, and
+        # the count, a step at most under the line, stays above it.
+        t_label = start + (end - start) / 3
+        n_label = 1 + (t_label - start) * args.per_second
+        out.append(f'<text x="{x(t_label) + 8:.1f}" y="{y(n_label) + 22:.1f}" '
+                   f'data-series="pace">dashed: the rules\' pace, {args.per_second} per second '
+                   f'(one call every {1000 / args.per_second:g} ms)</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

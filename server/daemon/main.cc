@@ -232,7 +232,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
   app.add_flag("--memory-compact-keys", flags.memory_compact_keys,
                "Memory store: gcra and leaky_bucket keep a 64-bit keyed fingerprint of each key, "
-               "not the key (about 21 bytes a key, not 48; two keys that share a fingerprint, "
+               "not the key (about 21 bytes a key, not 47; two keys that share a fingerprint, "
                "by a chance of 1 in 2^64 a pair, share one state and may be denied sooner); "
                "no --snapshot (MemoryStoreOptions::compact_keys)");
   app.add_option("--snapshot", flags.snapshot,

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The picture of `sluice simulate --svg`, read as XML: a legend with a swatch for every series
-drawn, titles on both axes, colours that tell the limit from a rejection, the burst framed
-wide enough that its requests stay apart (or are counted per bar), and a note in every lane
-saying how much its algorithm can pass in one period (why token_bucket reaches 15 against a
-limit of 10). The CSV is the same with or without --svg. Python 3 standard library only.
+drawn, titles on both axes, figures on the y axis of every panel (the zoom's too), colours
+that tell the limit from a rejection, the burst framed wide enough that its requests stay
+apart (or are counted per bar), leaky_bucket's zoom marking when each delayed admission acts,
+and a note in every lane saying how much its algorithm can pass in one period (why
+token_bucket reaches 15 against a limit of 10). The CSV is the same with or without --svg.
+Python 3 standard library only.
 
     python3 tests/tools/svg_test.py --sluice build/bin/sluice --trace examples/burst.csv
 """
@@ -113,9 +115,14 @@ class PictureTest(unittest.TestCase):
         first, last, n = burst_of(ARGS.trace, 100_000)  # Faster than 10 per 1s.
         self.assertGreaterEqual(n, 10)
         for lane in ALGORITHMS:
+            # leaky_bucket's zoom runs on until the burst's admissions act, up to B/N = 1s
+            # after it (test_leaky_bucket_zoom_marks_when_each_delayed_admission_acts): the
+            # burst fills less of it, its requests still apart, at 3 px each or more.
+            leaky = lane == "leaky_bucket"
             framed = [p for p in self.panels(lane)
                       if int(p.get("data-t0")) <= first and last <= int(p.get("data-t1"))
-                      and (last - first) * 3 >= int(p.get("data-t1")) - int(p.get("data-t0"))]
+                      and ((last - first) * 3 >= int(p.get("data-t1")) - int(p.get("data-t0"))
+                           or (leaky and p.get("data-panel") == "zoom"))]
             self.assertTrue(framed, f"{lane}: no panel where the burst fills a third")
             panel = framed[0]
             bars = self.marks(panel, "admitted") + self.marks(panel, "rejected")
@@ -127,7 +134,87 @@ class PictureTest(unittest.TestCase):
             self.assertEqual(sum(int(b.get("data-count")) for b in in_burst), n, lane)
             self.assertTrue(all(b.get("data-count") == "1" for b in in_burst),
                             f"{lane}: the burst's requests are lumped in the zoom")
-            self.assertGreaterEqual((last - first) * to_px / n, 4, lane)
+            self.assertGreaterEqual((last - first) * to_px / n, 3 if leaky else 4, lane)
+
+    def y_figures(self, panel):
+        """The y axis figures drawn for `panel`: {units: text y}, and the axis title's text."""
+        figures = {int(t.get("data-units")): float(t.get("y")) for t in panel.iter(NS + "text")
+                   if t.get("class") == "axis" and t.get("data-axis") == "y"}
+        titles = ["".join(t.itertext()) for t in panel.iter(NS + "text")
+                  if t.get("class") == "axis-title" and t.get("data-axis") == "y"]
+        return figures, titles
+
+    def test_zoom_panels_have_y_figures(self):
+        zooms = [p for p in self.panels() if p.get("data-panel") == "zoom"]
+        self.assertEqual(sorted(p.get("data-lane") for p in zooms), sorted(ALGORITHMS))
+        for panel in zooms:
+            lane = panel.get("data-lane")
+            figures, titles = self.y_figures(panel)
+            self.assertIn(0, figures, lane)
+            self.assertIn(10, figures, lane)  # The limit.
+            self.assertEqual(titles, ["units in the trailing 1s"], lane)
+            # Beside the limit's dashed line, left of the panel.
+            limit = [e for e in panel.iter(NS + "line") if e.get("data-series") == "limit"]
+            self.assertEqual(len(limit), 1, lane)
+            self.assertAlmostEqual(figures[10] - 4, float(limit[0].get("y1")), delta=0.2,
+                                   msg=lane)
+            self.assertLess(figures[0], figures[10] + 200)
+            self.assertGreater(figures[0], figures[10], lane)
+            for t in panel.iter(NS + "text"):
+                if t.get("data-axis") == "y" and t.get("class") == "axis":
+                    self.assertLess(float(t.get("x")), float(panel.get("data-x0")), lane)
+        # token_bucket's figures name its peak too: 15.
+        figures, _ = self.y_figures(
+            [p for p in zooms if p.get("data-lane") == "token_bucket"][0])
+        self.assertIn(15, figures)
+
+    def delayed_admissions(self, lane):
+        """(time, time it acts) of each admission with a delay in the CSV, for `lane`."""
+        rows = [line.split(",") for line in self.csv.splitlines()[1:]]
+        header = self.csv.splitlines()[0].split(",")
+        at = {name: i for i, name in enumerate(header)}
+        return {(int(r[at["time_us"]]), int(r[at["time_us"]]) + int(r[at["delay_us"]]))
+                for r in rows if r[at["algorithm"]] == lane and r[at["allowed"]] == "1"
+                and int(r[at["delay_us"]]) > 0 and int(r[at["cost"]]) > 0}
+
+    def test_leaky_bucket_zoom_marks_when_each_delayed_admission_acts(self):
+        first, last, _ = burst_of(ARGS.trace, 100_000)
+        for lane in ALGORITHMS:
+            zoom = [p for p in self.panels(lane) if p.get("data-panel") == "zoom"][0]
+            t0, t1 = int(zoom.get("data-t0")), int(zoom.get("data-t1"))
+            x0 = float(zoom.get("data-x0"))
+            to_px = (float(zoom.get("data-x1")) - x0) / (t1 - t0)
+            delayed = {(t, acts) for t, acts in self.delayed_admissions(lane) if t0 <= t <= t1}
+            marks = [g for g in zoom.iter(NS + "g") if g.get("data-series") == "acts"]
+            self.assertEqual({(int(g.get("data-t")), int(g.get("data-acts"))) for g in marks},
+                             delayed, lane)
+            if lane != "leaky_bucket":
+                self.assertFalse(delayed, lane)  # Only leaky_bucket delays.
+                continue
+            # The burst's admissions queue up to B = 10, 1/N = 100 ms apart: the zoom shows
+            # each of them act.
+            in_burst = [(t, acts) for t, acts in delayed if first <= t <= last]
+            self.assertGreaterEqual(len(in_burst), 9)
+            self.assertTrue(all(acts <= t1 for _, acts in in_burst), (in_burst, t1))
+            for g in marks:
+                t, acts = int(g.get("data-t")), int(g.get("data-acts"))
+                link = g.find(NS + "line")
+                # The line leaves the request's bar (3 px wide).
+                self.assertLessEqual(abs(float(link.get("x1")) - (x0 + (t - t0) * to_px)), 3)
+                circle = g.find(NS + "circle")
+                if acts > t1:
+                    self.assertIsNone(circle)  # Acts after the zoom: the line to its edge.
+                    continue
+                # A mark where it acts, at the end of its line.
+                self.assertAlmostEqual(float(circle.get("cx")), x0 + (acts - t0) * to_px,
+                                       delta=0.2)
+                self.assertEqual(circle.get("cx"), link.get("x2"))
+                self.assertEqual(circle.get("cy"), link.get("y2"))
+            # Acts 1/N apart on screen, not all at the burst as the decisions are.
+            xs = sorted(float(g.find(NS + "circle").get("cx")) for g in marks
+                        if g.find(NS + "circle") is not None)
+            self.assertGreaterEqual(min(b - a for a, b in zip(xs, xs[1:])),
+                                    100_000 * to_px * 0.99)
 
     def test_ticks_stay_apart_or_are_counted(self):
         for panel in self.panels():
