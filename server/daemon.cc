@@ -11,6 +11,7 @@
 #include "spdlog/spdlog.h"
 
 #include "server/environment_values.h"
+#include "server/grpc/listener.h"
 #include "server/snapshot_file.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
@@ -41,6 +42,13 @@ bool Ended(const boost::system::error_code& ec, std::string_view what) {
     spdlog::error("{} stopped: {}", what, ec.message());
   }
   return static_cast<bool>(ec);
+}
+
+// A listener that cannot start, said with the flag that sets its address: a port in use is
+// most often a second sluiced, which another address (or stopping the first) cures.
+absl::Status WithFlag(const absl::Status& status, std::string_view flag) {
+  return absl::Status(status.code(), fmt::format("{}; {} HOST:PORT sets another address",
+                                                 internal::Message(status), flag));
 }
 
 int Refuse(std::string_view message) {
@@ -179,10 +187,17 @@ absl::Status Daemon::Start(const Settings& settings) {
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  // The gRPC address is tried before anything listens: one in use (a second sluiced started
+  // with another --http) then stops sluiced with one line, rather than a "listening" line,
+  // gRPC's own log of its failure, and only then the refusal.
+  const std::string grpc_address = env::JoinHostPort(settings.grpc.host, settings.grpc.port);
+  if (absl::Status s = WhyNotListening(grpc_address); !s.ok()) {
+    return WithFlag(s, "--grpc");
+  }
   server_ = std::make_unique<HttpServer>(
       *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
   if (absl::Status s = server_->Start(); !s.ok()) {
-    return s;
+    return WithFlag(s, "--http");
   }
   spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
                http.host, server_->port(), threads, service_->rules()->domains().size(),
@@ -192,10 +207,9 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .headers = std::move(envoy_headers),
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
-      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port,
-      flags_.grpc_tls);
-  if (!grpc_server.ok()) {
+  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
+      StartGrpcServer(grpc_address, *envoy_, grpc_port, flags_.grpc_tls);
+  if (!grpc_server.ok()) {  // Taken since it was tried, or refused for its TLS files.
     StopListeners(Micros{0});
     return grpc_server.status();
   }
