@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -240,6 +241,46 @@ class AcquireTest(unittest.TestCase):
         denied = self.client.acquire(max_wait=0.05, **ask)
         self.assertFalse(denied.allowed)
         self.assertTrue(denied.retry_after > 0.05, denied)
+
+
+class UnmatchedTest(unittest.TestCase):
+    """A request no rule matches is admitted with no limit: the answer says "unmatched", and
+    an acquire or a lease warns (docs/python.md's lease once named a domain no rule had, and
+    its block ran unlimited with nothing said)."""
+
+    typo = dict(domain="jobs", descriptors=[{"job": "export"}])  # The rules have domain api.
+
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_a_lease_no_rule_matches_warns_at_the_with_line(self):
+        with self.assertWarnsRegex(sluice.UnmatchedWarning,
+                                   r"domain 'jobs', descriptors \[\{'job': 'export'\}\]") as cm:
+            with self.client.lease(max_wait=0, **self.typo) as held:
+                self.assertEqual((held.allowed, held.lease, held.unmatched), (True, None, True))
+        self.assertEqual(cm.filename, os.path.abspath(__file__))
+
+    def test_an_acquire_no_rule_matches_warns(self):
+        for ask in (self.typo, dict(domain="api", descriptors=[{"jobs": "export"}])):
+            with self.assertWarns(sluice.UnmatchedWarning) as cm:
+                d = self.client.acquire(max_wait=0, **ask)
+            self.assertEqual((d.allowed, d.remaining, d.limits, d.unmatched),
+                             (True, None, [], True))
+            self.assertEqual(cm.filename, os.path.abspath(__file__))
+
+    def test_what_a_rule_matches_says_nothing(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", sluice.UnmatchedWarning)
+            with self.client.lease(max_wait=30, domain="api",
+                                   descriptors=[{"job": "export"}]) as held:
+                self.assertIsNotNone(held.lease)
+                self.assertFalse(held.unmatched)
+            ad_hoc = self.client.acquire(max_wait=0, key="unmatched-test", limit=1, period="1h")
+            self.assertFalse(ad_hoc.unmatched)
+            # A check is a value: "unmatched" is there to read, and nothing is said.
+            check = self.client.check(**self.typo)
+            self.assertEqual((check.allowed, check.unmatched), (True, True))
 
 
 class UnreachableTest(unittest.TestCase):
