@@ -44,13 +44,6 @@ bool Ended(const boost::system::error_code& ec, std::string_view what) {
   return static_cast<bool>(ec);
 }
 
-// A listener that cannot start, said with the flag that sets its address: a port in use is
-// most often a second sluiced, which another address (or stopping the first) cures.
-absl::Status WithFlag(const absl::Status& status, std::string_view flag) {
-  return absl::Status(status.code(), fmt::format("{}; {} HOST:PORT sets another address",
-                                                 internal::Message(status), flag));
-}
-
 int Refuse(std::string_view message) {
   spdlog::error("{}", message);
   return 2;
@@ -187,17 +180,17 @@ absl::Status Daemon::Start(const Settings& settings) {
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-  // The gRPC address is tried before anything listens: one in use (a second sluiced started
-  // with another --http) then stops sluiced with one line, rather than a "listening" line,
-  // gRPC's own log of its failure, and only then the refusal.
+  // gRPC's address is tried before anything listens: one in use (a second sluiced, on another
+  // --http) stops sluiced with one line, not a "listening" line and then gRPC's own error.
   const std::string grpc_address = env::JoinHostPort(settings.grpc.host, settings.grpc.port);
   if (absl::Status s = WhyNotListening(grpc_address); !s.ok()) {
-    return WithFlag(s, "--grpc");
+    return absl::Status(
+        s.code(), fmt::format("{}; --grpc HOST:PORT sets another address", internal::Message(s)));
   }
   server_ = std::make_unique<HttpServer>(
       *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
   if (absl::Status s = server_->Start(); !s.ok()) {
-    return WithFlag(s, "--http");
+    return s;
   }
   spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
                http.host, server_->port(), threads, service_->rules()->domains().size(),
