@@ -22,14 +22,14 @@ install: build
 	cmake --install build --prefix $(PREFIX)
 
 # Starts sluiced on the memory store with examples/sluice.yaml (Ctrl-C stops it) and prints
-# the curl line of examples/try.sh to try it with.
+# the curl loop of examples/try.sh to try it with.
 HTTP ?= 127.0.0.1:8080
 run: build
 	@echo
 	@echo "sluiced is starting on http://$(HTTP) with examples/sluice.yaml. In another terminal,"
-	@echo "examples/try.sh runs this (five 200s, then a 429):"
+	@echo "examples/try.sh runs this (five 200s, then a 429, for a new user on each run):"
 	@echo
-	@sed -n '/^for/,/^done/p' examples/try.sh
+	@sed -n '/^user=/,/^done/p' examples/try.sh
 	@echo
 	@echo "More in docs/server.md. Ctrl-C stops the server."
 	@echo

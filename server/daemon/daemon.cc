@@ -12,6 +12,7 @@
 
 #include "server/daemon/environment_values.h"
 #include "server/daemon/snapshot_file.h"
+#include "server/grpc/listener.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
 
@@ -179,6 +180,13 @@ absl::Status Daemon::Start(const Settings& settings) {
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  // gRPC's address is tried before anything listens: one in use (a second sluiced, on another
+  // --http) stops sluiced with one line, not a "listening" line and then gRPC's own error.
+  const std::string grpc_address = env::JoinHostPort(settings.grpc.host, settings.grpc.port);
+  if (absl::Status s = WhyNotListening(grpc_address); !s.ok()) {
+    return absl::Status(
+        s.code(), fmt::format("{}; --grpc HOST:PORT sets another address", internal::Message(s)));
+  }
   server_ = std::make_unique<HttpServer>(
       *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
   if (absl::Status s = server_->Start(); !s.ok()) {
@@ -192,10 +200,9 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .headers = std::move(envoy_headers),
                               .dynamic_metadata = flags_.dynamic_metadata});
   int grpc_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server = StartGrpcServer(
-      env::JoinHostPort(settings.grpc.host, settings.grpc.port), *envoy_, grpc_port,
-      flags_.grpc_tls);
-  if (!grpc_server.ok()) {
+  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
+      StartGrpcServer(grpc_address, *envoy_, grpc_port, flags_.grpc_tls);
+  if (!grpc_server.ok()) {  // Taken since it was tried, or refused for its TLS files.
     StopListeners(Micros{0});
     return grpc_server.status();
   }

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -240,6 +241,46 @@ class AcquireTest(unittest.TestCase):
         denied = self.client.acquire(max_wait=0.05, **ask)
         self.assertFalse(denied.allowed)
         self.assertTrue(denied.retry_after > 0.05, denied)
+
+
+class UnmatchedTest(unittest.TestCase):
+    """A request no rule matches is admitted with no limit: the answer says "unmatched", and
+    an acquire or a lease warns (docs/python.md's lease once named a domain no rule had, and
+    its block ran unlimited with nothing said)."""
+
+    typo = dict(domain="jobs", descriptors=[{"job": "export"}])  # The rules have domain api.
+
+    def setUp(self):
+        self.client = sluice.Client(url(), timeout=30)
+        self.addCleanup(self.client.close)
+
+    def test_a_lease_no_rule_matches_warns_at_the_with_line(self):
+        with self.assertWarnsRegex(sluice.UnmatchedWarning,
+                                   r"domain 'jobs', descriptors \[\{'job': 'export'\}\]") as cm:
+            with self.client.lease(max_wait=0, **self.typo) as held:
+                self.assertEqual((held.allowed, held.lease, held.unmatched), (True, None, True))
+        self.assertEqual(cm.filename, os.path.abspath(__file__))
+
+    def test_an_acquire_no_rule_matches_warns(self):
+        for ask in (self.typo, dict(domain="api", descriptors=[{"jobs": "export"}])):
+            with self.assertWarns(sluice.UnmatchedWarning) as cm:
+                d = self.client.acquire(max_wait=0, **ask)
+            self.assertEqual((d.allowed, d.remaining, d.limits, d.unmatched),
+                             (True, None, [], True))
+            self.assertEqual(cm.filename, os.path.abspath(__file__))
+
+    def test_what_a_rule_matches_says_nothing(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", sluice.UnmatchedWarning)
+            with self.client.lease(max_wait=30, domain="api",
+                                   descriptors=[{"job": "export"}]) as held:
+                self.assertIsNotNone(held.lease)
+                self.assertFalse(held.unmatched)
+            ad_hoc = self.client.acquire(max_wait=0, key="unmatched-test", limit=1, period="1h")
+            self.assertFalse(ad_hoc.unmatched)
+            # A check is a value: "unmatched" is there to read, and nothing is said.
+            check = self.client.check(**self.typo)
+            self.assertEqual((check.allowed, check.unmatched), (True, True))
 
 
 class UnreachableTest(unittest.TestCase):
@@ -507,25 +548,27 @@ class DecoratorTest(unittest.TestCase):
 
 
 class InstallTest(unittest.TestCase):
-    def test_pip_installs_the_folder_with_debians_setuptools(self):
-        # As docs/python.md says: Debian's pip, setuptools and wheel, no index (no PyPI here).
-        # From a copy: setuptools builds in the folder it is given (build/, *.egg-info), and
-        # two runs of this test side by side would share one.
+    def test_pip_installs_the_folder_in_a_venv_as_docs_python_md_says(self):
+        # On the Python running this test: ctest runs it on pyenv's python3, which has no
+        # `wheel` (setuptools then failed: "invalid command 'bdist_wheel'"), and on Debian's.
+        # No index: the package builds itself (build_backend.py).
         work = tempfile.mkdtemp(prefix="sluice-pip-")
         self.addCleanup(shutil.rmtree, work, True)
-        source, target = os.path.join(work, "python"), os.path.join(work, "target")
-        shutil.copytree(os.path.join(ROOT, "clients", "python"), source,
-                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-index",
-                        "--no-build-isolation", "--target", target, source], check=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        venv = os.path.join(work, ".venv")
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        python = os.path.join(venv, "bin", "python")
+        install = subprocess.run([python, "-m", "pip", "install", "--no-index",
+                                  os.path.join(ROOT, "clients", "python")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(install.returncode, 0, install.stdout)
         code = ("import sluice, sys; print(sluice.__file__); "
                 "print(sluice.Client(sys.argv[1]).check(key='pip', limit=1, period='1h').allowed)")
-        out = subprocess.run([sys.executable, "-c", code, url()], check=True, cwd=target,
-                             env=dict(os.environ, PYTHONPATH=target), stdout=subprocess.PIPE,
-                             text=True).stdout.split()
-        self.assertEqual(out, [os.path.join(target, "sluice", "__init__.py"), "True"])
-
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        out = subprocess.run([python, "-c", code, url()], check=True, cwd=work, env=env,
+                             stdout=subprocess.PIPE, text=True).stdout.split()
+        self.assertEqual(len(out), 2, out)
+        self.assertTrue(out[0].startswith(os.path.join(venv, "lib")), out)  # Installed, a copy.
+        self.assertEqual(out[1], "True")
 
 if __name__ == "__main__":
     sluiced.main(verbosity=2)

@@ -178,6 +178,27 @@ class LeaseTest(SluicedTest):
         self.assertGreaterEqual(time.monotonic() - start, 2, body)
         self.assertLess(body["waited_us"], 30_000_000, body)
 
+    def test_an_answer_no_rule_matched_says_unmatched(self):
+        # A misspelt key, an unknown domain: admitted with no limit and no lease, and said.
+        for domain, key in ((DOMAIN, "slots"), ("t-no-such-domain", "slot_long")):
+            for path in ("/v1/acquire", "/v1/check"):
+                resp = SERVER.request("POST", path, {
+                    "domain": domain, "descriptors": [{"entries": [{"key": key, "value": "x"}]}]})
+                body = self.assertAllowed(resp)
+                self.assertEqual((body.get("unmatched"), body["remaining"], body["limits"]),
+                                 (True, None, []), resp)
+                self.assertNotIn("lease", body)
+        # What a rule matched, an unlimited one included, and an ad hoc limit: not said.
+        held = self.assertAllowed(self.take("t-lease-5", key="slot_long"))
+        self.assertNotIn("unmatched", held)
+        self.assertEqual(self.release(held["lease"]).json(), {"released": True})
+        for body in ({"domain": DOMAIN,
+                      "descriptors": [{"entries": [{"key": "health", "value": "t-unm"}]}]},
+                     {"key": "t-unmatched", "limit": 5, "period": "1s"}):
+            answer = self.assertAllowed(SERVER.request("POST", "/v1/acquire", body))
+            self.assertNotIn("unmatched", answer)
+            self.assertNotEqual(answer["limits"], [])
+
     def test_bad_releases_are_400(self):
         self.assertBadRequest(SERVER.request("POST", "/v1/release", {}), "lease is missing")
         self.assertBadRequest(self.release(5), "lease", "string")

@@ -7,6 +7,8 @@ a request still arriving when SIGTERM comes, one server per port, flags refused,
 """
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -121,6 +123,17 @@ class LifecycleTest(unittest.TestCase):
         self.assertIn(b"Connection: close", answer)
         self.assertEqual(self.server.proc.wait(timeout=60), 0)
 
+    def await_grpc_port(self):
+        """The gRPC port of self.server, from its log's line (written after the HTTP one)."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = re.findall(r"on grpc://127\.0\.0\.1:(\d+)", self.server.output())
+            if found:
+                return int(found[0])
+            self.assertIsNone(self.server.proc.poll(), self.server.output())
+            time.sleep(0.02)
+        self.fail("no gRPC line in the log within 120 s")
+
     def await_refused(self):
         """Waits (60 s at most) until the server refuses new connections: it is draining."""
         deadline = time.monotonic() + 60
@@ -140,6 +153,24 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(second.returncode, 2)
         self.assertIn("Address already in use", second.stderr)
         # The first still answers every request itself: its limit holds.
+        statuses = [self.server.check("solo", domain="none")[0] for _ in range(3)]
+        self.assertEqual(statuses, [200, 200, 200])
+
+    def test_a_second_server_on_the_same_grpc_port_stops_before_it_listens(self):
+        # As a newcomer meets it: `make run` twice, the second with another --http, both on the
+        # default gRPC port. It once said "listening on http://...", then gRPC's raw error.
+        self.server = sluiced.Sluiced(self.workdir)
+        grpc_port = self.await_grpc_port()
+        second = subprocess.run(
+            [sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc", f"127.0.0.1:{grpc_port}"],
+            capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+        said = second.stdout + second.stderr
+        self.assertEqual(second.returncode, 2, said)
+        self.assertNotIn("listening", said)
+        [line] = said.splitlines()  # One line, and no gRPC log of its own.
+        self.assertIn(f"127.0.0.1:{grpc_port}: Address already in use", line)
+        self.assertIn("--grpc", line)
+        self.assertEqual(second.stderr, said)  # An error, on stderr.
         statuses = [self.server.check("solo", domain="none")[0] for _ in range(3)]
         self.assertEqual(statuses, [200, 200, 200])
 

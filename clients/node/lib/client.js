@@ -39,6 +39,7 @@ class Client {
     this.timeout = timeout;
     this.onError = onError;
     this.errorRetryAfter = errorRetryAfter;
+    this._warned = new Set(); // The unmatched warnings given (see _warnUnmatched).
   }
 
   /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost}) or rules
@@ -48,10 +49,26 @@ class Client {
   }
 
   /** POST /v1/acquire: waits on the server up to `maxWait` (seconds or '30s', default 30 s)
-   * until the request may go ahead, charged then. */
-  acquire({ maxWait = 30, ...options } = {}) {
+   * until the request may go ahead, charged then. Emits a warning (SluiceUnmatchedWarning)
+   * when no rule matched: nothing then limits what it admits. */
+  async acquire({ maxWait = 30, ...options } = {}) {
     const request = body(options, maxWait);
-    return this._decide('/v1/acquire', request, this.timeout + secondsOf(duration(maxWait, 'maxWait')));
+    const decision = await this._decide('/v1/acquire', request,
+      this.timeout + secondsOf(duration(maxWait, 'maxWait')));
+    if (decision.unmatched) this._warnUnmatched(options);
+    return decision;
+  }
+
+  // A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit does,
+  // and a caller may mean it; but a misspelt domain or key would otherwise run unlimited (and a
+  // lease without a lease) with nothing to say so. Once per request shape, as Python's warnings
+  // are once per place: process.emitWarning prints every time, and an acquire may be in a loop.
+  _warnUnmatched({ domain, descriptors }) {
+    const message = `sluice: no rule of sluiced matched domain ${JSON.stringify(domain)}, ` +
+      `descriptors ${JSON.stringify(descriptors)}: admitted with no limit and no lease`;
+    if (this._warned.has(message) || this._warned.size >= 100) return;
+    this._warned.add(message);
+    process.emitWarning(message, { type: 'SluiceUnmatchedWarning', code: 'SLUICE_UNMATCHED' });
   }
 
   /** POST /v1/release: true when the lease was held, false when it had expired or was

@@ -45,6 +45,8 @@ function fromAnswer(status, answer, headers) {
     lease: answer.lease ?? null,
     leaseTtl: seconds(answer.lease_ttl_us),
     limits: Array.isArray(answer.limits) ? answer.limits.map(limitOf) : [],
+    // No rule matched the request (its domain or descriptors name none): admitted, unlimited.
+    unmatched: answer.unmatched === true,
     never: retryAfter === Infinity,
     status,
     headers: passed,
@@ -65,6 +67,7 @@ function failed(error, allowed, retryAfter) {
     lease: null,
     leaseTtl: 0,
     limits: [],
+    unmatched: false,
     never: false,
     status: null,
     headers: {},

@@ -11,10 +11,10 @@ from .aio import AsyncClient
 from .client import Client
 from .decision import Decision, Limit
 from .decorator import limited
-from .errors import BadRequest, RateLimited, SluiceError
+from .errors import BadRequest, RateLimited, SluiceError, UnmatchedWarning
 from .lease import Lease
 from .tasks import take_turn
 
 __all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Lease", "Limit", "RateLimited",
-           "SluiceError", "limited", "take_turn"]
+           "SluiceError", "UnmatchedWarning", "limited", "take_turn"]
 __version__ = "0.1.0"

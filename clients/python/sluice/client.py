@@ -15,10 +15,11 @@ import logging
 import os
 import threading
 import urllib.parse
+import warnings
 
 from . import decision as decisions
 from . import request
-from .errors import BadRequest
+from .errors import BadRequest, UnmatchedWarning
 from .lease import Lease
 
 log = logging.getLogger("sluice")
@@ -60,10 +61,24 @@ class Client:
 
     def acquire(self, max_wait=30.0, **kwargs):
         """POST /v1/acquire: waits on the server, up to `max_wait` (seconds or "30s"), until
-        the request may go ahead, charged then. The arguments of check()."""
+        the request may go ahead, charged then. The arguments of check(). Warns
+        (UnmatchedWarning) when no rule matched: nothing then limits what it admits."""
+        return self._acquire(max_wait, kwargs, stacklevel=3)
+
+    def _acquire(self, max_wait, kwargs, stacklevel):
+        """acquire(), its warning pointed `stacklevel` frames up (the caller's line)."""
         body = request.body(max_wait=max_wait, **kwargs)
         wait = request.duration(max_wait, "max_wait")
-        return self._decide("/v1/acquire", body, self.timeout + _seconds_of(wait))
+        decision = self._decide("/v1/acquire", body, self.timeout + _seconds_of(wait))
+        if decision.unmatched:
+            # A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit
+            # does, and a caller may mean it; but a misspelt domain or key would otherwise run
+            # unlimited, and, for a lease, without a lease, with nothing to say so.
+            warnings.warn("sluice: no rule of sluiced matched domain %r, descriptors %r: "
+                          "admitted with no limit and no lease"
+                          % (kwargs.get("domain"), kwargs.get("descriptors")),
+                          UnmatchedWarning, stacklevel=stacklevel)
+        return decision
 
     def release(self, lease):
         """POST /v1/release: gives a lease back. True when it was held, False when it had
@@ -81,7 +96,7 @@ class Client:
 
     def lease(self, max_wait=30.0, **kwargs):
         """A context manager holding a lease of a concurrency limit while its block runs:
-        `with client.lease(domain="jobs", descriptors=[{"job": "export"}]):`. Raises
+        `with client.lease(domain="api", descriptors=[{"export": "csv"}]):`. Raises
         RateLimited when none is granted within max_wait; gives it back however the block
         ends."""
         return Lease(self, max_wait, kwargs)

@@ -45,6 +45,8 @@ class Decision:
     - delay: seconds a leaky_bucket asks the caller to wait before going ahead (check only).
     - waited: seconds sluiced held an acquire before answering.
     - lease, lease_ttl: the lease taken on a concurrency limit, to give back with release().
+    - unmatched: True when no rule matched the request (its domain or descriptors name none),
+      which sluiced admits with no limit.
     - error: why sluiced could not decide (unreachable, timed out, 5xx); then `allowed` is the
       client's on_error policy, and `retry_after` is the client's error_retry_after.
     """
@@ -59,6 +61,7 @@ class Decision:
     lease: Optional[str] = None
     lease_ttl: float = 0.0
     limits: List[Limit] = dataclasses.field(default_factory=list)
+    unmatched: bool = False
     status: Optional[int] = None
     error: Optional[str] = None
 
@@ -93,7 +96,8 @@ def from_answer(status, answer):
                     waited=_seconds(answer.get("waited_us")),
                     over_soft=bool(answer.get("over_soft", False)), lease=answer.get("lease"),
                     lease_ttl=_seconds(answer.get("lease_ttl_us")),
-                    limits=[_limit(e) for e in answer.get("limits") or []], status=status)
+                    limits=[_limit(e) for e in answer.get("limits") or []],
+                    unmatched=answer.get("unmatched") is True, status=status)
 
 
 def failed(error, allowed, retry_after):

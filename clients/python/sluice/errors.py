@@ -28,3 +28,9 @@ class RateLimited(SluiceError):
             reason = "retry after %.3f s" % decision.retry_after
         super().__init__("%s rate limited: %s" % (what, reason))
         self.decision = decision
+
+
+class UnmatchedWarning(UserWarning):
+    """An acquire or a lease that no rule of sluiced matched (the answer's "unmatched"): it
+    was admitted with no limit and no lease, as sluiced admits what no rule names. Most often
+    a domain or a descriptor key that the rules file spells otherwise."""

@@ -15,7 +15,8 @@ log = logging.getLogger("sluice")
 class Lease:
     """`with client.lease(...) as decision:` (or `async with` on an AsyncClient's). The value
     is the acquire's Decision; `decision.lease` is None when the on_error policy admitted the
-    block without sluiced, or when no concurrency limit applied."""
+    block without sluiced, or when no concurrency limit applied (an UnmatchedWarning says so
+    when no rule at all matched)."""
 
     def __init__(self, client, max_wait, request):
         self._client = client  # A sync Client: the async form runs its calls in a thread.
@@ -24,7 +25,8 @@ class Lease:
         self.decision = None
 
     def __enter__(self):
-        decision = self._client.acquire(max_wait=self._max_wait, **self._request)
+        # The warning of an acquire no rule matched points at the `with` line.
+        decision = self._client._acquire(self._max_wait, self._request, stacklevel=3)
         if not decision.allowed:
             raise RateLimited(decision, "lease")
         self.decision = decision

@@ -189,6 +189,32 @@ async function answering(answers) {
   return { url: `http://127.0.0.1:${s.address().port}`, close: () => new Promise((r) => s.close(r)) };
 }
 
+test('a lease or an acquire no rule matches warns, once for each request', async (t) => {
+  // docs/node.md's lease once named a domain no rule had: its function ran unlimited, without a
+  // lease, and nothing said so. The answer now says "unmatched", and the client warns.
+  const said = [];
+  const onWarning = (w) => { if (w.code === 'SLUICE_UNMATCHED') said.push([w.name, w.message]); };
+  process.on('warning', onWarning);
+  t.after(() => process.off('warning', onWarning));
+  const typo = { domain: 'jobs', descriptors: [{ job: 'export' }] }; // The rules' domain is api.
+  const ran = await client.withLease({ ...typo, maxWait: 0 }, async (d) => [d.allowed, d.lease, d.unmatched]);
+  assert.deepEqual(ran, [true, null, true]);
+  assert.equal((await client.acquire({ ...typo, maxWait: 0 })).unmatched, true); // Said once.
+  const key = await client.acquire({ domain: 'api', descriptors: [{ jobs: 'export' }], maxWait: 0 });
+  assert.deepEqual([key.allowed, key.remaining, key.limits, key.unmatched], [true, null, [], true]);
+  // What a rule matches says nothing; a check is a value, "unmatched" there to read.
+  await client.withLease({ ...EXPORT, maxWait: 30 }, async (held) => assert.ok(held.lease && !held.unmatched));
+  assert.equal((await client.acquire({ key: 'unmatched', limit: 1, period: '1h', maxWait: 0 })).unmatched, false);
+  const check = await client.check(typo);
+  assert.deepEqual([check.allowed, check.unmatched], [true, true]);
+  await new Promise(setImmediate); // emitWarning emits on the next tick.
+  const tail = 'admitted with no limit and no lease';
+  assert.deepEqual(said, [
+    ['SluiceUnmatchedWarning', `sluice: no rule of sluiced matched domain "jobs", descriptors [{"job":"export"}]: ${tail}`],
+    ['SluiceUnmatchedWarning', `sluice: no rule of sluiced matched domain "api", descriptors [{"jobs":"export"}]: ${tail}`],
+  ]);
+});
+
 test('a 4xx other than 400 follows the policy (a proxy, a wrong path prefix)', async () => {
   for (const status of [403, 404, 408, 413]) {
     const s = await answering({ '/v1/check': [status, { error: 'not sluiced' }],
