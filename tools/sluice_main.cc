@@ -104,6 +104,16 @@ int RunSimulate(const SimulateFlags& flags) {
   return 0;
 }
 
+// An answer that says no rule matched the request's descriptors (a misspelt domain or key)
+// limits nothing: said on stderr, as the Python and Node clients warn of it, so that a script
+// pacing itself with `sluice acquire` does not run unlimited without a word.
+void WarnIfUnmatched(std::string_view command, const nlohmann::json& json) {
+  if (json.is_object() && json.value("unmatched", false)) {
+    std::cerr << "sluice " << command
+              << ": warning: no rule matched these descriptors; nothing limits them\n";
+  }
+}
+
 // POSTs `body` to `path` on the server of --server `server`.
 absl::StatusOr<HttpAnswer> Post(std::string_view server, std::string_view path,
                                 const std::string& body, std::string_view timeout) {
@@ -126,6 +136,7 @@ int RunCheck(const CheckFlags& flags) {
     return kUsageError;
   }
   std::cout << answer->body << "\n";
+  WarnIfUnmatched("check", nlohmann::json::parse(answer->body, nullptr, false));
   if (answer->status == 200) {
     return 0;
   }
@@ -160,6 +171,7 @@ int RunAcquire(const CheckFlags& flags) {
     return kUsageError;
   }
   const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  WarnIfUnmatched("acquire", json);
   if (answer->status == 200) {
     // A concurrency limit's lease, for `sluice release`: the only output on success.
     if (json.is_object() && json.contains("lease") && json["lease"].is_string()) {

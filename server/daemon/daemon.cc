@@ -544,7 +544,7 @@ std::string Daemon::StoreMetrics() const {
         "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
         "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
         "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total {}\n"
-        "# HELP sluice_redis_failures_total Decisions Redis did not answer in time.\n"
+        "# HELP sluice_redis_failures_total Decisions Redis did not answer, for any reason.\n"
         "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
         "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local policy.\n"
         "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"

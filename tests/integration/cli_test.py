@@ -2,8 +2,9 @@
 """The command lines of sluice and sluiced as their users meet them: --version on both (and the
 build in /metrics), a misspelt subcommand answered with the right one, a subcommand's error
 pointing to its own --help, --server as typed, host names in --http, `sluiced --check-config`
-(exit 0 with a summary, or 2 with every broken file's error, binding nothing), and requests to
-a domain no rule knows counted and logged. Python 3 standard library only.
+(exit 0 with a summary, or 2 with every broken file's error, binding nothing), requests to
+a domain no rule knows counted and logged, and `sluice check`/`acquire` warning of descriptors
+no rule matched. Python 3 standard library only.
 
     python3 tests/integration/cli_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
 """
@@ -232,6 +233,30 @@ class UnknownDomainTest(unittest.TestCase):
             log = server.output()
             self.assertIn("domain 'shoq?' has no rules", log)
             self.assertIn("domain '%s'... has no rules" % ("x" * 64), log)
+        finally:
+            server.cleanup()
+
+
+class UnmatchedTest(unittest.TestCase):
+    """`sluice check` and `sluice acquire` say on stderr when no rule matched: the descriptors
+    are limited by nothing (a misspelt key, say), as the Python and Node clients warn."""
+
+    def test_check_and_acquire_warn_when_no_rule_matched_and_only_then(self):
+        server = sluiced.Sluiced.with_rules(GOOD_RULES).start()
+        try:
+            address = "127.0.0.1:%d" % server.port
+            warning = "no rule matched these descriptors"
+            for command in ("check", "acquire"):
+                with self.subTest(command=command):
+                    misspelt = run(sluiced.SLUICE, command, "--server", address, "--domain",
+                                   "shop", "--descriptor", "usr=a")
+                    self.assertEqual(misspelt.returncode, 0, misspelt.stderr)
+                    self.assertIn("sluice %s: warning: %s" % (command, warning),
+                                  misspelt.stderr)
+                    limited = run(sluiced.SLUICE, command, "--server", address, "--domain",
+                                  "shop", "--descriptor", "user=" + command)
+                    self.assertEqual(limited.returncode, 0, limited.stderr)
+                    self.assertNotIn(warning, limited.stderr)
         finally:
             server.cleanup()
 
