@@ -320,9 +320,8 @@ class Runner:
         self.args = args
         self.sluice = args.sluice
         # (driver, HOST:PORT, seed) when the Memcached store decides; None for `sluice simulate`.
-        self.memcached = None
-        if memcached_address is not None:
-            self.memcached = (args.memcached, memcached_address, args.seed)
+        self.memcached = (None if memcached_address is None
+                          else (args.memcached, memcached_address, args.seed))
         self.by_algorithm = {alg: 0 for alg in ALGORITHMS}
         self.passed = 0
         self.failed = 0
@@ -575,8 +574,7 @@ def main():
             print(f"cannot run memcached: {e}")
             print("0 passed, 1 failed")
             return 1
-        print("passed by algorithm: " + ", ".join(f"{alg} {n}"
-                                                  for alg, n in run.by_algorithm.items()))
+        print("passed by algorithm: " + ", ".join(f"{a} {n}" for a, n in run.by_algorithm.items()))
         if not args.only and min(run.by_algorithm.values()) == 0:
             run.fail("algorithms", ["an algorithm the store supports had no passing trace"])
     if run.rejected:
