@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -346,9 +347,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool counted_ = false;  // In in_flight_.
   beast::flat_buffer buffer_;
-  std::string wire_;                 // The response being written; its capacity stays for the next.
+  std::string wire_;  // The response being written; its capacity stays for the next.
   HttpHandler::CancelWait cancel_wait_;  // Set while a request waits (acquire).
-  bool answered_ = false;            // The request just read has its answer.
+  bool answered_ = false;                // The request just read has its answer.
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
   HttpHandler& api_;
@@ -424,8 +425,8 @@ absl::Status HttpServer::Start() {
   }
   // One listening socket, on the first loop; each accepted connection is handed to the loop of
   // the core its packets came in on (SO_INCOMING_CPU), within kLoopSlack of the loop with the
-  // fewest, and lives there (Destination). (SO_REUSEPORT, a socket per loop, would also let a second
-  // sluiced bind the same port and silently split the traffic and the counts.)
+  // fewest, and lives there (Destination). (SO_REUSEPORT, a socket per loop, would also let a
+  // second sluiced bind the same port and silently split the traffic and the counts.)
   Tcp::acceptor& acceptor = loops_.front()->acceptor;
   const Tcp::endpoint endpoint(address, options_.port);
   auto failed = [&](std::string_view step) {
@@ -451,32 +452,39 @@ absl::Status HttpServer::Start() {
   return absl::OkStatus();
 }
 
+std::optional<int> IncomingCpu(int fd) {
+  int cpu = -1;
+  socklen_t size = sizeof(cpu);
+  if (::getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &size) != 0 || cpu < 0) {
+    return std::nullopt;
+  }
+  return cpu;
+}
+
+size_t ChooseLoop(std::optional<int> cpu, size_t in_turn, std::span<const int64_t> connections,
+                  int64_t slack) {
+  const size_t preferred =
+      (cpu.has_value() ? static_cast<size_t>(*cpu) : in_turn) % connections.size();
+  const size_t fewest = static_cast<size_t>(
+      std::min_element(connections.begin(), connections.end()) - connections.begin());
+  return connections[preferred] > connections[fewest] + slack ? fewest : preferred;
+}
+
 // On loopback, and with receive flow steering, a connection's packets come in on the core
 // its client sent from: the loop numbered as that core (modulo the loops) then serves a client
 // thread's connections on one loop, which the scheduler keeps on the client's core. Requests
 // then cross no cores, each crossing a wait for another core that, with the cores busy, can
-// last up to a scheduler tick (docs/server.md, "The two-loop tail").
+// last up to a scheduler tick (docs/server.md, "The two-loop tail"). The slack keeps clients
+// that all send from one core from putting everything on one loop. The choice is ChooseLoop,
+// pure, so that its cases are tested without steering packets to cores.
 HttpServer::Loop& HttpServer::Destination(int fd) {
-  int cpu = -1;
-  socklen_t size = sizeof(cpu);
-  size_t index = 0;
-  if (::getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &size) == 0 && cpu >= 0) {
-    index = static_cast<size_t>(cpu) % loops_.size();
-  } else {
-    index = next_loop_++ % loops_.size();  // Not known: in turn.
-  }
-  Loop* fewest = loops_.front().get();
+  const std::optional<int> cpu = IncomingCpu(fd);
+  const size_t in_turn = cpu.has_value() ? 0 : next_loop_++;  // Not known: in turn.
+  absl::InlinedVector<int64_t, 8> connections;
   for (const auto& loop : loops_) {
-    if (loop->connections.load(std::memory_order_relaxed) <
-        fewest->connections.load(std::memory_order_relaxed)) {
-      fewest = loop.get();
-    }
+    connections.push_back(loop->connections.load(std::memory_order_relaxed));
   }
-  Loop& preferred = *loops_[index];
-  return preferred.connections.load(std::memory_order_relaxed) >
-                 fewest->connections.load(std::memory_order_relaxed) + kLoopSlack
-             ? *fewest
-             : preferred;
+  return *loops_[ChooseLoop(cpu, in_turn, connections, kLoopSlack)];
 }
 
 std::vector<int64_t> HttpServer::connections_per_loop() const {

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +37,21 @@ struct HttpServerOptions {
   Micros read_timeout{10'000'000};  // For a whole request, from its first byte.
   Micros idle_timeout{60'000'000};  // For a keep-alive connection waiting for a request.
 };
+
+// The core the packets of the connection on `fd` came in on (SO_INCOMING_CPU); nullopt when
+// the kernel does not say: getsockopt fails (not a socket, a kernel without the option) or
+// gives a negative core (no packet seen yet).
+std::optional<int> IncomingCpu(int fd);
+
+// Where HttpServer hands a connection it has just accepted: the index of the loop, given each
+// loop's open connections (`connections`, one count per loop, in order). The loop of the
+// core its packets came in on (`cpu` modulo the loops: more cores than loops share them),
+// unless that loop holds more than `slack` connections beyond the loop with the fewest (the
+// first of them, if several), which then takes it. When the core is not known, the loop
+// `in_turn` (modulo the loops) stands for the core's. Pure: the caller reads the counts.
+// REQUIRES: !connections.empty(), slack >= 0.
+size_t ChooseLoop(std::optional<int> cpu, size_t in_turn, std::span<const int64_t> connections,
+                  int64_t slack);
 
 class HttpServer {
  public:

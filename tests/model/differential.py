@@ -4,6 +4,17 @@
 
     python3 tests/model/differential.py --sluice build/bin/sluice [--seed S] [--traces T]
                                         [--only I] [--keep DIR] [--no-errors] [-v]
+    python3 tests/model/differential.py --memcached build/bin/sluice_memcached_simulate [...]
+
+With --memcached DRIVER (build/bin/sluice_memcached_simulate) the traces are decided by the
+Memcached store instead: the driver feeds each row through a MemcachedStore at the row's time,
+on a memcached this script starts on a free loopback port (Debian's `memcached` on the PATH),
+and writes the decisions as `sluice simulate` does. The store keeps each state in memcached
+between rows, so this checks its items and its gets/cas path against the model, not the same
+`Decide` twice. Its sliding_log limits and trace times are drawn within the store's bounds
+(MemoryStore::kMaxSlidingLogLimit, times before 2200), and its figures saturate at int64
+microseconds (sluice's Decision) where the model's exceed them; the error cases (the trace
+reader, shared with `sluice simulate`) are not repeated.
 
 Every case i is generated from random.Random(f"{seed}:{i}"), so one failing case can be
 replayed alone with `--seed S --only I`.  Failing traces are kept (under --keep, default a
@@ -19,6 +30,7 @@ import random
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +54,10 @@ MAX_N = 10**9
 MAX_B = 10**9
 T_CAP = 10**17  # keep trace times far from int64 overflow of (w+2)*P etc.
 EPOCH_NOW = 1_700_000_000_000_000
+# The Memcached store's bounds (it keeps the memory store's compact states): sliding_log limits
+# up to MemoryStore::kMaxSlidingLogLimit, times before MemoryStore::kLatest (2200-01-01).
+MEMCACHED_MAX_SLIDING_LOG = 10_000
+MEMCACHED_T_CAP = 7_258_118_400_000_000 - 1000
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,8 +136,9 @@ def gen_period_flag(rng, P):
     return period_flag
 
 
-def gen_rows(rng, N, P, cap):
-    """The trace: (time, key, cost) rows on 1 to 3 keys, with steps from 0 to far beyond P."""
+def gen_rows(rng, N, P, cap, t_cap=T_CAP):
+    """The trace: (time, key, cost) rows on 1 to 3 keys, with steps from 0 to far beyond P, at
+    times below t_cap."""
     nrows = rng.choice([1, 2, 3, rng.randint(1, 20), rng.randint(1, 200), rng.randint(100, 200)])
     t = EPOCH_NOW + rng.randint(0, 10**14) if rng.random() < 0.8 else rng.randint(0, 10**6)
     if rng.random() < 0.3 and t > P:  # start exactly on (or next to) a window edge
@@ -150,7 +167,7 @@ def gen_rows(rng, N, P, cap):
         else:
             inc = rng.choice([rng.randint(0, 1000 * P), rng.randint(0, 400 * DAY),
                               rng.randint(0, 10**15)])
-        if t + inc >= T_CAP:
+        if t + inc >= t_cap:
             inc = rng.randint(0, 100)
         t += inc
     return rows
@@ -169,10 +186,17 @@ def gen_columns(rng, rows):
     return columns, rows
 
 
-def gen_case(seed, i):
+def gen_case(seed, i, bounds=None):
+    """Case i of the seed. bounds: (the largest sliding_log limit, the time cap) of a backend
+    with narrower ranges than `sluice simulate`'s; a larger sliding_log N is drawn again below
+    it (the draw happens only then, so that without bounds every case is the one earlier
+    versions generated), and the trace's times stay below the cap."""
+    max_sliding_log, t_cap = bounds if bounds is not None else (None, T_CAP)
     rng = random.Random(f"{seed}:{i}")
     alg = rng.choice(ALGORITHMS)
     N = gen_limit(rng)
+    if alg == "sliding_log" and max_sliding_log is not None and N > max_sliding_log:
+        N = log_uniform(rng, 1, max_sliding_log)
     P = gen_period(rng)
     B = None
     K = None
@@ -185,7 +209,7 @@ def gen_case(seed, i):
     if alg not in ("token_bucket", "gcra", "leaky_bucket"):
         cap = N
     period_flag = gen_period_flag(rng, P)
-    rows = gen_rows(rng, N, P, cap)
+    rows = gen_rows(rng, N, P, cap, t_cap)
     columns, rows = gen_columns(rng, rows)
     return {
         "index": i, "algorithm": alg, "N": N, "P": P, "B": B, "K": K, "pass_k": pass_k,
@@ -222,9 +246,16 @@ def write_trace(path, rows, columns=3, raw_lines=None):
             f.write([f"{t}", f"{t},{k}", f"{t},{k},{c}"][columns - 1] + "\n")
 
 
-def command(sluice, case, trace):
-    cmd = [sluice, "simulate", "--algorithm", case["algorithm"], "--limit", str(case["N"]),
-           "--period", case["period_flag"]]
+def command(sluice, case, trace, memcached=None):
+    """`sluice simulate` of the case; with memcached (the driver, the server's HOST:PORT and
+    the seed), the driver's command, its items under a prefix of their own."""
+    if memcached is None:
+        cmd = [sluice, "simulate"]
+    else:
+        driver, address, seed = memcached
+        cmd = [driver, "--memcached", address, "--prefix", f"d{seed}-{case['index']}:"]
+    cmd += ["--algorithm", case["algorithm"], "--limit", str(case["N"]),
+            "--period", case["period_flag"]]
     if case["B"] is not None:
         cmd += ["--burst", str(case["B"])]
     if case["pass_k"]:
@@ -253,9 +284,14 @@ def describe(case):
             f" rows={len(case['rows'])} columns={case['columns']}")
 
 
-def expected_rows(case):
+def expected_rows(case, saturate=False):
+    """The model's rows; with saturate, each time figure above int64 microseconds written as
+    INT64_MAX, as sluice's Decision holds it (sluice/algorithms.h's Narrow)."""
     out = spec_model.simulate(case["rows"], case["algorithm"], case["N"], case["P"],
                               case["B"], case["K"])
+    if saturate:
+        times = [FIELDS.index(f) for f in ("reset_after_us", "retry_after_us", "delay_us")]
+        out = [[min(x, INT64_MAX) if j in times else x for j, x in enumerate(r)] for r in out]
     return [[str(x) for x in r] for r in out]
 
 
@@ -280,9 +316,13 @@ def fmt_row(r):
 
 
 class Runner:
-    def __init__(self, args):
+    def __init__(self, args, memcached_address=None):
         self.args = args
         self.sluice = args.sluice
+        # (driver, HOST:PORT, seed) when the Memcached store decides; None for `sluice simulate`.
+        self.memcached = (None if memcached_address is None
+                          else (args.memcached, memcached_address, args.seed))
+        self.by_algorithm = {alg: 0 for alg in ALGORITHMS}
         self.passed = 0
         self.failed = 0
         self.rejected = 0
@@ -308,7 +348,7 @@ class Runner:
     def run_case(self, case):
         trace = os.path.join(self.tmp, f"case-{case['index']}.csv")
         write_trace(trace, case["rows"], case["columns"])
-        cmd = command(self.sluice, case, trace)
+        cmd = command(self.sluice, case, trace, self.memcached)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -318,8 +358,10 @@ class Runner:
         except OSError as e:  # e.g. the binary is being relinked
             self.fail(describe(case), [f"cannot run the binary: {e}"])
             return
-        replay = (f"replay: python3 {shlex.quote(sys.argv[0])} --sluice {shlex.quote(self.sluice)}"
-                  f" --seed {self.args.seed} --only {case['index']}")
+        binary = (f"--memcached {shlex.quote(self.args.memcached)}" if self.memcached
+                  else f"--sluice {shlex.quote(self.sluice)}")
+        replay = (f"replay: python3 {shlex.quote(sys.argv[0])} {binary}"
+                  + f" --seed {self.args.seed} --only {case['index']}")
         if p.returncode != 0:
             within = (case["N"] <= MAX_N and (case["B"] or 0) <= MAX_B and case["P"] <= MAX_P)
             if p.returncode == 2:
@@ -338,7 +380,7 @@ class Runner:
                                        "command: " + shlex.join(cmd[:-1] + [kept]), replay])
             return
         header, got = parse_output(p.stdout)
-        exp = expected_rows(case)
+        exp = expected_rows(case, saturate=self.memcached is not None)
         problems = []
         if header != HEADER:
             problems.append(f"header: expected {HEADER!r} got {header!r}")
@@ -365,6 +407,7 @@ class Runner:
                                                   replay])
         else:
             self.passed += 1
+            self.by_algorithm[case["algorithm"]] += 1
             if self.args.verbose:
                 print(f"ok   {describe(case)}")
 
@@ -442,10 +485,50 @@ class Runner:
                 print(f"ok   error case: {name}: stderr {p.stderr.strip()[:120]!r}")
 
 
+class Memcached:
+    """Debian's memcached on a free loopback port (no UDP), for --memcached; stopped on exit."""
+
+    def __init__(self):
+        self.proc = None
+        self.port = None
+
+    def __enter__(self):
+        for _ in range(5):  # another process may take the port between the probe and the start
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.port = probe.getsockname()[1]
+            user = "root" if os.geteuid() == 0 else os.environ.get("USER", "nobody")
+            self.proc = subprocess.Popen(
+                ["memcached", "-l", "127.0.0.1", "-p", str(self.port), "-U", "0", "-m", "64",
+                 "-t", "1", "-u", user], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60  # a watchdog: a loaded machine starts slowly
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return self
+                except OSError:
+                    time.sleep(0.01)
+            self.stop()
+        raise RuntimeError("memcached did not start")
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sluice", required=True, help="path to the sluice binary")
+    ap.add_argument("--sluice", help="path to the sluice binary (not needed with --memcached)")
     ap.add_argument("--seed", type=int, default=None, help="default: time-based")
     ap.add_argument("--traces", type=int, default=300)
     ap.add_argument("--only", type=int, action="append",
@@ -456,24 +539,44 @@ def main():
                     help="accept an exit-2 rejection of a limit whose ceil(B*P/N) (the largest "
                          "reset_after of token_bucket/gcra/leaky_bucket) exceeds int64 "
                          "microseconds, even within N,B <= 1e9, P <= 400 days")
+    ap.add_argument("--memcached", metavar="DRIVER",
+                    help="decide through the Memcached store: the path of "
+                         "sluice_memcached_simulate (a memcached is started for the run)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.seed is None:
         args.seed = int(time.time() * 1000) % 10**9
     print(f"seed {args.seed}")
     sys.stdout.flush()
-    if not os.path.exists(args.sluice):
+    if args.memcached is None and (args.sluice is None or not os.path.exists(args.sluice)):
         print(f"no such binary: {args.sluice}")
         print("0 passed, 1 failed")
         return 1
-    args.sluice = os.path.abspath(args.sluice)
-    run = Runner(args)
+    if args.sluice is not None:
+        args.sluice = os.path.abspath(args.sluice)
     start = time.time()
-    indices = args.only if args.only else range(args.traces)
-    for i in indices:
-        run.run_case(gen_case(args.seed, i))
-    if not args.only and not args.no_errors:
-        run.error_cases()
+    if args.memcached is None:
+        run = Runner(args)
+        run_cases(run, args, None)
+        if not args.only and not args.no_errors:
+            run.error_cases()
+    else:
+        if not os.path.exists(args.memcached):
+            print(f"no such binary: {args.memcached}")
+            print("0 passed, 1 failed")
+            return 1
+        args.memcached = os.path.abspath(args.memcached)
+        try:
+            with Memcached() as server:
+                run = Runner(args, server.address)
+                run_cases(run, args, (MEMCACHED_MAX_SLIDING_LOG, MEMCACHED_T_CAP))
+        except (OSError, RuntimeError) as e:  # no memcached on the PATH, or it did not start
+            print(f"cannot run memcached: {e}")
+            print("0 passed, 1 failed")
+            return 1
+        print("passed by algorithm: " + ", ".join(f"{a} {n}" for a, n in run.by_algorithm.items()))
+        if not args.only and min(run.by_algorithm.values()) == 0:
+            run.fail("algorithms", ["an algorithm the store supports had no passing trace"])
     if run.rejected:
         print(f"{run.rejected} case(s) rejected by the binary (exit 2)")
     shutil.rmtree(run.tmp, ignore_errors=True)
@@ -484,6 +587,12 @@ def main():
     print(f"({time.time() - start:.1f} s)")
     print(f"{run.passed} passed, {run.failed} failed")
     return 0 if run.failed == 0 else 1
+
+
+def run_cases(run, args, bounds):
+    indices = args.only if args.only else range(args.traces)
+    for i in indices:
+        run.run_case(gen_case(args.seed, i, bounds))
 
 
 if __name__ == "__main__":
