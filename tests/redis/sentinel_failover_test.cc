@@ -273,9 +273,9 @@ class RedisSentinelTest : public ::testing::Test {
 
   // Decides until one comes from Redis after the store has switched masters, and after every
   // sentinel names the server at `new_port` as the master (the failover is the sentinels',
-  // done). `reorder`, when set, is called whenever the failover has been given up on (the
-  // sentinel that ran it no longer fails over, and still names the old master), to order it
-  // again. Returns the stream and how long it took, printed only.
+  // done). `reorder`, when set, is called (every 100 ms) while they do not all name it yet:
+  // it orders the failover again if the sentinel that ran it gave it up. Returns the stream
+  // and how long it took, printed only.
   std::pair<Stream, std::chrono::milliseconds> DecideUntilSwitched(
       RedisStore& store, const Fleet& fleet, int new_port,
       const std::function<void()>& reorder = nullptr) {
