@@ -195,7 +195,7 @@ TEST(MemcachedStoreTest, ThreadsOfTwoStoresOnOneHotKeyAdmitExactlyTheLimit) {
     EXPECT_GT(conflicts, 0u) << limit.ToString() << ": no write lost a cas in " << round
                              << " rounds: the race was never run";
     std::cout << "[ cas      ] " << AlgorithmName(algorithm) << ": " << conflicts
-              << " conflicts in round " << round << "\n";
+              << " conflicts in " << round << " round(s)\n";
   }
   EXPECT_EQ(a->Stats().cas_exhausted + b->Stats().cas_exhausted, 0u);
 }
@@ -249,7 +249,8 @@ TEST(MemcachedStoreTest, ContentionIsNeverDecidedByTheFailurePolicy) {
   EXPECT_EQ(sa.failures + sb.failures, 0u);  // Lost races are not failures.
   // Each lost call is one write that lost, with no retry left.
   EXPECT_EQ(sa.cas_exhausted + sb.cas_exhausted, static_cast<uint64_t>(lost_in_all));
-  std::cout << "[ cas      ] lost to contention: " << lost_in_all << " in " << round << " rounds\n";
+  std::cout << "[ cas      ] lost to contention: " << lost_in_all << " in " << round
+            << " round(s)\n";
 }
 
 // Threads of two stores asking a global limit and a user's limit together: all six ask the
@@ -318,7 +319,7 @@ TEST(MemcachedStoreTest, RacingRequestsOfTwoLimitsGiveBackWhatTheyDoNotUse) {
   }
   EXPECT_GT(given_back, 0u) << "no request gave a charge back in " << round << " rounds";
   EXPECT_EQ(a->Stats().give_backs_failed + b->Stats().give_backs_failed, 0u);
-  std::cout << "[ give-back ] " << given_back << " in round " << round << "\n";
+  std::cout << "[ give-back ] " << given_back << " in " << round << " round(s)\n";
 }
 
 // Whose clock: each store decides at its caller's time. A server 2 ms ahead opens the next
