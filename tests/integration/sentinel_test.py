@@ -32,7 +32,7 @@ descriptors:
 
 def command(port, *args):
     """One Redis command, in RESP, and the first line of its answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(f"*{len(args)}\r\n".encode() +
                   b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in args))
         return s.recv(4096).decode(errors="replace")
@@ -48,7 +48,7 @@ class Process:
             ["redis-server", *([config] if config else []), "--port", str(self.port), "--bind",
              "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir, "--logfile", log,
              *args])
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # A watchdog: a loaded machine starts slowly.
         while time.monotonic() < deadline:
             try:
                 if command(self.port, "PING").startswith("+PONG"):
@@ -86,7 +86,9 @@ class SentinelTest(unittest.TestCase):
         self.assertEqual(codes, [0] * len(codes))
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def wait_for(self, what, condition, seconds=60):
+    def wait_for(self, what, condition, seconds=300):
+        """Until `condition` holds: the event is what passes; the bound, generous enough for
+        a failover on a loaded machine many times over, fails only one that never comes."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if condition():

@@ -1,6 +1,8 @@
 // RedisStore shared: a fleet of 4 processes x 4 threads on one key of one redis-server, and a
 // Redis Cluster of three masters the tests create, with a slot migrated during traffic.
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -351,11 +351,10 @@ TEST(RedisStoreTest, AClusterUrlToAPlainServerFailsSayingWhy) {
   options->timeout = 60s;
   std::unique_ptr<RedisStore> redis = MustStore(*options);
   const Limit limit = MustLimit({.limit = 5, .period = 1h});
-  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch));
+  // At once: Unavailable for what the server said, not the 60 s timeout's DeadlineExceeded.
   EXPECT_TRUE(absl::IsUnavailable(d.status())) << d.status();
   EXPECT_THAT(d.status().message(), ::testing::HasSubstr("CLUSTER SLOTS"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // Not by the 60 s timeout.
 }
 
 // Waits until `reached`, however long a loaded machine takes; 60 s is only a watchdog.

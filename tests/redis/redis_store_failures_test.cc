@@ -111,27 +111,25 @@ class RedisFailureTest : public ::testing::TestWithParam<FailurePolicy> {
     options.on_failure = GetParam();
     options.timeout = timeout;
     std::unique_ptr<RedisStore> redis = MustStore(options);
-    const auto watchdog = std::chrono::steady_clock::now() + 60s;
-    for (;;) {
+    const auto watchdog = std::chrono::steady_clock::now() + 120s;
+    bool answered = false;
+    while (!answered && std::chrono::steady_clock::now() < watchdog) {
       const uint64_t failures = redis->Stats().failures;
-      if (redis->Decide(limit_, "warm", 1, At(kEpoch)).ok() && redis->Stats().failures == failures) {
-        break;
-      }
-      EXPECT_LT(std::chrono::steady_clock::now(), watchdog) << "Redis never answered";
-      if (std::chrono::steady_clock::now() > watchdog) {
-        break;
-      }
+      answered =
+          redis->Decide(limit_, "warm", 1, At(kEpoch)).ok() && redis->Stats().failures == failures;
     }
+    EXPECT_TRUE(answered) << "Redis never answered";
     const uint64_t failures = redis->Stats().failures;
     EXPECT_TRUE(redis->Decide(limit_, "k", 1, At(kEpoch)).ok());
     EXPECT_EQ(redis->Stats().failures, failures) << "the first decision on k was not Redis's";
     return redis;
   }
 
-  // A deadline that a loaded machine meets, so that only a Redis gone or frozen misses it.
-  static constexpr auto kTimeout = 1s;
-  // How long past its deadline a call may take on a loaded machine: the point is that it ends.
-  static constexpr auto kSlack = 10s;
+  // A deadline that a loaded machine meets (the call after a restart loads the script again),
+  // so that only a Redis gone or frozen misses it. Nothing asserts how long a call took: that
+  // a call ended by its deadline is what its error says (DeadlineExceeded), and a call that
+  // never ended would hang the test.
+  static constexpr auto kTimeout = 5s;
 
   const Limit limit_ = MustLimit({.limit = 2, .period = 1h});
 };
@@ -145,10 +143,7 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
   server.Stop();
   std::vector<absl::StatusOr<Decision>> during;
   for (int i = 0; i < 4; ++i) {
-    const auto start = std::chrono::steady_clock::now();
     during.push_back(redis->Decide(limit, "k", 1, At(kEpoch + 1)));
-    // Bounded by the timeout (with room for a loaded machine), never hanging.
-    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + kSlack);
   }
   switch (GetParam()) {
     case FailurePolicy::kDeny:
@@ -180,7 +175,7 @@ TEST_P(RedisFailureTest, RedisGoneIsDecidedByThePolicyAndServiceResumes) {
   // 250 ms; the watchdog allows a loaded machine far more).
   server.Start();
   const auto back = std::chrono::steady_clock::now();
-  while (redis->Stats().connections_ready == 0 && std::chrono::steady_clock::now() - back < 60s) {
+  while (redis->Stats().connections_ready == 0 && std::chrono::steady_clock::now() - back < 120s) {
     std::this_thread::sleep_for(5ms);
   }
   ASSERT_GT(redis->Stats().connections_ready, 0) << "never reconnected";
@@ -198,17 +193,20 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
   const Limit& limit = limit_;
 
   server.Pause();  // The socket stays open; nothing answers.
+  const uint64_t failed_before = redis->Stats().failures;
   for (int i = 0; i < 3; ++i) {
-    const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Decision> d = redis->Decide(limit, "k", 1, At(kEpoch + 1));
-    EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout + kSlack);
     if (GetParam() == FailurePolicy::kDeny) {
-      EXPECT_TRUE(absl::IsDeadlineExceeded(d.status()) || absl::IsUnavailable(d.status()))
-          << d.status();
+      // The first ended by its deadline, the socket open and silent; the others by it too, or
+      // refused at once as the store gives up on the connection.
+      EXPECT_TRUE(i == 0 ? absl::IsDeadlineExceeded(d.status())
+                         : absl::IsDeadlineExceeded(d.status()) || absl::IsUnavailable(d.status()))
+          << i << ": " << d.status();
     } else {
       EXPECT_TRUE(d.ok()) << d.status();
     }
   }
+  EXPECT_EQ(redis->Stats().failures - failed_before, 3u);  // Each a failure, none Redis's answer.
   server.Resume();
   const auto back = std::chrono::steady_clock::now();
   absl::StatusOr<Decision> d;
@@ -219,7 +217,7 @@ TEST_P(RedisFailureTest, ARedisThatStopsAnsweringMissesTheDeadlineNotTheCaller) 
       break;
     }
     std::this_thread::sleep_for(5ms);
-  } while (std::chrono::steady_clock::now() - back < 60s);
+  } while (std::chrono::steady_clock::now() - back < 120s);  // A watchdog.
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->remaining, 0);  // Redis kept the first admission: this is the second.
 }
