@@ -150,6 +150,10 @@ def quota_mode(t, s):
                         descriptor("user", "quota-within"))
     t.assertEqual([status["code"] for status in answer["statuses"]], ["OVER_LIMIT", "OK"])
     t.assertEqual(answer["overallCode"], "OK")
+    # Both over: over overall (which shadow mode would not say).
+    answer = envoy_json(s, descriptor("user", "quota-over"), descriptor("user", "quota-within",
+                                                                         hits=5))
+    t.assertEqual(answer["overallCode"], "OVER_LIMIT", answer)
 
 
 def x_ratelimit(t, s):
