@@ -62,31 +62,34 @@ def http_listens(t, s):
     t.assertTrue(sluiced.listens(s.proc.pid, s.port), "not on 127.0.0.1:%d" % s.port)
 
 
-def holds(pid, port):
-    """Whether process `pid` listens on 127.0.0.1:`port`, over IPv4 or as IPv6's mapped
-    address (gRPC's sockets): not on every address."""
-    if sluiced.listens(pid, port):
-        return True
+def holds(pid, host, port):
+    """Whether process `pid` listens on `host`:`port` (an IPv4 address), over IPv4 or as
+    IPv6's mapped address (gRPC's sockets): not on every address."""
+    address = "%08X:%04X" % (int.from_bytes(socket.inet_aton(host), "little"), port)
     inodes = set()
-    with open("/proc/net/tcp6") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[1] == "0000000000000000FFFF00000100007F:%04X" % port and fields[3] == "0A":
-                inodes.add("socket:[%s]" % fields[9])
+    for table, prefix in (("/proc/net/tcp", ""), ("/proc/net/tcp6", "0000000000000000FFFF0000")):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[1] == prefix + address and fields[3] == "0A":  # 0A: LISTEN.
+                    inodes.add("socket:[%s]" % fields[9])
     fds = "/proc/%d/fd" % pid
     return any(os.readlink(os.path.join(fds, fd)) in inodes for fd in os.listdir(fds))
 
 
 def grpc_answers(t, s):
-    t.assertTrue(holds(s.proc.pid, s.grpc_port), "not on 127.0.0.1:%d" % s.grpc_port)
+    t.assertTrue(holds(s.proc.pid, s.grpc_host, s.grpc_port),
+                 "not on %s:%d" % (s.grpc_host, s.grpc_port))
     value = "grpc-%d" % next(FRESH)
-    answer = grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", value)]])
+    answer = grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", value)]],
+                                         host=s.grpc_host)
     t.assertEqual((answer["overall_code"], answer["statuses"][0]["limit_remaining"]), ("OK", 3))
 
 
 def debug_rlconfig(t, s):
-    t.assertTrue(sluiced.listens(s.proc.pid, s.debug_port), "not on 127.0.0.1:%d" % s.debug_port)
-    conn = http.client.HTTPConnection("127.0.0.1", s.debug_port, timeout=60)
+    t.assertTrue(holds(s.proc.pid, s.debug_host, s.debug_port),
+                 "not on %s:%d" % (s.debug_host, s.debug_port))
+    conn = http.client.HTTPConnection(s.debug_host, s.debug_port, timeout=60)
     try:
         conn.request("GET", "/rlconfig")
         response = conn.getresponse()

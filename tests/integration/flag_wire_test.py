@@ -88,10 +88,12 @@ def their_environment(w):
     os.symlink("v1", os.path.join(w.dir, "runtime", "current"))
 
     def build(s, port):
+        # Three loopback addresses: each listener's host is its own variable's.
+        s.grpc_host, s.debug_host = "127.0.0.2", "127.0.0.3"
         variables = {
             "HOST": "127.0.0.1", "PORT": str(port),
-            "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(s.grpc_port),
-            "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": str(s.debug_port),
+            "GRPC_HOST": s.grpc_host, "GRPC_PORT": str(s.grpc_port),
+            "DEBUG_HOST": s.debug_host, "DEBUG_PORT": str(s.debug_port),
             "RUNTIME_ROOT": os.path.join(w.dir, "runtime", "current"),
             "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "wire-rules",
             "LOG_LEVEL": "info",  # Theirs is warn.

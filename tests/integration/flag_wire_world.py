@@ -69,6 +69,7 @@ class Scene(sluiced.Sluiced):
         self.build = build
         self.world = world
         self.grpc_port = self.debug_port = None
+        self.grpc_host = self.debug_host = "127.0.0.1"  # Where the checks look for them.
 
     def _command(self, port):
         self.grpc_port, self.debug_port = sluiced.free_port(), sluiced.free_port()
