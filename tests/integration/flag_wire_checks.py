@@ -52,6 +52,7 @@ def refused(t, call):
 # The checks: each takes the test case and the scene's sluiced. Requests carry values of their
 # own, so that the rows of one scene do not count against each other.
 
+
 def rules_loaded(t, s):
     answer = envoy_json(s, descriptor("user", "rules"))
     t.assertEqual(answer["statuses"][0].get("currentLimit"), {"requestsPerUnit": 4, "unit": "DAY"})
@@ -335,10 +336,6 @@ def max_keys(t, s):
             return
         t.assertEqual(response.status, 200, response)
     t.fail("200 new keys admitted past --max-keys 64")
-
-
-def after_stop_logged(text):
-    return logged(text)
 
 
 def tls_call(s, *client):
