@@ -112,6 +112,7 @@ class Sluiced:
         self.proc = None
         self.port = None
         self.timeouts = 0
+        self.env = None  # start()'s process's whole environment; None: the test's own.
         if start:
             Sluiced.started += 1
             # Appending: sluiced shares this open file (and so its offset) with us, and we seek
@@ -149,11 +150,12 @@ class Sluiced:
             time.sleep(0.02)
         raise AssertionError(f"sluiced did not start in 120 s: {self.output()[-2000:]}")
 
-    def start(self, timeout=120.0):
-        """Starts sluiced on a free port and waits until it answers /healthz there; returns
-        self. A test running beside this one may take the port first: this sluiced then exits
-        (and another port is tried) while the other answers, so an answer counts only once this
-        process holds the listening socket."""
+    def start(self, timeout=120.0, any_status=False):
+        """Starts sluiced on a free port and waits until it answers /healthz there (200, or
+        with any_status any answer: a store out of reach makes it 503); returns self. A test
+        running beside this one may take the port first: this sluiced then exits (and another
+        port is tried) while the other answers, so an answer counts only once this process
+        holds the listening socket."""
         for attempt in range(3):
             if attempt > 0:
                 self.out.close()
@@ -162,14 +164,14 @@ class Sluiced:
             self.out = open(os.path.join(self.workdir, "stdout"), "wb")
             self.err = open(os.path.join(self.workdir, "stderr"), "wb")
             self.proc = subprocess.Popen(self._command(self.port), stdout=self.out,
-                                         stderr=self.err, stdin=subprocess.DEVNULL)
+                                         stderr=self.err, stdin=subprocess.DEVNULL, env=self.env)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break
                 try:
-                    if (self.request("GET", "/healthz", timeout=1).status == 200
-                            and listens(self.proc.pid, self.port)):
+                    status = self.request("GET", "/healthz", timeout=1).status
+                    if (status == 200 or any_status) and listens(self.proc.pid, self.port):
                         self.timeouts = 0
                         return self
                 except OSError:
