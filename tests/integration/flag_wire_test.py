@@ -12,9 +12,12 @@ must name every flag `sluiced --help` lists and every variable server/daemon/env
 and nothing else: a flag or variable added without a row fails the test.
 
 Starts its own redis-servers (one over TLS, with certificates the openssl command makes),
-a memcached and a fake sentinel on free loopback ports. Python 3 standard library only.
+a memcached and a fake sentinel on free loopback ports. Python 3's standard library, and
+gRPC through rls_client.py: Debian's python3-grpcio and python3-protobuf (hence Debian's
+/usr/bin/python3), with the messages the build generates (the target sluice_python_proto):
 
-    python3 tests/integration/flag_wire_test.py --sluiced build/bin/sluiced
+    PYTHONPATH=build/python_proto /usr/bin/python3 tests/integration/flag_wire_test.py \
+        --sluiced build/bin/sluiced
 """
 
 import collections
