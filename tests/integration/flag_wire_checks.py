@@ -1,6 +1,6 @@
 """flag_wire_test.py's checks: each takes the test case and the scene's sluiced (its world as
-scene.world), and asserts what one row's setting changes on the wire. Python 3 standard
-library only."""
+scene.world), and asserts what one row's setting changes on the wire. Python 3's standard
+library, and gRPC through rls_client.py (Debian's python3-grpcio)."""
 
 import http.client
 import itertools
@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import time
 
-import grpc_wire
+import rls_client
 import sluiced
 from flag_wire_world import (HEADERS, KEPT, RULES, eventually, log, redis_cli, redis_connections,
                              redis_keys)
@@ -44,7 +44,7 @@ def refused(t, call):
     """`call` fails: a TLS handshake refused, a connection dropped, a call without answer."""
     try:
         call()
-    except (OSError, grpc_wire.GrpcError):
+    except (OSError, rls_client.GrpcError):
         return
     t.fail("the call was answered")
 
@@ -82,8 +82,8 @@ def grpc_answers(t, s):
     t.assertTrue(holds(s.proc.pid, s.grpc_host, s.grpc_port),
                  "not on %s:%d" % (s.grpc_host, s.grpc_port))
     value = "grpc-%d" % next(FRESH)
-    answer = grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", value)]],
-                                         host=s.grpc_host)
+    answer = rls_client.should_rate_limit(s.grpc_port, "wire", [[("user", value)]],
+                                          host=s.grpc_host)
     t.assertEqual((answer["overall_code"], answer["statuses"][0]["limit_remaining"]), ("OK", 3))
 
 
@@ -106,7 +106,7 @@ def merged(t, s):
 
 
 def grpc_headers(s, value):
-    return dict(grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", value)]])["headers"])
+    return dict(rls_client.should_rate_limit(s.grpc_port, "wire", [[("user", value)]])["headers"])
 
 
 def response_headers(t, s):
@@ -120,7 +120,7 @@ def header(name, value):
 
 
 def dynamic_metadata(t, s):
-    answer = grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", "metadata")]])
+    answer = rls_client.should_rate_limit(s.grpc_port, "wire", [[("user", "metadata")]])
     t.assertIsNotNone(answer["dynamic_metadata"], answer)
     t.assertEqual(answer["dynamic_metadata"].get("domain"), "wire")
     t.assertEqual(answer["dynamic_metadata"].get("metadata"), {"team": "blue"})
@@ -341,14 +341,18 @@ def max_keys(t, s):
 def tls_call(s, *client):
     """ShouldRateLimit over TLS trusting the test's CA, with the client certificate named."""
     certs = s.world.certificates()
-    context = grpc_wire.client_context(certs["ca"][0], *(certs[client[0]] if client else ()))
-    return grpc_wire.should_rate_limit(s.grpc_port, "wire", [[("user", "tls")]],
-                                       context=context)
+    credentials = rls_client.client_credentials(certs["ca"][0],
+                                                *(certs[client[0]] if client else ()))
+    return rls_client.should_rate_limit(s.grpc_port, "wire", [[("user", "tls")]],
+                                        credentials=credentials)
 
 
 def grpc_tls_certificate(t, s):
     certs = s.world.certificates()
-    context = grpc_wire.client_context(certs["ca"][0], *certs["client"])
+    # The handshake alone, with the ssl module: gRPC's client does not show the peer's
+    # certificate.
+    context = ssl.create_default_context(cafile=certs["ca"][0])
+    context.load_cert_chain(*certs["client"])
     context.set_alpn_protocols(["h2"])
     with socket.create_connection(("127.0.0.1", s.grpc_port), timeout=60) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as conn:

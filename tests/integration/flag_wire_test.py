@@ -8,13 +8,16 @@ command a fake sentinel receives; the log only where nothing else shows).
 The rows share processes: each scene starts one sluiced with the settings of its rows, as
 flags or (in the scene's twin) as envoyproxy/ratelimit's variables, and runs the rows'
 checks against it; a row without a scene runs sluiced alone (a refusal, --help). The table
-must name every flag `sluiced --help` lists and every variable server/environment.cc names,
+must name every flag `sluiced --help` lists and every variable server/daemon/environment.cc names,
 and nothing else: a flag or variable added without a row fails the test.
 
 Starts its own redis-servers (one over TLS, with certificates the openssl command makes),
-a memcached and a fake sentinel on free loopback ports. Python 3 standard library only.
+a memcached and a fake sentinel on free loopback ports. Python 3's standard library, and
+gRPC through rls_client.py: Debian's python3-grpcio and python3-protobuf (hence Debian's
+/usr/bin/python3), with the messages the build generates (the target sluice_python_proto):
 
-    python3 tests/integration/flag_wire_test.py --sluiced build/bin/sluiced
+    PYTHONPATH=build/python_proto /usr/bin/python3 tests/integration/flag_wire_test.py \
+        --sluiced build/bin/sluiced
 """
 
 import collections
@@ -222,7 +225,7 @@ SCENES = {
 }
 
 
-# Their variables sluiced names as ignored (server/environment.cc's kIgnored, and a name with
+# Their variables sluiced names as ignored (server/daemon/environment.cc's kIgnored, and a name with
 # each of kIgnoredPrefixes, written PREFIX*): set in their environment's scene, each is named
 # in the log's one line of ignored settings (what sluiced does with them).
 IGNORED = [
@@ -376,9 +379,9 @@ def help_flags():
 
 
 def source_variables():
-    """The variables server/environment.cc names (its tables and the passes that read them):
+    """The variables server/daemon/environment.cc names (its tables and the passes that read them):
     every quoted upper-case name; a prefix (TRACING_) as PREFIX*."""
-    with open(os.path.join(SOURCE, "server", "environment.cc")) as f:
+    with open(os.path.join(SOURCE, "server", "daemon", "environment.cc")) as f:
         names = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', f.read()))
     return {name + "*" if name in PREFIXES else name for name in names}
 
