@@ -29,8 +29,13 @@ using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
 class CompactKeysTest : public ::testing::TestWithParam<Algorithm> {};
 
 // A random trace on 2,000 keys asked often and 20,000 asked so seldom that they reset between
-// their requests (so tables reclaim as they near growth), with costs 0 to 3 and a clock that sometimes steps back:
-// every answer of the compact store is the ordinary store's.
+// their requests (so tables reclaim as they near growth), with costs 0 to 3: every answer of
+// the compact store is the ordinary store's. The clock runs forward only: each store drops a
+// key that has reset when a new key passes it, and which keys a new key passes follows the
+// table's layout, by fingerprint in one and by key in the other; after a step back to before a
+// dropped key's reset, the store that dropped it decides that key as new and the other does
+// not (1 run in 60 had one, under a fingerprint secret drawn per run; library.md, "Bounded
+// memory", says what a step back does to a dropped key).
 TEST_P(CompactKeysTest, DecidesAsAStoreThatKeepsKeys) {
   const Limit limit = MustLimit({.algorithm = GetParam(), .limit = 4, .period = 1s, .buckets = 4});
   MemoryStore keys;
@@ -39,7 +44,7 @@ TEST_P(CompactKeysTest, DecidesAsAStoreThatKeepsKeys) {
   int64_t t = kEpoch;
   int admitted = 0;
   for (int step = 0; step < 100'000; ++step) {
-    t += static_cast<int64_t>(random() % 200) - (random() % 100 == 0 ? 3'000 : 0);
+    t += static_cast<int64_t>(random() % 200);
     const std::string key = random() % 2 == 0 ? fmt::format("hot-{}", random() % 2'000)
                                               : fmt::format("cold-{}", random() % 20'000);
     const auto cost = static_cast<int64_t>(random() % 4);
