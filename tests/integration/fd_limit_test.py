@@ -3,7 +3,9 @@
 more than it can hold. sluiced keeps descriptors for the rest of the process, so the last
 connections wait in the listen backlog; meanwhile it serves those it holds, and says once that
 it is at the limit, naming RLIMIT_NOFILE; once clients close theirs, the waiting connections
-are served, and it says once that the shortage is over.
+are served, and it says once that the shortage is over. And when another part of the process
+(gRPC's connections) takes every descriptor, accept fails (EMFILE): the same pause, said once,
+and the waiting connection served once they are given back.
 
 Registered for the asan build too, where it runs the ASan+UBSan sluiced: that one exited at
 the first accept that found no descriptor left (UBSan's vptr check reads a vtable through a
@@ -39,12 +41,15 @@ PAUSED = "accepting paused while fewer than"  # The line that says a shortage be
 OVER = "accepting connections again"  # The line that says it is over.
 
 
-def get(conn, path="/healthz"):
-    """GET `path` on the connected socket `conn`, closed after the answer (by sluiced, then
-    here); the answer's status line ('' when the connection was closed unanswered)."""
+def send_get(conn):
+    """Sends GET /healthz on the connected socket `conn`, asking sluiced to close it after."""
+    conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: sluiced\r\nConnection: close\r\n\r\n")
+
+
+def status_line(conn):
+    """Reads the answer on `conn` until sluiced closes it, then closes it here: the answer's
+    status line ('' when the connection was closed unanswered)."""
     with conn:
-        conn.sendall(b"GET %s HTTP/1.1\r\nHost: sluiced\r\nConnection: close\r\n\r\n"
-                     % path.encode())
         data = b""
         while True:
             chunk = conn.recv(65536)
@@ -52,6 +57,12 @@ def get(conn, path="/healthz"):
                 break
             data += chunk
     return data.split(b"\r\n", 1)[0].decode()
+
+
+def get(conn):
+    """GET /healthz on `conn`: the answer's status line."""
+    send_get(conn)
+    return status_line(conn)
 
 
 class FdLimitTest(unittest.TestCase):
@@ -99,20 +110,21 @@ class FdLimitTest(unittest.TestCase):
         self.assertEqual(self.log().count(text), times, self.log()[-4000:])
         self.assert_running()
 
-    def await_descriptor(self, fd):
-        """Waits until sluiced holds descriptor `fd` (Linux's /proc; a watchdog)."""
-        path = f"/proc/{self.server.proc.pid}/fd/{fd}"
+    def await_proc(self, holds, what):
+        """Waits until holds(the names in sluiced's /proc/PID/fd) is true (a watchdog)."""
+        fds = f"/proc/{self.server.proc.pid}/fd"
         deadline = time.monotonic() + WATCHDOG
-        while not os.path.lexists(path) and time.monotonic() < deadline:
+        while not holds(os.listdir(fds)) and time.monotonic() < deadline:
             self.assert_running()
             time.sleep(0.05)
-        self.assertTrue(os.path.lexists(path), f"sluiced never opened descriptor {fd}")
+        self.assertTrue(holds(os.listdir(fds)), what)
 
-    def fill(self):
-        """Opens CONNECTIONS idle connections (the kernel completes each, accepted or waiting in
-        the backlog) and holds them."""
+    def fill(self, port=None):
+        """Opens CONNECTIONS idle connections to `port` (by default sluiced's HTTP port) and holds
+        them: the kernel completes each, accepted or waiting in the backlog."""
         for _ in range(CONNECTIONS):
-            self.held.append(self.server.connect(timeout=WATCHDOG))
+            self.held.append(socket.create_connection(("127.0.0.1", port or self.server.port),
+                                                      timeout=WATCHDOG))
 
     def drain(self):
         """Closes every held connection but the last WAITING opened, which were waiting in the
@@ -138,7 +150,8 @@ class FdLimitTest(unittest.TestCase):
         # and pauses accepting again. One shortage, paused twice, said once.
         self.assertEqual(get(self.held[0]), "HTTP/1.1 200 OK")
         self.assertEqual(get(self.held[accepted]), "HTTP/1.1 200 OK")
-        self.await_descriptor(CEILING + 1)
+        self.await_proc(lambda fds: str(CEILING + 1) in fds,
+                        f"descriptor {CEILING + 1} never taken")
 
         self.drain()
         self.assertEqual(self.server.request("GET", "/healthz").status, 200)
@@ -154,6 +167,25 @@ class FdLimitTest(unittest.TestCase):
         self.await_said(PAUSED, 2)
         self.drain()
         self.await_said(OVER, 2)
+        self.assertEqual(self.server.stop(), 0, self.log()[-4000:])
+
+    def test_when_another_part_takes_every_descriptor_accept_waits_and_says_so_once(self):
+        grpc_port = int(re.search(r"grpc://127\.0\.0\.1:(\d+)", self.log()).group(1))
+        # gRPC accepts connections until accept fails for want of a descriptor.
+        self.fill(grpc_port)
+        self.await_proc(lambda fds: len(fds) >= LIMIT, "gRPC never took every descriptor")
+        conn = self.server.connect(timeout=WATCHDOG)
+        send_get(conn)
+        self.await_said(PAUSED, 1)
+        self.assertIn("no descriptor was left to accept a connection (EMFILE) (the descriptor "
+                      f"limit, RLIMIT_NOFILE, is {LIMIT};", self.log())
+
+        self.close(self.held)  # gRPC closes them, and the connection waiting is accepted.
+        self.assertEqual(status_line(conn), "HTTP/1.1 200 OK")
+        self.await_said(OVER, 1)
+        log = self.log()
+        self.assertEqual(log.count(PAUSED), 1, log[-4000:])
+        self.assertNotIn("accepting a connection failed", log)
         self.assertEqual(self.server.stop(), 0, self.log()[-4000:])
 
 
