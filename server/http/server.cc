@@ -1,11 +1,14 @@
 #include "server/http/server.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <memory>
 #include <utility>
@@ -359,6 +362,26 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<int64_t>& connections_;
 };
 
+// The pause before accepting again after a failed accept, and between looks for free
+// descriptors while they are short.
+constexpr std::chrono::milliseconds kAcceptPause{50};
+// A shortage of descriptors is over once connections have been accepted this long without a
+// pause. Not at the first free descriptor: a server held at its limit by waiting clients (each
+// place freed, by a client or the idle timeout, taken at once from the backlog) resumes and
+// pauses again at every freed place, and that is one episode, said once.
+constexpr std::chrono::seconds kShortageOver{10};
+
+// The number the next descriptor opened would get, the lowest free (found by duplicating `fd`);
+// INT_MAX when none is free.
+int LowestFreeDescriptor(int fd) {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    return INT_MAX;
+  }
+  ::close(copy);
+  return copy;
+}
+
 // The same connection, its descriptor moved from its loop's reactor to `context`'s.
 Socket MoveTo(Socket socket, asio::io_context& context, beast::error_code& ec) {
   Socket moved(context);
@@ -386,7 +409,10 @@ struct HttpServer::Loop {
   // Keeps run() going while the loop has no connection yet.
   asio::executor_work_guard<asio::io_context::executor_type> work{context.get_executor()};
   Tcp::acceptor acceptor{context};
-  asio::steady_timer accept_retry{context};  // First loop only: a pause after a failed accept.
+  // First loop only: a pause after a failed accept, or while descriptors are short; and the end
+  // of a shortage (kShortageOver).
+  asio::steady_timer accept_retry{context};
+  asio::steady_timer shortage_over{context};
   std::thread thread;
   // The loop's connections, for Stop to close; touched only by the loop's thread (and by Stop
   // once that thread has ended). Expired entries are dropped as the list doubles.
@@ -445,6 +471,15 @@ absl::Status HttpServer::Start() {
     return failed("listen on");
   }
   port_ = acceptor.local_endpoint().port();
+  // Linux gives a new descriptor the lowest free number, so a connection on descriptor n means
+  // that the n below it are all taken: comparing that number with a ceiling costs an accept
+  // nothing, and counts the descriptors of every part of the process, not only this server's.
+  if (rlimit limit{}; ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const int64_t soft = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT_MAX));
+    const int64_t spare = std::min<int64_t>(kSpareDescriptors, soft / 4);
+    descriptor_limit_ = soft;
+    descriptor_ceiling_ = static_cast<int>(soft - spare);
+  }
   Accept();
   for (auto& loop : loops_) {
     loop->thread = std::thread([raw = loop.get()] { raw->context.run(); });
@@ -502,16 +537,11 @@ void HttpServer::Accept() {
       return;
     }
     if (ec) {
-      spdlog::warn("accepting a connection failed: {}; retrying in 50 ms", ec.message());
-      first.accept_retry.expires_after(std::chrono::milliseconds(50));
-      first.accept_retry.async_wait([this](beast::error_code wait_ec) {
-        if (!wait_ec) {
-          Accept();
-        }
-      });
+      AcceptFailed(ec);
       return;
     }
-    Loop& next = Destination(socket.native_handle());
+    const int fd = socket.native_handle();
+    Loop& next = Destination(fd);
     if (&next != &first) {
       beast::error_code move_ec;
       socket = MoveTo(std::move(socket), next.context, move_ec);
@@ -529,8 +559,89 @@ void HttpServer::Accept() {
       next.Adopt(session);
       session->Start();
     });
+    if (fd >= descriptor_ceiling_) {
+      PauseAccepting(fmt::format("a new connection took descriptor {}", fd));
+      return;
+    }
     Accept();
   });
+}
+
+void HttpServer::AcceptFailed(const beast::error_code& ec) {
+  // Told apart by category and value, with no virtual call on the category (ec.message(), or a
+  // comparison with an error_condition): while no descriptor is free, UBSan's vptr check of a
+  // virtual call it has not seen before cannot open the pipe it reads the vtable through, and
+  // reports a valid object's vptr as invalid (issue 32).
+  if (ec.category() == asio::error::get_system_category() &&
+      (ec.value() == EMFILE || ec.value() == ENFILE)) {
+    PauseAccepting(ec.value() == EMFILE ? "no descriptor was left to accept a connection (EMFILE)"
+                                        : "the system's table of open files is full (ENFILE)");
+    return;
+  }
+  spdlog::warn("accepting a connection failed: {}; retrying in {} ms", ec.message(),
+               kAcceptPause.count());
+  Loop& first = *loops_.front();
+  first.accept_retry.expires_after(kAcceptPause);
+  first.accept_retry.async_wait([this](beast::error_code wait_ec) {
+    if (!wait_ec) {
+      Accept();
+    }
+  });
+}
+
+void HttpServer::PauseAccepting(std::string_view why) {
+  Loop& first = *loops_.front();
+  first.shortage_over.cancel();  // Paused again: the shortage goes on.
+  ++short_pauses_;
+  if (!short_since_) {
+    short_since_ = std::chrono::steady_clock::now();
+    int64_t open = 0;
+    for (const auto& loop : loops_) {
+      open += loop->connections.load(std::memory_order_relaxed);
+    }
+    spdlog::warn(
+        "HTTP on {}:{}: {} (the descriptor limit, RLIMIT_NOFILE, is {}; {} connection(s) "
+        "open): accepting paused while fewer than {} descriptors are free; new connections wait "
+        "in the listen backlog",
+        options_.host, port_, why, descriptor_limit_, open,
+        descriptor_limit_ - descriptor_ceiling_);
+  }
+  LookForDescriptors();
+}
+
+void HttpServer::LookForDescriptors() {
+  Loop& first = *loops_.front();
+  first.accept_retry.expires_after(kAcceptPause);
+  first.accept_retry.async_wait([this, &first](beast::error_code ec) {
+    if (ec || !first.acceptor.is_open()) {
+      return;
+    }
+    if (LowestFreeDescriptor(first.acceptor.native_handle()) >= descriptor_ceiling_) {
+      LookForDescriptors();
+      return;
+    }
+    short_resumed_ = std::chrono::steady_clock::now();
+    Accept();
+    first.shortage_over.expires_after(kShortageOver);
+    first.shortage_over.async_wait([this](beast::error_code over_ec) {
+      if (!over_ec) {
+        EndShortage();
+      }
+    });
+  });
+}
+
+void HttpServer::EndShortage() {
+  if (!short_since_) {
+    return;
+  }
+  const std::chrono::duration<double> lasted = short_resumed_ - *short_since_;
+  spdlog::info(
+      "HTTP on {}:{}: accepting connections again: the shortage of descriptors (RLIMIT_NOFILE "
+      "{}) lasted {:.1f} s, {} pause(s)",
+      options_.host, port_, descriptor_limit_, lasted.count(), short_pauses_);
+  short_since_.reset();
+  short_pauses_ = 0;
 }
 
 void HttpServer::Stop(Micros drain) {
@@ -542,6 +653,7 @@ void HttpServer::Stop(Micros drain) {
     beast::error_code ec;
     loops_.front()->acceptor.close(ec);
     loops_.front()->accept_retry.cancel();
+    loops_.front()->shortage_over.cancel();
   });
   // Requests in flight finish; idle keep-alive connections are closed with their loop.
   const auto deadline = std::chrono::steady_clock::now() + drain;

@@ -9,19 +9,29 @@
 // size, and a read timeout per request: a request too large or too slow gets a 400 naming the
 // problem, then the connection closes.
 //
+// Connections never take the process's last descriptors: once a new connection's descriptor
+// comes within kSpareDescriptors of RLIMIT_NOFILE (or accept finds none left), accepting pauses
+// and new connections wait in the listen backlog until descriptors are free again. The rest of
+// the process (the rules file, the snapshot, Redis and gRPC connections, the sanitizers'
+// runtimes) keeps what it needs. One warning when a shortage begins, one line when it is over.
+//
 // Start() and Stop() are called from one control thread.
 
 #include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "boost/asio/io_context.hpp"
+#include "boost/system/error_code.hpp"
 
 #include "server/http/handler.h"
 #include "sluice/clock.h"
@@ -78,9 +88,22 @@ class HttpServer {
   std::vector<int64_t> connections_per_loop() const;
   static constexpr int64_t kLoopSlack = 32;
 
+  // Descriptors left to the rest of the process: at most this many, and at most a quarter of
+  // RLIMIT_NOFILE's soft limit.
+  static constexpr int kSpareDescriptors = 64;
+
  private:
   struct Loop;
   void Accept();  // Accepts the next connection, on the first loop.
+  // The first loop's answer to an accept that failed: a pause, then another accept.
+  void AcceptFailed(const boost::system::error_code& ec);
+  // Pauses accepting until a descriptor below descriptor_ceiling_ is free. `why` began the
+  // pause; it is said when the pause is the first of a shortage.
+  void PauseAccepting(std::string_view why);
+  void LookForDescriptors();  // Accepts again once descriptors are free; looks again if not.
+  // Says that the shortage under way is over: accepting went on for kShortageOver (server.cc)
+  // without a pause.
+  void EndShortage();
   // The loop for the connection just accepted on `fd`.
   Loop& Destination(int fd);
 
@@ -92,6 +115,14 @@ class HttpServer {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;  // Stop has run; the loops are kept until the destructor.
+  // Set by Start. Accepting pauses once a connection's descriptor number reaches the ceiling.
+  int64_t descriptor_limit_ = 0;  // RLIMIT_NOFILE's soft limit; 0 when there is none.
+  int descriptor_ceiling_ = INT_MAX;
+  // The shortage of descriptors under way: when it began, when accepting last resumed, and
+  // the pauses it made. First loop's thread only.
+  std::optional<std::chrono::steady_clock::time_point> short_since_;
+  std::chrono::steady_clock::time_point short_resumed_;
+  int64_t short_pauses_ = 0;
 };
 
 }  // namespace sluice::server

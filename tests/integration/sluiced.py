@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -100,13 +101,15 @@ class Sluiced:
 
     started = 0
 
-    def __init__(self, workdir, *flags, threads=1, start=True):
+    def __init__(self, workdir, *flags, threads=1, start=True, nofile=None):
         """Starts sluiced with workdir/rules.yaml (when there is one) and `flags`; with
-        start=False, start() starts it (see the module's paragraph)."""
+        start=False, start() starts it (see the module's paragraph). `nofile`: its
+        RLIMIT_NOFILE, soft and hard, when given."""
         self.workdir = workdir
         self.config = os.path.join(workdir, "rules.yaml")
         self.flags = list(flags)
         self.threads = threads
+        self.nofile = nofile
         self.log = None  # Stdout and stderr, when started at once.
         self.out = self.err = None  # Each on its own, when started by start().
         self.proc = None
@@ -119,16 +122,24 @@ class Sluiced:
             # to its start to read it; opened "w+", a line sluiced wrote just then went over
             # the first lines (the port's line once, so the start was never seen).
             self.log = open(os.path.join(workdir, f"sluiced{Sluiced.started}.log"), "a+")
-            self.proc = subprocess.Popen(self._command(0), stdout=self.log, stderr=self.log)
+            self.proc = subprocess.Popen(self._command(0), stdout=self.log, stderr=self.log,
+                                         preexec_fn=self._preexec())
             self.port = self._await_port()
 
     @classmethod
-    def with_rules(cls, rules_text, *flags, threads=1):
+    def with_rules(cls, rules_text, *flags, threads=1, nofile=None):
         """A sluiced, not started yet, with `rules_text` in a temporary directory."""
         workdir = tempfile.mkdtemp(prefix="sluiced-itest-")
         with open(os.path.join(workdir, "rules.yaml"), "w") as f:
             f.write(rules_text)
-        return cls(workdir, *flags, threads=threads, start=False)
+        return cls(workdir, *flags, threads=threads, start=False, nofile=nofile)
+
+    def _preexec(self):
+        """What the child runs before sluiced: sets its RLIMIT_NOFILE, when asked to."""
+        if self.nofile is None:
+            return None
+        nofile = self.nofile
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
     def _command(self, port):
         config = ["--config", self.config] if os.path.exists(self.config) else []
@@ -164,7 +175,8 @@ class Sluiced:
             self.out = open(os.path.join(self.workdir, "stdout"), "wb")
             self.err = open(os.path.join(self.workdir, "stderr"), "wb")
             self.proc = subprocess.Popen(self._command(self.port), stdout=self.out,
-                                         stderr=self.err, stdin=subprocess.DEVNULL, env=self.env)
+                                         stderr=self.err, stdin=subprocess.DEVNULL, env=self.env,
+                                         preexec_fn=self._preexec())
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
