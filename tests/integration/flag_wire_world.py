@@ -60,6 +60,22 @@ def log(s):
         return f.read()
 
 
+def listening(pid, port):
+    """Whether process `pid` listens on `port`, on any address, over IPv4 or IPv6."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(":%04X" % port) and fields[3] == "0A":  # 0A: LISTEN.
+                    inodes.add("socket:[%s]" % fields[9])
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) in inodes for fd in fds)
+    except OSError:
+        return False
+
+
 class Scene(sluiced.Sluiced):
     """One sluiced of a scene: build(scene, http_port) gives its command line's arguments and
     its variables, for ports picked at each try (gRPC's and the debug listener's too)."""
@@ -77,6 +93,18 @@ class Scene(sluiced.Sluiced):
         self.env = {name: os.environ[name] for name in KEPT if name in os.environ}
         self.env.update(variables)
         return [sluiced.BINARY, *args]
+
+    def start(self, timeout=120.0, any_status=False):
+        """As Sluiced.start, then waits for gRPC's listener too: sluiced answers /healthz on
+        HTTP before its gRPC server has bound (a moment later, longer under the sanitizers),
+        and a row asking gRPC first would find its port closed."""
+        super().start(timeout=timeout, any_status=any_status)
+        deadline = time.monotonic() + 120
+        while self.proc.poll() is None and not listening(self.proc.pid, self.grpc_port):
+            if time.monotonic() > deadline:  # sluice-timing: watchdog
+                break  # The rows that ask gRPC fail, saying what they found.
+            time.sleep(0.02)
+        return self
 
     def listeners(self, port, threads=1):
         """The command line's listeners: HTTP on `port`, gRPC on a port of its own."""
