@@ -110,10 +110,10 @@ def main():
         for target, test in sorted(missing.items()):
             failures.append(
                 f"{target} is not built by build preset(s) {names}, yet test preset "
-                f"{test_preset['name']!r} selects its tests ({test}, filter "
-                f"{json.dumps(test_preset.get('filter', {}))}): add it to the targets in "
-                f"CMakePresets.json, or the test runs as {target}_NOT_BUILT and the filter "
-                "drops it unseen")
+                f"{test_preset['name']!r} (filter {json.dumps(test_preset.get('filter', {}))}) "
+                f"selects a test that runs it ({test}): add it to the targets of build preset "
+                f"{names} in CMakePresets.json (a gtest program left out becomes "
+                f"{target}_NOT_BUILT, which has no label, so the filter drops it unseen)")
     for failure in failures:
         print("FAIL: " + failure)
     if checked == 0:
