@@ -48,8 +48,9 @@ simulate: build
 	  --svg out/burst.svg examples/burst.csv > out/burst.csv
 	@echo "Decisions: out/burst.csv    Picture: out/burst.svg (open it in a browser)"
 
-# Every test: the release build, then the unit tests under ASan+UBSan (with a short run of each
-# fuzz target, fuzz/), then the concurrent tests under TSan.
+# Every test: the release build with the lint (label lint: clang-format, scripts/sizes, and every
+# program a preset's tests run built by that preset), then the unit tests under ASan+UBSan (with
+# a short run of each fuzz target, fuzz/), then the concurrent tests under TSan.
 test: test-release test-asan test-tsan
 
 test-release: build
@@ -108,8 +109,9 @@ bench-grpc: build
 bench-memcached: build
 	bench/memcached/run.sh
 
+# clang-format over the C++ files git tracks; `make test` checks the same files (lint_format).
 format:
-	clang-format -i $$(git ls-files '*.cc' '*.h')
+	scripts/format
 
 tidy: build
 	clang-tidy -p build $$(git ls-files 'src/*.cc' 'server/*.cc' 'tools/*.cc')
