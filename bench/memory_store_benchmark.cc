@@ -12,12 +12,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/decision_bench.h"
 #include "benchmark/benchmark.h"
 #include "fmt/format.h"
 
 #include "sluice/limiter.h"
 #include "sluice/memory_store.h"
-#include "bench/decision_bench.h"
 
 namespace sluice {
 namespace {
@@ -38,10 +38,8 @@ Limit GcraLimit() {
 // limiters do (a denial writes nothing). Its TAT fits 64 bits (N' = 1,000, P' = 1), as an
 // ordinary limit's does.
 Limit AdmitAllLimit() {
-  return *Limit::Create({.algorithm = Algorithm::kGcra,
-                         .limit = 1000,
-                         .period = Micros(1),
-                         .burst = 1'000'000'000});
+  return *Limit::Create(
+      {.algorithm = Algorithm::kGcra, .limit = 1000, .period = Micros(1), .burst = 1'000'000'000});
 }
 
 // A key "user:<n>" for n in [0, kKeys), from a per-thread xorshift sequence.

@@ -108,9 +108,9 @@ class ApiWorld {
     static server::CounterRegistry counters;
     static const MemoryStore checker;
     static const std::shared_ptr<const server::RuleSet> rules = [] {
-      absl::StatusOr<std::shared_ptr<const server::RuleSet>> parsed = server::RuleSet::Parse(
-          {{"rules.yaml", kRules}}, counters,
-          [](const Limit& limit) { return checker.CheckLimit(limit); });
+      absl::StatusOr<std::shared_ptr<const server::RuleSet>> parsed =
+          server::RuleSet::Parse({{"rules.yaml", kRules}}, counters,
+                                 [](const Limit& limit) { return checker.CheckLimit(limit); });
       if (!parsed.ok()) {
         std::abort();
       }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fuzz/api_world.h"
+
 #include "server/http/server.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

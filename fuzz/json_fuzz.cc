@@ -13,8 +13,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace http = boost::beast::http;
-  static constexpr std::array<const char*, 4> kPosts = {"/v1/check", "/v1/acquire",
-                                                        "/v1/release", "/json"};
+  static constexpr std::array<const char*, 4> kPosts = {"/v1/check", "/v1/acquire", "/v1/release",
+                                                        "/json"};
   if (size == 0) {
     return 0;
   }

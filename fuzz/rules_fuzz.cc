@@ -14,9 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sluice::server;
   static const MemoryStore store;
   CounterRegistry counters;
-  const absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Parse(
-      {{"rules.yaml", std::string(reinterpret_cast<const char*>(data), size)}}, counters,
-      [](const Limit& limit) { return store.CheckLimit(limit); });
+  const absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+      RuleSet::Parse({{"rules.yaml", std::string(reinterpret_cast<const char*>(data), size)}},
+                     counters, [](const Limit& limit) { return store.CheckLimit(limit); });
   if (!rules.ok()) {
     return 0;
   }

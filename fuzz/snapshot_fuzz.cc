@@ -28,9 +28,9 @@ std::string Framed(std::string_view body) {
   w.U32(1);
   w.I64(static_cast<int64_t>(body.size()));
   w.Bytes(body);
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(w.data().data()),
-            static_cast<uInt>(w.data().size())));
+  const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                   reinterpret_cast<const Bytef*>(w.data().data()),
+                                                   static_cast<uInt>(w.data().size())));
   w.U32(crc);
   return w.data();
 }
@@ -77,8 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sluice;
   static MemoryFile file;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const std::string& path = file.Write(input.starts_with(kMagic) ? std::string(input)
-                                                                 : Framed(input));
+  const std::string& path =
+      file.Write(input.starts_with(kMagic) ? std::string(input) : Framed(input));
   MemoryStore store;
   // A time within every period the loader accepts, so that loaded states are still live.
   const Timestamp now{Micros{1'700'000'000'000'000}};

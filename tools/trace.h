@@ -39,7 +39,6 @@ class TraceReader {
   absl::Status ReadHeader();
 
  private:
-
   std::istream& in_;
   int line_ = 0;
   bool header_read_ = false;

@@ -63,8 +63,7 @@ struct Caller {
       return;
     }
     std::lock_guard lock(load->mu);
-    load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(),
-                              latencies_us.end());
+    load->latencies_us.insert(load->latencies_us.end(), latencies_us.begin(), latencies_us.end());
     load->running.fetch_sub(1);
   }
 };
@@ -139,8 +138,9 @@ int main(int argc, char** argv) {
   std::string conflicts = "-";
   if (auto* memcached = dynamic_cast<sluice::MemcachedStore*>(store.get())) {
     const sluice::MemcachedStoreStats stats = memcached->Stats();
-    conflicts = fmt::format("{:.2f}/{}", static_cast<double>(stats.cas_conflicts) /
-                                             static_cast<double>(std::max<uint64_t>(1, stats.calls)),
+    conflicts = fmt::format("{:.2f}/{}",
+                            static_cast<double>(stats.cas_conflicts) /
+                                static_cast<double>(std::max<uint64_t>(1, stats.calls)),
                             stats.cas_exhausted);
   }
   // conflicts: cas conflicts per decision / calls that exhausted their retries.

@@ -54,10 +54,10 @@ struct KeyCost {
 };
 
 struct MemoryStoreStats {
-  size_t keys = 0;         // Keys holding state now.
-  uint64_t reclaimed = 0;  // Keys dropped because their state had fully reset.
-  uint64_t refused = 0;    // New keys refused (ResourceExhausted): full, no reset key found.
-  size_t leases = 0;       // Leases held now (some perhaps expired, not yet swept).
+  size_t keys = 0;              // Keys holding state now.
+  uint64_t reclaimed = 0;       // Keys dropped because their state had fully reset.
+  uint64_t refused = 0;         // New keys refused (ResourceExhausted): full, no reset key found.
+  size_t leases = 0;            // Leases held now (some perhaps expired, not yet swept).
   uint64_t leases_refused = 0;  // Takes refused (ResourceExhausted): max_leases held.
   size_t limits = 0;            // Distinct limits with a table now.
   uint64_t limits_retired = 0;  // Tables freed because every key of theirs had reset.
@@ -156,11 +156,11 @@ class MemoryStore final : public Store {
   // Loads a snapshot written by SaveSnapshot into this store (a loaded key replaces the one
   // here), dropping every key whose state has fully reset by `now`: it would decide as a new
   // key does. Loading is not bounded by max_keys: if the file holds more, new keys take the
-  // places of loaded ones only as those reset (or are refused until then). Returns the number of keys loaded. Errors, after which no key is loaded:
-  // NotFound when there is no file; Unavailable naming it when it cannot be read (not a
-  // regular file, no permission); DataLoss naming the file when it is empty, truncated, not
-  // a snapshot, or its checksum or contents are wrong; ResourceExhausted as Decide;
-  // FailedPrecondition with compact_keys.
+  // places of loaded ones only as those reset (or are refused until then). Returns the number of
+  // keys loaded. Errors, after which no key is loaded: NotFound when there is no file; Unavailable
+  // naming it when it cannot be read (not a regular file, no permission); DataLoss naming the file
+  // when it is empty, truncated, not a snapshot, or its checksum or contents are wrong;
+  // ResourceExhausted as Decide; FailedPrecondition with compact_keys.
   absl::StatusOr<size_t> LoadSnapshot(const std::string& path, Timestamp now);
 
  private:

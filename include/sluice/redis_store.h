@@ -244,7 +244,7 @@ struct RedisStoreStats {
                                    // (each slot's call also counts in `calls`).
   uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
-  int connections_ready = 0;  // Connections up now.
+  int connections_ready = 0;       // Connections up now.
   // Redis servers lost now, as the store last saw them (no call is made to find out; a health
   // probe may read them): those whose connections fail (back once one connects), and those
   // that answered that they cannot decide (OOM, READONLY, ...; back once one decides a call).
@@ -253,12 +253,12 @@ struct RedisStoreStats {
   int servers_refusing = 0;
   // Quota leasing (RedisStoreOptions::shares). `calls` counts decisions answered from shares
   // and the calls that take or give back shares as well.
-  uint64_t share_decisions = 0;     // Decisions answered from a share, without Redis.
-  uint64_t shares_taken = 0;        // Shares Redis granted.
-  uint64_t shares_refused = 0;      // Shares Redis refused (the request was asked exactly).
+  uint64_t share_decisions = 0;       // Decisions answered from a share, without Redis.
+  uint64_t shares_taken = 0;          // Shares Redis granted.
+  uint64_t shares_refused = 0;        // Shares Redis refused (the request was asked exactly).
   uint64_t share_units_returned = 0;  // Unused units given back when a share ended.
   uint64_t share_units_lapsed = 0;    // Unused units whose window ended with the share.
-  MemoryStoreStats local;  // The `local` policy's store (RedisStoreOptions::local).
+  MemoryStoreStats local;             // The `local` policy's store (RedisStoreOptions::local).
 };
 
 class RedisStore final : public Store {

@@ -132,7 +132,8 @@ absl::StatusOr<Daemon::Settings> Daemon::ParseFlags() const {
         "--snapshot is for the memory store: Redis keeps its own state");
   }
   if (flags_.memory_compact_keys && memory_ == nullptr) {
-    return absl::InvalidArgumentError("--memory-compact-keys is for the memory store (--store memory)");
+    return absl::InvalidArgumentError(
+        "--memory-compact-keys is for the memory store (--store memory)");
   }
   if (flags_.memory_compact_keys && !flags_.snapshot.empty()) {
     return absl::InvalidArgumentError(
@@ -171,12 +172,14 @@ absl::Status Daemon::Start(const Settings& settings) {
       *service_, metrics_, SystemClock(),
       [this] {
         return StoreMetrics() +
-               fmt::format("# HELP sluice_caller_limits_in_use Distinct limits callers have in "
-                           "use (at most {}).\n# TYPE sluice_caller_limits_in_use gauge\n"
-                           "sluice_caller_limits_in_use {}\n",
-                           kMaxCallerLimits, service_->caller_limits_in_use());
+               fmt::format(
+                   "# HELP sluice_caller_limits_in_use Distinct limits callers have in "
+                   "use (at most {}).\n# TYPE sluice_caller_limits_in_use gauge\n"
+                   "sluice_caller_limits_in_use {}\n",
+                   kMaxCallerLimits, service_->caller_limits_in_use());
       },
-      [this] { return Health(); }, HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
+      [this] { return Health(); },
+      HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -209,7 +212,7 @@ absl::Status Daemon::Start(const Settings& settings) {
   grpc_server_ = *std::move(grpc_server);
   spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}{}", settings.grpc.host,
                grpc_port,
-               !flags_.grpc_tls.enabled()                ? ""
+               !flags_.grpc_tls.enabled()               ? ""
                : flags_.grpc_tls.client_ca_file.empty() ? " over TLS"
                                                         : " over TLS, client certificates required",
                flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
@@ -288,11 +291,10 @@ void Daemon::StopListeners(Micros drain) {
 // health.
 void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
   if (!flags_.config.empty()) {
-    reloader_ = std::make_unique<Reloader>(
-        [this] { return LoadRules(); },
-        [this](Reloader::Rules rules, const std::string& why) {
-          ApplyRules(std::move(rules), why);
-        });
+    reloader_ = std::make_unique<Reloader>([this] { return LoadRules(); },
+                                           [this](Reloader::Rules rules, const std::string& why) {
+                                             ApplyRules(std::move(rules), why);
+                                           });
   }
   WaitForSignal(signals);
   PublishHealth();
@@ -361,16 +363,15 @@ absl::Status Daemon::OpenStore() {
   if (!options.ok()) {
     return options.status();
   }
-  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure);
-      !s.ok()) {
+  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure); !s.ok()) {
     return s;
   }
   options->connections = flags_.redis_connections;
   absl::StatusOr<Micros> deny_ttl = ParseDuration(flags_.redis_deny_cache_ttl);
   if (!deny_ttl.ok() || *deny_ttl < std::chrono::milliseconds(1)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "--redis-deny-cache-ttl '{}': {}", flags_.redis_deny_cache_ttl,
-        deny_ttl.ok() ? "must be at least 1ms" : internal::Message(deny_ttl.status())));
+    return absl::InvalidArgumentError(
+        fmt::format("--redis-deny-cache-ttl '{}': {}", flags_.redis_deny_cache_ttl,
+                    deny_ttl.ok() ? "must be at least 1ms" : internal::Message(deny_ttl.status())));
   }
   options->deny_cache_entries = flags_.redis_deny_cache;
   options->deny_cache_max_ttl = std::chrono::floor<std::chrono::milliseconds>(*deny_ttl);
@@ -396,8 +397,7 @@ absl::Status Daemon::OpenStore() {
 
 std::string Daemon::StoreDescription() const {
   if (memory_ != nullptr) {
-    return fmt::format("memory store (max {} keys, {} leases)", flags_.max_keys,
-                       flags_.max_leases);
+    return fmt::format("memory store (max {} keys, {} leases)", flags_.max_keys, flags_.max_leases);
   }
   if (memcached_ != nullptr) {
     return fmt::format("Memcached store {} (timeout {}, on failure {})", flags_.store,
@@ -540,55 +540,67 @@ std::string Daemon::StoreMetrics() const {
   if (redis_ != nullptr) {
     const RedisStoreStats stats = redis_->Stats();
     return fmt::format(
-        "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
-        "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
-        "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
-        "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total {}\n"
-        "# HELP sluice_redis_failures_total Decisions Redis did not answer, for any reason.\n"
-        "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
-        "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local policy.\n"
-        "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
-        "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
-        "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
-        "# HELP sluice_redis_master_switches_total Sentinel: times the Redis master moved.\n"
-        "# TYPE sluice_redis_master_switches_total counter\n"
-        "sluice_redis_master_switches_total {}\n"
-        "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
-        "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
-        "# HELP sluice_redis_servers_lost Redis servers lost now (the log says why).\n"
-        "# TYPE sluice_redis_servers_lost gauge\nsluice_redis_servers_lost {}\n"
-        "# HELP sluice_redis_servers_refusing Redis servers refusing to decide now (OOM, "
-        "READONLY...).\n"
-        "# TYPE sluice_redis_servers_refusing gauge\nsluice_redis_servers_refusing {}\n"
-        "# HELP sluice_redis_split_requests_total Cluster: requests over several slots.\n"
-        "# TYPE sluice_redis_split_requests_total counter\nsluice_redis_split_requests_total {}\n"
-        "# HELP sluice_redis_give_backs_total Slots given back after a later slot denied.\n"
-        "# TYPE sluice_redis_give_backs_total counter\nsluice_redis_give_backs_total {}\n"
-        "# HELP sluice_redis_give_backs_failed_total Give-backs not reached: units left charged.\n"
-        "# TYPE sluice_redis_give_backs_failed_total counter\n"
-        "sluice_redis_give_backs_failed_total {}\n"
-        "# HELP sluice_redis_denials_answered_locally_total Calls denied from the denial cache "
-        "(--redis-deny-cache), with no script call.\n"
-        "# TYPE sluice_redis_denials_answered_locally_total counter\n"
-        "sluice_redis_denials_answered_locally_total {}\n"
-        "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
-        "# TYPE sluice_redis_share_decisions_total counter\nsluice_redis_share_decisions_total {}\n"
-        "# HELP sluice_redis_shares_taken_total Shares of a quota taken from Redis.\n"
-        "# TYPE sluice_redis_shares_taken_total counter\nsluice_redis_shares_taken_total {}\n"
-        "# HELP sluice_redis_shares_refused_total Shares Redis refused (asked exactly then).\n"
-        "# TYPE sluice_redis_shares_refused_total counter\nsluice_redis_shares_refused_total {}\n"
-        "# HELP sluice_redis_share_units_returned_total Unused units of shares given back.\n"
-        "# TYPE sluice_redis_share_units_returned_total counter\n"
-        "sluice_redis_share_units_returned_total {}\n"
-        "# HELP sluice_redis_share_units_lapsed_total Unused units of shares whose window ended.\n"
-        "# TYPE sluice_redis_share_units_lapsed_total counter\n"
-        "sluice_redis_share_units_lapsed_total {}\n",
-        stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
-        stats.master_switches, stats.connections_ready, stats.servers_lost,
-        stats.servers_refusing, stats.split_requests, stats.give_backs,
-        stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
-        stats.shares_taken, stats.shares_refused, stats.share_units_returned,
-        stats.share_units_lapsed) + MemoryStoreMetrics(stats.local);
+               "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
+               "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
+               "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
+               "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total "
+               "{}\n"
+               "# HELP sluice_redis_failures_total Decisions Redis did not answer, for any "
+               "reason.\n"
+               "# TYPE sluice_redis_failures_total counter\nsluice_redis_failures_total {}\n"
+               "# HELP sluice_redis_fallbacks_total Failures decided by the allow or local "
+               "policy.\n"
+               "# TYPE sluice_redis_fallbacks_total counter\nsluice_redis_fallbacks_total {}\n"
+               "# HELP sluice_redis_reconnects_total Connections to Redis opened again.\n"
+               "# TYPE sluice_redis_reconnects_total counter\nsluice_redis_reconnects_total {}\n"
+               "# HELP sluice_redis_master_switches_total Sentinel: times the Redis master moved.\n"
+               "# TYPE sluice_redis_master_switches_total counter\n"
+               "sluice_redis_master_switches_total {}\n"
+               "# HELP sluice_redis_connections_ready Connections to Redis up now.\n"
+               "# TYPE sluice_redis_connections_ready gauge\nsluice_redis_connections_ready {}\n"
+               "# HELP sluice_redis_servers_lost Redis servers lost now (the log says why).\n"
+               "# TYPE sluice_redis_servers_lost gauge\nsluice_redis_servers_lost {}\n"
+               "# HELP sluice_redis_servers_refusing Redis servers refusing to decide now (OOM, "
+               "READONLY...).\n"
+               "# TYPE sluice_redis_servers_refusing gauge\nsluice_redis_servers_refusing {}\n"
+               "# HELP sluice_redis_split_requests_total Cluster: requests over several slots.\n"
+               "# TYPE sluice_redis_split_requests_total "
+               "counter\nsluice_redis_split_requests_total {}\n"
+               "# HELP sluice_redis_give_backs_total Slots given back after a later slot denied.\n"
+               "# TYPE sluice_redis_give_backs_total counter\nsluice_redis_give_backs_total {}\n"
+               "# HELP sluice_redis_give_backs_failed_total Give-backs not reached: units left "
+               "charged.\n"
+               "# TYPE sluice_redis_give_backs_failed_total counter\n"
+               "sluice_redis_give_backs_failed_total {}\n"
+               "# HELP sluice_redis_denials_answered_locally_total Calls denied from the denial "
+               "cache "
+               "(--redis-deny-cache), with no script call.\n"
+               "# TYPE sluice_redis_denials_answered_locally_total counter\n"
+               "sluice_redis_denials_answered_locally_total {}\n"
+               "# HELP sluice_redis_share_decisions_total Decisions answered from a share.\n"
+               "# TYPE sluice_redis_share_decisions_total "
+               "counter\nsluice_redis_share_decisions_total {}\n"
+               "# HELP sluice_redis_shares_taken_total Shares of a quota taken from Redis.\n"
+               "# TYPE sluice_redis_shares_taken_total counter\nsluice_redis_shares_taken_total "
+               "{}\n"
+               "# HELP sluice_redis_shares_refused_total Shares Redis refused (asked exactly "
+               "then).\n"
+               "# TYPE sluice_redis_shares_refused_total "
+               "counter\nsluice_redis_shares_refused_total {}\n"
+               "# HELP sluice_redis_share_units_returned_total Unused units of shares given back.\n"
+               "# TYPE sluice_redis_share_units_returned_total counter\n"
+               "sluice_redis_share_units_returned_total {}\n"
+               "# HELP sluice_redis_share_units_lapsed_total Unused units of shares whose window "
+               "ended.\n"
+               "# TYPE sluice_redis_share_units_lapsed_total counter\n"
+               "sluice_redis_share_units_lapsed_total {}\n",
+               stats.calls, stats.script_calls, stats.failures, stats.fallbacks, stats.reconnects,
+               stats.master_switches, stats.connections_ready, stats.servers_lost,
+               stats.servers_refusing, stats.split_requests, stats.give_backs,
+               stats.give_backs_failed, stats.denials_answered_locally, stats.share_decisions,
+               stats.shares_taken, stats.shares_refused, stats.share_units_returned,
+               stats.share_units_lapsed) +
+           MemoryStoreMetrics(stats.local);
   }
   if (memcached_ != nullptr) {
     const MemcachedStoreStats stats = memcached_->Stats();

@@ -21,15 +21,15 @@
 #include "boost/asio/steady_timer.hpp"
 #include "grpcpp/server.h"
 
+#include "server/daemon/listen_address.h"
+#include "server/daemon/reloader.h"
 #include "server/grpc/envoy_service.h"
 #include "server/http/api.h"
 #include "server/http/debug.h"
 #include "server/http/server.h"
-#include "server/daemon/listen_address.h"
-#include "server/stats/metrics.h"
-#include "server/daemon/reloader.h"
 #include "server/rules/rules.h"
 #include "server/service/service.h"
+#include "server/stats/metrics.h"
 #include "server/stats/statsd.h"
 #include "sluice/memcached_store.h"
 #include "sluice/memory_store.h"
@@ -46,7 +46,7 @@ struct Flags {
   std::string store = "memory";
   int threads = 0;
   size_t max_keys = 10'000'000;
-  size_t max_leases = 1'000'000;  // About 210 bytes each.
+  size_t max_leases = 1'000'000;     // About 210 bytes each.
   bool memory_compact_keys = false;  // MemoryStoreOptions::compact_keys.
   std::string snapshot;
   bool snapshot_discard_corrupt = false;  // Move a corrupt snapshot aside, start empty.
@@ -108,7 +108,7 @@ class Daemon {
   absl::Status StartDebug(const HostPort& debug);
   absl::Status StartStatsd();  // --statsd: the sink, until the daemon is destroyed.
   void Serve(boost::asio::signal_set& signals, const Settings& settings);  // The control loop.
-  int Drain(Micros drain);  // Run's exit code.
+  int Drain(Micros drain);                                                 // Run's exit code.
   void StopListeners(Micros drain);
 
   absl::Status OpenStore();
@@ -122,7 +122,7 @@ class Daemon {
   void PublishHealth();  // gRPC's health service says what /healthcheck says, every second.
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
-  std::string Version() const;  // What identifies the rules' files as they are now.
+  std::string Version() const;          // What identifies the rules' files as they are now.
   void RequestReload(std::string why);  // On the control loop: the reload runs elsewhere.
   void ApplyRules(Reloader::Rules rules, const std::string& why);  // On the reloader's thread.
   void WaitForSignal(boost::asio::signal_set& signals);
@@ -133,10 +133,10 @@ class Daemon {
   Flags flags_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;
-  MemoryStore* memory_ = nullptr;  // store_, when it is the memory store.
-  RedisStore* redis_ = nullptr;    // store_, when it is Redis.
+  MemoryStore* memory_ = nullptr;        // store_, when it is the memory store.
+  RedisStore* redis_ = nullptr;          // store_, when it is Redis.
   MemcachedStore* memcached_ = nullptr;  // store_, when it is Memcached.
-  AsioTimers timers_;              // Acquire's waits; outlives the service.
+  AsioTimers timers_;                    // Acquire's waits; outlives the service.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<HttpServer> server_;
@@ -148,7 +148,7 @@ class Daemon {
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};
   boost::asio::steady_timer health_timer_{control_};
-  std::string config_version_;  // The control loop's: what the last reload was asked for.
+  std::string config_version_;         // The control loop's: what the last reload was asked for.
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
   // With --config, from Serve on; destroyed before what its loads use.
   std::unique_ptr<Reloader> reloader_;

@@ -28,7 +28,7 @@ HttpApi::HealthReport Daemon::StoreHealth() const {
     return {.store = {{"store", "memory"}}};
   }
   const RedisStoreStats stats = redis_->Stats();
-  const std::string_view state = stats.servers_lost > 0        ? "lost"
+  const std::string_view state = stats.servers_lost > 0         ? "lost"
                                  : stats.connections_ready == 0 ? "connecting"
                                  : stats.servers_refusing > 0   ? "refusing"
                                                                 : "up";
@@ -41,9 +41,8 @@ HttpApi::HealthReport Daemon::StoreHealth() const {
                                          {"mode", std::string(mode)},
                                          {"redis", std::string(state)},
                                          {"on_failure", flags_.redis_on_failure}}};
-  const bool unreachable =
-      state == "connecting" || (state == "lost" && (mode != "cluster" ||
-                                                    stats.connections_ready == 0));
+  const bool unreachable = state == "connecting" ||
+                           (state == "lost" && (mode != "cluster" || stats.connections_ready == 0));
   if (flags_.redis_on_failure == "deny" && unreachable) {
     report.decisions = absl::UnavailableError(
         state == "lost"

@@ -18,8 +18,7 @@ absl::Status Daemon::OpenMemcached() {
   if (!options.ok()) {
     return options.status();
   }
-  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure);
-      !s.ok()) {
+  if (absl::Status s = ParseStoreFailure(flags_, options->timeout, options->on_failure); !s.ok()) {
     return s;
   }
   options->log = StoreLogToSpdlog();  // A server lost (and why) and back, once per change.
@@ -39,8 +38,8 @@ absl::Status Daemon::OpenMemcached() {
 
 StoreLogSink StoreLogToSpdlog() {
   return [](StoreLogLevel level, std::string_view line) {
-    spdlog::log(level == StoreLogLevel::kWarning ? spdlog::level::warn : spdlog::level::info,
-                "{}", line);
+    spdlog::log(level == StoreLogLevel::kWarning ? spdlog::level::warn : spdlog::level::info, "{}",
+                line);
   };
 }
 

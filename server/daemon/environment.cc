@@ -81,7 +81,7 @@ constexpr std::string_view kComposite[] = {
 
 // Names other programs set too: alone, they are applied but do not bring in their defaults.
 // (LIMIT_HEADERS_FORMAT is sluice's own, not theirs: it alone does not make their environment.)
-constexpr std::string_view kShared[] = {"HOST",      "PORT",     "LOG_LEVEL",
+constexpr std::string_view kShared[] = {"HOST",       "PORT",      "LOG_LEVEL",
                                         "LOG_FORMAT", "REDIS_URL", "LIMIT_HEADERS_FORMAT"};
 
 bool Contains(const auto& list, std::string_view name) {
@@ -204,8 +204,9 @@ absl::StatusOr<EnvSettings> Reader::Read() {
       return ok.status();
     }
   }
-  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize, &Reader::LocalCache,
-                    &Reader::Store, &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
+  for (auto pass :
+       {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize,
+        &Reader::LocalCache, &Reader::Store, &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
     if (absl::Status s = (this->*pass)(); !s.ok()) {
       return s;
     }
@@ -215,7 +216,8 @@ absl::StatusOr<EnvSettings> Reader::Read() {
 
 // Settings that would have sluiced serve something other than what they ask: refused.
 absl::Status Reader::Refusals() const {
-  if (const std::optional<std::string> type = Get("CONFIG_TYPE"); type && absl::AsciiStrToLower(*type) != "file") {
+  if (const std::optional<std::string> type = Get("CONFIG_TYPE");
+      type && absl::AsciiStrToLower(*type) != "file") {
     return Malformed("CONFIG_TYPE", *type,
                      "sluiced loads its rules from files only (CONFIG_TYPE=FILE); rules from an "
                      "xDS server are not supported");
@@ -390,7 +392,8 @@ absl::Status Reader::Memcache() {
     return store.status();
   }
   Unread({"REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS",
-          "REDIS_SENTINEL_AUTH"}, "BACKEND_TYPE is memcache");
+          "REDIS_SENTINEL_AUTH"},
+         "BACKEND_TYPE is memcache");
   Add("--store", *store,
       fmt::format("BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT={}", *Get("MEMCACHE_HOST_PORT")),
       false, false);

@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
 #include "fmt/format.h"
+#include "sluice_build/version.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -21,7 +22,6 @@
 #include "sluice/duration.h"
 #include "sluice/memcached_store.h"
 #include "sluice/redis_store.h"
-#include "sluice_build/version.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -100,9 +100,8 @@ absl::StatusOr<int64_t> Read(const Bounds& b, std::string_view text) {
   int64_t v = 0;
   const auto [rest, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || text.front() == '-' || ec != std::errc() || rest != end) {
-    return absl::InvalidArgumentError(ec == std::errc::result_out_of_range
-                                          ? "far too large"
-                                          : "not a whole number");
+    return absl::InvalidArgumentError(ec == std::errc::result_out_of_range ? "far too large"
+                                                                           : "not a whole number");
   }
   return v;
 }
@@ -280,8 +279,7 @@ absl::Status ApplyFlag(CLI::Option& option, const EnvFlag& env) {
     }
   }
   if (absl::Status s = CheckFlagValue(env.flag, env.value); !s.ok()) {
-    return absl::InvalidArgumentError(
-        fmt::format("{}: {}", env.variables, internal::Message(s)));
+    return absl::InvalidArgumentError(fmt::format("{}: {}", env.variables, internal::Message(s)));
   }
   try {
     option.add_result(env.value);

@@ -80,8 +80,7 @@ absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool disc
     return absl::InvalidArgumentError(fmt::format(
         "--snapshot-discard-corrupt: {}; cannot move it aside to {}: {}", why, aside, Reason()));
   }
-  spdlog::warn("{}: moved it aside to {} (--snapshot-discard-corrupt); starting empty", why,
-               aside);
+  spdlog::warn("{}: moved it aside to {} (--snapshot-discard-corrupt); starting empty", why, aside);
   return absl::OkStatus();
 }
 

@@ -159,16 +159,15 @@ void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
     at = ClosestQuota(quotas);
   }
   const Timestamp now = options_.clock != nullptr ? options_.clock->Now() : SystemClock().Now();
-  AddRateLimitHeaders(quotas, at, options_.headers, now,
-                      [&](std::string_view name, std::string_view value) {
-                        if (options_.headers.format == HeaderFormat::kDraft06 &&
-                            name == "RateLimit-Policy") {
-                          return;  // envoyproxy/ratelimit's three only.
-                        }
-                        auto& header = *response.add_response_headers_to_add();
-                        header.set_key(std::string(name));
-                        header.set_value(std::string(value));
-                      });
+  AddRateLimitHeaders(
+      quotas, at, options_.headers, now, [&](std::string_view name, std::string_view value) {
+        if (options_.headers.format == HeaderFormat::kDraft06 && name == "RateLimit-Policy") {
+          return;  // envoyproxy/ratelimit's three only.
+        }
+        auto& header = *response.add_response_headers_to_add();
+        header.set_key(std::string(name));
+        header.set_value(std::string(value));
+      });
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,

@@ -90,7 +90,8 @@ Struct DynamicMetadata(const envoy::service::ratelimit::v3::RateLimitRequest& re
     }
     Struct rule;
     // The rules loader wrote it from YAML; a failure here is a bug of ours, not the caller's.
-    if (const auto status = google::protobuf::util::JsonStringToMessage(result.metadata_json, &rule);
+    if (const auto status =
+            google::protobuf::util::JsonStringToMessage(result.metadata_json, &rule);
         !status.ok()) {
       spdlog::error("a rule's metadata is not a JSON object: {}", status.ToString());
       continue;

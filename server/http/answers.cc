@@ -4,9 +4,9 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "fmt/compile.h"
 #include "fmt/format.h"
-#include "absl/container/inlined_vector.h"
 #include "nlohmann/json.hpp"
 
 #include "server/http/request.h"
@@ -214,10 +214,9 @@ void SetRateLimitHeaders(const CheckResult& result, const AnswerHeaders& headers
       quotas.push_back(*quota);
     }
   }
-  AddRateLimitHeaders(quotas, ClosestQuota(quotas), headers.options, headers.now,
-                      [&](std::string_view name, std::string_view value) {
-                        response.set(name, value);
-                      });
+  AddRateLimitHeaders(
+      quotas, ClosestQuota(quotas), headers.options, headers.now,
+      [&](std::string_view name, std::string_view value) { response.set(name, value); });
   if (!result.combined.allowed && result.combined.retry_after > Micros{0}) {
     response.set(http::field::retry_after,
                  std::to_string(std::max<int64_t>(1, CeilSeconds(result.combined.retry_after))));

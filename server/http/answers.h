@@ -1,10 +1,11 @@
 #pragma once
 
 // The answers of sluiced's HTTP API: their JSON bodies, the RateLimit headers of a decision
-// (built by rate_limit_headers.h, shared with the Envoy API), and the HTTP status of a refusal's absl::Status (Envoy's rate-limit filter keeps
-// its headers apart in the same way, in ratelimit_headers.{h,cc}). A check's answer is
-// written by hand, as it is the hot path, with every name checked for UTF-8 so that the answer
-// is valid JSON whatever a rules file or a request holds. docs/server.md documents each answer.
+// (built by rate_limit_headers.h, shared with the Envoy API), and the HTTP status of a refusal's
+// absl::Status (Envoy's rate-limit filter keeps its headers apart in the same way, in
+// ratelimit_headers.{h,cc}). A check's answer is written by hand, as it is the hot path, with every
+// name checked for UTF-8 so that the answer is valid JSON whatever a rules file or a request holds.
+// docs/server.md documents each answer.
 //
 // Thread-safe: pure functions of their arguments.
 
@@ -67,8 +68,7 @@ struct EnvoyAnswer {
   bool over_limit = false;  // RateLimitService::OverallOverLimit.
 };
 // Envoy's RateLimitResponse in protobuf JSON: 200 for OK, 429 for OVER_LIMIT.
-HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer,
-                               const HttpRequest& request);
+HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& request);
 
 // The JSON body of a check's answer. `waited`: an acquire's wait, given as "waited_us".
 std::string ResultText(const CheckResult& result, std::optional<Micros> waited = std::nullopt);

@@ -40,8 +40,7 @@ HttpResponse EnvoyJson(const EnvoyAnswer& answer, const HttpRequest& request,
 }  // namespace
 
 HttpApi::HttpApi(RateLimitService& service, Metrics& metrics, Clock& clock,
-                 std::function<std::string()> store_metrics, Health health,
-                 HeaderOptions headers)
+                 std::function<std::string()> store_metrics, Health health, HeaderOptions headers)
     : service_(service),
       metrics_(metrics),
       clock_(clock),
@@ -74,12 +73,11 @@ RateLimitService::Done<absl::StatusOr<Result>> HttpApi::Deliver(
     Respond respond = std::move(decided->reply.respond);
     std::move(respond)([decided = std::move(decided)]() {
       const absl::StatusOr<Result>& r = *decided->result;
-      return decided->api.Finish(
-          r.ok() ? decided->format(*r, decided->request,
-                                   {.options = decided->api.headers_,
-                                    .now = decided->api.clock_.Now()})
-                 : Failure(r.status(), decided->request),
-          decided->reply);
+      return decided->api.Finish(r.ok() ? decided->format(*r, decided->request,
+                                                          {.options = decided->api.headers_,
+                                                           .now = decided->api.clock_.Now()})
+                                        : Failure(r.status(), decided->request),
+                                 decided->reply);
     });
   };
 }
@@ -201,8 +199,7 @@ void HttpApi::Release(const HttpRequest& request, Reply reply) {
     Send(std::move(reply), Failure(lease.status(), request));
     return;
   }
-  service_.ReleaseAsync(*std::move(lease),
-                        Deliver<bool>(request, std::move(reply), &Released));
+  service_.ReleaseAsync(*std::move(lease), Deliver<bool>(request, std::move(reply), &Released));
 }
 
 void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {

@@ -31,9 +31,9 @@
 #include "server/http/handler.h"
 #include "server/http/request.h"
 #include "server/http/response.h"
-#include "server/stats/metrics.h"
 #include "server/service/rate_limit_headers.h"
 #include "server/service/service.h"
+#include "server/stats/metrics.h"
 
 namespace sluice::server {
 

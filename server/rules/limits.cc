@@ -16,9 +16,8 @@
 namespace sluice::server {
 
 Limit EnvoyCounter(Micros period) {
-  return Limit::Create({.algorithm = Algorithm::kFixedWindow,
-                        .limit = Limit::kMaxCount,
-                        .period = period})
+  return Limit::Create(
+             {.algorithm = Algorithm::kFixedWindow, .limit = Limit::kMaxCount, .period = period})
       .value();
 }
 
@@ -170,8 +169,8 @@ std::optional<ConcurrencyLimit> FileParser::ParseConcurrency(const YAML::Node& n
     return std::nullopt;
   }
   if (!no_leases_.empty()) {
-    Fail(capacity, fmt::format("rule '{}': a concurrency limit needs leases, and {}", path,
-                               no_leases_));
+    Fail(capacity,
+         fmt::format("rule '{}': a concurrency limit needs leases, and {}", path, no_leases_));
   }
   ConcurrencyLimit concurrency;
   concurrency.name = path + ":concurrency";

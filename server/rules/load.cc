@@ -120,7 +120,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& 
   std::vector<std::pair<std::string, std::string>> files;
   uint64_t bytes = 0;
   for (const std::string& file : *paths) {
-    const uint64_t room = options.limits.max_file_bytes - std::min(bytes, options.limits.max_file_bytes);
+    const uint64_t room =
+        options.limits.max_file_bytes - std::min(bytes, options.limits.max_file_bytes);
     absl::StatusOr<std::string> text = ReadFile(file, room);
     if (!text.ok()) {
       return text.status();
@@ -171,9 +172,8 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
     } catch (const ConfigError& e) {
       return absl::InvalidArgumentError(e.message);
     } catch (const YAML::DeepRecursion& e) {  // ScanYaml's depth limit is far lower.
-      return absl::InvalidArgumentError(fmt::format("{}:{}:{}: nesting deeper than {} levels",
-                                                    file, e.mark.line + 1, e.mark.column + 1,
-                                                    e.depth()));
+      return absl::InvalidArgumentError(fmt::format("{}:{}:{}: nesting deeper than {} levels", file,
+                                                    e.mark.line + 1, e.mark.column + 1, e.depth()));
     } catch (const YAML::Exception& e) {
       return absl::InvalidArgumentError(
           fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));

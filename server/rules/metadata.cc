@@ -94,18 +94,18 @@ std::optional<double> ParseDouble(std::string_view s) {
 // A plain scalar as yaml.v2's resolve() types it (its resolveTable and resolveMap).
 Json ResolvePlain(const YAML::Node& node, const std::string& text) {
   static const auto* const kWords = new std::map<std::string_view, Json>{
-      {"y", true},     {"Y", true},      {"yes", true},    {"Yes", true},   {"YES", true},
-      {"true", true},  {"True", true},   {"TRUE", true},   {"on", true},    {"On", true},
-      {"ON", true},    {"n", false},     {"N", false},     {"no", false},   {"No", false},
-      {"NO", false},   {"false", false}, {"False", false}, {"FALSE", false}, {"off", false},
-      {"Off", false},  {"OFF", false},   {"", nullptr},    {"~", nullptr},  {"null", nullptr},
+      {"y", true},       {"Y", true},      {"yes", true},    {"Yes", true},    {"YES", true},
+      {"true", true},    {"True", true},   {"TRUE", true},   {"on", true},     {"On", true},
+      {"ON", true},      {"n", false},     {"N", false},     {"no", false},    {"No", false},
+      {"NO", false},     {"false", false}, {"False", false}, {"FALSE", false}, {"off", false},
+      {"Off", false},    {"OFF", false},   {"", nullptr},    {"~", nullptr},   {"null", nullptr},
       {"Null", nullptr}, {"NULL", nullptr}};
   if (const auto word = kWords->find(text); word != kWords->end()) {
     return word->second;
   }
-  static const auto* const kNonFinite = new std::set<std::string_view>{
-      ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
-      "-.Inf", "-.INF"};
+  static const auto* const kNonFinite =
+      new std::set<std::string_view>{".nan",  ".NaN",  ".NAN",  ".inf",  ".Inf",  ".INF",
+                                     "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF"};
   if (kNonFinite->contains(text)) {
     throw MetadataError{node, fmt::format("metadata value '{}' is not a finite number (JSON and "
                                           "Envoy's metadata have none)",
@@ -168,8 +168,8 @@ Json Scalar(const YAML::Node& node) {
 // back, in %e form when the exponent is below -4 or at least 6.
 std::string GoFloatText(double value) {
   char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value,
-                                    std::chars_format::scientific);
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
   const std::string_view text(buffer, result.ptr - buffer);
   const size_t e = text.find('e');
   std::string digits(text.substr(0, e));
@@ -211,10 +211,10 @@ Json Mapping(const YAML::Node& node, int depth) {
       key = item.first.Scalar();
     } else {
       const Json resolved = Scalar(item.first);
-      key = resolved.is_string()           ? resolved.get<std::string>()
-            : resolved.is_number_float()   ? GoFloatText(resolved.get<double>())
-            : resolved.is_null()           ? "<nil>"
-                                           : resolved.dump();
+      key = resolved.is_string()         ? resolved.get<std::string>()
+            : resolved.is_number_float() ? GoFloatText(resolved.get<double>())
+            : resolved.is_null()         ? "<nil>"
+                                         : resolved.dump();
     }
     object[key] = Value(item.second, depth + 1);
   }

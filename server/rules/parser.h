@@ -130,7 +130,7 @@ class FileParser {
   CounterRegistry& counters_;
   const LimitChecker& check_limit_;  // The store's verdict, asked for every limit.
   const RuleFileLimits& limits_;
-  YamlBudget& budget_;  // Shared by the files of one load.
+  YamlBudget& budget_;           // Shared by the files of one load.
   const std::string no_leases_;  // Why a concurrency rule is refused; empty: it is not.
 };
 

@@ -63,8 +63,7 @@ void FileParser::ParseDomain(const YAML::Node& root, Domain& domain, bool mergin
   domain.share_threshold = AnyShareThreshold(domain.descriptors);
 }
 
-void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain,
-                                     bool merging) const {
+void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain, bool merging) const {
   // A domain merged from several files has one set of IP keys for all of its descriptors.
   if (const YAML::Node ip_keys = root["ip_keys"]) {
     std::vector<std::string> keys;
@@ -80,8 +79,8 @@ void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain,
   if (const YAML::Node prefix = root["ipv6_prefix"]) {
     const int bits = static_cast<int>(Integer(prefix, "ipv6_prefix", 1, 128));
     if (merging && bits != domain.ipv6_prefix) {
-      Fail(prefix, fmt::format("'ipv6_prefix' differs from that of domain '{}' in {}",
-                               domain.name, domain.file));
+      Fail(prefix, fmt::format("'ipv6_prefix' differs from that of domain '{}' in {}", domain.name,
+                               domain.file));
     }
     domain.ipv6_prefix = bits;
   }
@@ -94,8 +93,8 @@ void FileParser::ParseDomainSettings(const YAML::Node& root, Domain& domain,
       pool->name = String(item.first, "a pool name");
       for (const auto& other : domain.pools) {
         if (other->name == pool->name) {
-          Fail(item.first, fmt::format("pool '{}' is already defined in domain '{}'", pool->name,
-                                       domain.name));
+          Fail(item.first,
+               fmt::format("pool '{}' is already defined in domain '{}'", pool->name, domain.name));
         }
       }
       pool->limit = ParseLimit(item.second, fmt::format("{}.pool_{}", domain.name, pool->name));
@@ -170,10 +169,10 @@ int64_t FileParser::Integer(const YAML::Node& node, std::string_view what, int64
     const std::string text = node.IsScalar() ? node.Scalar() : "";
     const std::string_view digits =
         std::string_view(text).substr(text.starts_with('-') || text.starts_with('+'));
-    if (!digits.empty() && std::all_of(digits.begin(), digits.end(),
-                                       [](char c) { return c >= '0' && c <= '9'; })) {
-      Fail(node, fmt::format("{} {} is out of range: it must be between {} and {}", what, text,
-                             min, max));
+    if (!digits.empty() &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      Fail(node, fmt::format("{} {} is out of range: it must be between {} and {}", what, text, min,
+                             max));
     }
     Fail(node, fmt::format("{} must be an integer", what));
   }
@@ -213,8 +212,8 @@ std::unique_ptr<DescriptorNode> FileParser::ParseDescriptor(const YAML::Node& no
                    "quota_mode", "detailed_metric", "value_to_metric", "share_threshold",
                    "metadata", "mode", "soft_percent", "pool", "concurrency", "lease_ttl"});
   if (++budget_.descriptors > limits_.max_descriptors) {
-    Fail(node, fmt::format("more than {} descriptors (the descriptor limit)",
-                           limits_.max_descriptors));
+    Fail(node,
+         fmt::format("more than {} descriptors (the descriptor limit)", limits_.max_descriptors));
   }
   auto descriptor = std::make_unique<DescriptorNode>();
   descriptor->key = RequiredString(node, "key");

@@ -101,7 +101,7 @@ struct RuleLimit {
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
   // `share: {max, ttl}`: the limit may be leased (SharePolicy, with --redis-shares).
   std::optional<SharePolicy> share;
-  RuleCounters* counters = nullptr;   // Owned by a CounterRegistry; never null once loaded.
+  RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
 };
 
 // The counter of a fixed window of `period` in envoyproxy/ratelimit's manner: Limit::kMaxCount
@@ -288,9 +288,10 @@ class RuleSet {
   // in name order (one domain per file, as envoyproxy/ratelimit, unless
   // options.merge_domains). Errors: InvalidArgument "FILE:LINE:COLUMN: what is wrong", or
   // "FILE: ..." when the file cannot be read.
-  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(
-      const std::string& path, CounterRegistry& counters, const LimitChecker& check_limit,
-      const RuleLoadOptions& options = {});
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(const std::string& path,
+                                                             CounterRegistry& counters,
+                                                             const LimitChecker& check_limit,
+                                                             const RuleLoadOptions& options = {});
   // The files Load reads for `path`: `path` itself, or a directory's *.yaml and *.yml files
   // in name order.
   static absl::StatusOr<std::vector<std::string>> Files(const std::string& path);

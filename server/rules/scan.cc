@@ -81,8 +81,8 @@ class Scanner final : public YAML::EventHandler {
     Deepest(named.depth);
     Completed(mark, named.text);
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string& /*tag*/,
-                       YAML::anchor_t anchor, YAML::EmitterStyle::value /*style*/) override {
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& /*tag*/, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value /*style*/) override {
     Open(mark, anchor, /*map=*/false);
   }
   void OnSequenceEnd() override { Close(); }
@@ -98,7 +98,7 @@ class Scanner final : public YAML::EventHandler {
     YAML::anchor_t anchor = 0;
     uint64_t nodes_before = 0;  // budget_ at its start, for its anchor's size.
     uint64_t scalar_bytes_before = 0;
-    int64_t below = 0;  // The most levels of a node completed in it, aliases expanded.
+    int64_t below = 0;       // The most levels of a node completed in it, aliases expanded.
     bool expect_key = true;  // Of a mapping: the next node completed is a key.
     std::unordered_map<std::string, int> keys;  // The line of each, from 0.
   };
@@ -223,9 +223,10 @@ void ScanYaml(const std::string& file, const std::string& text, const RuleFileLi
               YamlBudget& budget) {
   budget.file_bytes += text.size();
   if (budget.file_bytes > limits.max_file_bytes) {
-    throw ConfigError{fmt::format("{}:1:1: the rules files are more than {} bytes (the file "
-                                  "size limit)",
-                                  file, limits.max_file_bytes)};
+    throw ConfigError{
+        fmt::format("{}:1:1: the rules files are more than {} bytes (the file "
+                    "size limit)",
+                    file, limits.max_file_bytes)};
   }
   std::istringstream in(text);
   YAML::Parser parser(in);

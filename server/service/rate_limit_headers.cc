@@ -102,8 +102,7 @@ std::string IetfRateLimit(const HeaderQuota& q) {
 std::string Draft06Policy(std::span<const HeaderQuota> quotas) {
   std::string out;
   for (const HeaderQuota& q : quotas) {
-    fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}{}"), out.empty() ? "" : ", ",
-                   q.quota);
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}{}"), out.empty() ? "" : ", ", q.quota);
     if (q.window > 0) {
       AppendInteger(out, "w", q.window);
     }
@@ -126,8 +125,8 @@ std::string_view HeaderFormatName(HeaderFormat format) {
 }
 
 std::optional<HeaderFormat> ParseHeaderFormat(std::string_view name) {
-  for (HeaderFormat f : {HeaderFormat::kDraftIetf, HeaderFormat::kDraft06,
-                         HeaderFormat::kXRateLimit}) {
+  for (HeaderFormat f :
+       {HeaderFormat::kDraftIetf, HeaderFormat::kDraft06, HeaderFormat::kXRateLimit}) {
     if (name == HeaderFormatName(f)) {
       return f;
     }

@@ -46,9 +46,8 @@ RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics,
       id_(next_service_id.fetch_add(1)),
       rules_(std::make_shared<const RuleSet>()),
       adhoc_counters_(metrics.rules().Get("adhoc")),
-      caller_limits_([&store](const Limit& limit, Timestamp now) {
-        return store.HoldsState(limit, now);
-      }),
+      caller_limits_(
+          [&store](const Limit& limit, Timestamp now) { return store.HoldsState(limit, now); }),
       lines_(timers != nullptr ? std::make_unique<WaitLines>(*timers) : nullptr) {}
 
 std::shared_ptr<const RuleSet> RateLimitService::rules() const {
@@ -215,7 +214,7 @@ void Describe(Timestamp now, DescriptorResult& out) {
       out.over_limit ? 0 : static_cast<uint32_t>(std::min(closest.decision.remaining, kUint32Max));
   out.unit = closest.unit;
   // A limit of requests_per_unit 0 has no Limit, but its unit's window still ends.
-  const Micros period = closest.limit         ? closest.limit->period()
+  const Micros period = closest.limit                ? closest.limit->period()
                         : out.unit != Unit::kUnknown ? UnitPeriod(out.unit)
                                                      : Micros{0};
   if (period > Micros{0}) {
@@ -225,9 +224,9 @@ void Describe(Timestamp now, DescriptorResult& out) {
     // A fixed window's end, in whole seconds as envoyproxy/ratelimit counts it (their clock
     // reads seconds: the rounding up never tells a client to come back too early).
     const bool fixed = !closest.limit || closest.limit->algorithm() == Algorithm::kFixedWindow;
-    out.until_reset = fixed ? std::chrono::ceil<std::chrono::seconds>(
-                                  period - now.time_since_epoch() % period)
-                            : closest.decision.reset_after;
+    out.until_reset =
+        fixed ? std::chrono::ceil<std::chrono::seconds>(period - now.time_since_epoch() % period)
+              : closest.decision.reset_after;
   }
 }
 

@@ -22,11 +22,11 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
-#include "server/service/caller_limits.h"
-#include "server/stats/metrics.h"
 #include "server/rules/rules.h"
+#include "server/service/caller_limits.h"
 #include "server/service/task.h"
 #include "server/service/waiting.h"
+#include "server/stats/metrics.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/store.h"
@@ -172,7 +172,7 @@ struct AcquireResult {
 
 // One result per request descriptor, decided each on its own, as envoyproxy/ratelimit does.
 struct DescriptorResult {
-  bool matched = false;                 // A rule (or an override) applied.
+  bool matched = false;  // A rule (or an override) applied.
   // Its rule is in quota mode (quota_mode: true, or EnvoySettings::quota_mode): being over
   // the limit makes the request over only when every quota descriptor of it is.
   bool quota_mode = false;
@@ -337,7 +337,7 @@ class RateLimitService {
   // when the last line was (INT64_MIN: never), and the failures since.
   std::atomic<int64_t> store_error_logged_us_{INT64_MIN};
   std::atomic<uint64_t> store_errors_unlogged_{0};
-  std::unique_ptr<WaitLines> lines_;        // Acquire's waiters; null without timers.
+  std::unique_ptr<WaitLines> lines_;  // Acquire's waiters; null without timers.
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

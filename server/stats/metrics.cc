@@ -4,7 +4,6 @@
 #include <iterator>
 
 #include "fmt/format.h"
-
 #include "sluice_build/version.h"
 
 namespace sluice::server {

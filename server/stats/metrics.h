@@ -39,9 +39,7 @@ class Metrics {
   // An Envoy answer over the limit made OK by the global shadow mode (--shadow-mode).
   void CountGlobalShadowMode() { global_shadow_mode_.fetch_add(1, std::memory_order_relaxed); }
   // A limit given by a caller refused: callers had kMaxCallerLimits in use (CallerLimits).
-  void CountCallerLimitRefused() {
-    caller_limits_refused_.fetch_add(1, std::memory_order_relaxed);
-  }
+  void CountCallerLimitRefused() { caller_limits_refused_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t caller_limits_refused() const {
     return caller_limits_refused_.load(std::memory_order_relaxed);
   }

@@ -285,12 +285,14 @@ Decision Decide(const Limit& limit, TokenBucketState& state, Timestamp now, int6
 
 Decision Decide(const Limit& limit, GcraState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false, TatDivisors(limit)));
+  return Narrow(
+      DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/false, TatDivisors(limit)));
 }
 
 Decision Decide(const Limit& limit, LeakyBucketState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
-  return Narrow(DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true, TatDivisors(limit)));
+  return Narrow(
+      DecideTat(limit, state.tat, now, cost, /*shapes_traffic=*/true, TatDivisors(limit)));
 }
 
 AnyState InitialState(Algorithm algorithm) {

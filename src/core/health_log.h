@@ -2,11 +2,12 @@
 
 // What a shared store (RedisStore, MemcachedStore) tells an operator about the servers it uses:
 // a server lost (with the reason: connection refused, AUTH refused naming Redis's error, a
-// timeout, OOM or READONLY answered, memcached out of memory) and back, said once per change of state, never per call. A line of a kind said
-// within kQuiet before (a server that comes and goes, a reconnection that fails for one reason
-// then another) is held back and counted; once kQuiet has passed, the state the server is then
-// in is said, with the count, unless it is the state said last. So the last line said of a
-// server is its state, at most kQuiet late, and a server flapping says a few lines a minute.
+// timeout, OOM or READONLY answered, memcached out of memory) and back, said once per change of
+// state, never per call. A line of a kind said within kQuiet before (a server that comes and goes,
+// a reconnection that fails for one reason then another) is held back and counted; once kQuiet has
+// passed, the state the server is then in is said, with the count, unless it is the state said
+// last. So the last line said of a server is its state, at most kQuiet late, and a server flapping
+// says a few lines a minute.
 //
 // Not thread-safe: one thread at a time uses it (the Redis store's I/O thread; the Memcached
 // store's threads under a mutex), but for counts(), which any thread may read (a health probe:

@@ -21,10 +21,9 @@ absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy) 
         fmt::format("share: max must be 1 to {}, not {}", kMaxShare, policy.max));
   }
   if (policy.ttl < kMinShareTtl || policy.ttl > kMaxShareTtl) {
-    return absl::InvalidArgumentError(fmt::format("share: ttl must be {} to {}, not {}",
-                                                  FormatDuration(kMinShareTtl),
-                                                  FormatDuration(kMaxShareTtl),
-                                                  FormatDuration(policy.ttl)));
+    return absl::InvalidArgumentError(
+        fmt::format("share: ttl must be {} to {}, not {}", FormatDuration(kMinShareTtl),
+                    FormatDuration(kMaxShareTtl), FormatDuration(policy.ttl)));
   }
   return absl::OkStatus();
 }

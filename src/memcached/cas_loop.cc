@@ -146,4 +146,3 @@ absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& ta
 }
 
 }  // namespace sluice::internal
-

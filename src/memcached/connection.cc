@@ -1,12 +1,11 @@
 #include "src/memcached/connection.h"
 
-#include <libmemcached-1.0/memcached.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "fmt/format.h"
+#include <libmemcached-1.0/memcached.h>
 
 namespace sluice::internal {
 namespace {
@@ -49,8 +48,8 @@ absl::StatusCode CodeOf(memcached_return_t rc) {
 // (memcached_last_error_message would add a pointer and libmemcached's source line.)
 absl::Status StatusOf(memcached_st* mc, memcached_return_t rc, std::string_view op,
                       std::string_view key) {
-  const std::string message = fmt::format("memcached {}: {} '{}': {}", ServerOf(mc, key), op,
-                                          key, memcached_strerror(mc, rc));
+  const std::string message = fmt::format("memcached {}: {} '{}': {}", ServerOf(mc, key), op, key,
+                                          memcached_strerror(mc, rc));
   switch (CodeOf(rc)) {
     case absl::StatusCode::kDeadlineExceeded:
       return absl::DeadlineExceededError(message);
@@ -133,9 +132,9 @@ absl::StatusOr<std::unique_ptr<MemcachedConnection>> MemcachedConnection::MakePr
   for (const auto& [behavior, value] : behaviors) {
     if (memcached_return_t rc = memcached_behavior_set(mc, behavior, value);
         rc != MEMCACHED_SUCCESS) {
-      return absl::InternalError(
-          fmt::format("memcached: setting behaviour {}: {}", static_cast<int>(behavior),
-                      memcached_strerror(mc, rc)));
+      return absl::InternalError(fmt::format("memcached: setting behaviour {}: {}",
+                                             static_cast<int>(behavior),
+                                             memcached_strerror(mc, rc)));
     }
   }
   return connection;

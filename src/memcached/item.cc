@@ -34,9 +34,9 @@ absl::StatusOr<AnyState> DecodeItem(const Limit& limit, std::string_view value,
       std::visit([&](const auto& s) { return Plausible(limit, s); }, state)) {
     return state;
   }
-  return absl::InternalError(fmt::format(
-      "memcached item '{}' ({} bytes) does not hold a state of {} written by sluice", item_key,
-      value.size(), limit.ToString()));
+  return absl::InternalError(
+      fmt::format("memcached item '{}' ({} bytes) does not hold a state of {} written by sluice",
+                  item_key, value.size(), limit.ToString()));
 }
 
 int64_t ExptimeOf(Micros reset_after, Micros margin) {

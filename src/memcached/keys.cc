@@ -1,8 +1,7 @@
 #include "src/memcached/keys.h"
 
-#include <openssl/sha.h>
-
 #include "fmt/format.h"
+#include <openssl/sha.h>
 
 namespace sluice::internal {
 

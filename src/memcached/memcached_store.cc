@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cassert>
+#include <chrono>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -152,8 +152,7 @@ absl::Status Check(std::string_view prefix, std::span<const LimitedKey> requests
 absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connection,
                                                    std::span<const LimitedKey> requests,
                                                    int64_t cost, Timestamp now,
-                                                   std::span<Decision> each,
-                                                   SteadyTime deadline) {
+                                                   std::span<Decision> each, SteadyTime deadline) {
   assert(each.size() == requests.size());
   calls_.fetch_add(1, std::memory_order_relaxed);
   absl::InlinedVector<ItemTarget, 4> targets;
@@ -268,17 +267,17 @@ void MemcachedStore::DecideAllAsync(std::span<const LimitedKey> requests, int64_
   // `done` is shared with the refusal below: a task the queue refuses is never run.
   auto shared_done = std::make_shared<DecideDone>(std::move(done));
   const Impl::SteadyTime deadline = Impl::SteadyClock::now() + impl_->options().timeout;
-  const bool queued = impl_->workers().Post(
-      [impl = impl_.get(), limits = std::move(limits), keys = std::move(keys), cost, now, each,
-       deadline, shared_done](MemcachedConnection& connection) mutable {
-        absl::InlinedVector<LimitedKey, 4> owned;
-        for (size_t i = 0; i < limits.size(); ++i) {
-          owned.push_back({.limit = &limits[i], .key = keys[i]});
-        }
-        std::move(*shared_done)(impl->Run(connection, owned, cost, now, each, deadline));
-      });
+  const bool queued = impl_->workers().Post([impl = impl_.get(), limits = std::move(limits),
+                                             keys = std::move(keys), cost, now, each, deadline,
+                                             shared_done](MemcachedConnection& connection) mutable {
+    absl::InlinedVector<LimitedKey, 4> owned;
+    for (size_t i = 0; i < limits.size(); ++i) {
+      owned.push_back({.limit = &limits[i], .key = keys[i]});
+    }
+    std::move (*shared_done)(impl->Run(connection, owned, cost, now, each, deadline));
+  });
   if (!queued) {
-    std::move(*shared_done)(impl_->Fallback(
+    std::move (*shared_done)(impl_->Fallback(
         absl::UnavailableError(fmt::format(
             "memcached: {} calls wait for the store's threads already: the servers answer too "
             "slowly for the calls asked",

@@ -2,8 +2,7 @@
 
 namespace sluice::internal {
 
-void ServerHealth::Lost(std::string_view server, std::string_view reason, bool refusing,
-                        Time now) {
+void ServerHealth::Lost(std::string_view server, std::string_view reason, bool refusing, Time now) {
   std::lock_guard lock(mu_);
   log_.Lost(server, reason, refusing, now);
   Update(now);

@@ -30,9 +30,9 @@ class ServerHealth {
   bool Watching() const { return watching_.load(std::memory_order_relaxed); }
 
   void Lost(std::string_view server, std::string_view reason, bool refusing, Time now);
-  void Answered(std::string_view server, Time now);  // An operation on it was answered.
+  void Answered(std::string_view server, Time now);   // An operation on it was answered.
   void Connected(std::string_view server, Time now);  // A probe answered: back, unless refusing.
-  void Flush(Time now);                                // Says the lines whose time has come.
+  void Flush(Time now);                               // Says the lines whose time has come.
 
   HealthLog::Counts counts() const { return log_.counts(); }
 

@@ -17,7 +17,8 @@ absl::StatusOr<MemcachedEndpoint> ParseServer(std::string_view url, std::string_
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("memcached URL '{}': {}", url, why));
   };
-  absl::StatusOr<internal::HostPort> parsed = internal::ParseHostPort(text, MemcachedEndpoint{}.port);
+  absl::StatusOr<internal::HostPort> parsed =
+      internal::ParseHostPort(text, MemcachedEndpoint{}.port);
   if (!parsed.ok()) {
     return bad(internal::Message(parsed.status()));
   }

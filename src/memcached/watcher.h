@@ -2,18 +2,18 @@
 
 // Keeps a MemcachedStore's ServerHealth true when no call comes to show it (as a Redis
 // store's connection shows Redis lost with no call made): a thread that reads an item that
-// is never written from each server, one small round trip every `retry_after_failure` (1 s) on a connection of its own
-// per server, so that a server stopped, or back (although a health check that fails keeps the
-// calls away), shows within about a second. It also says the lines the health log holds back,
-// once their time has come.
+// is never written from each server, one small round trip every `retry_after_failure` (1 s) on a
+// connection of its own per server, so that a server stopped, or back (although a health check that
+// fails keeps the calls away), shows within about a second. It also says the lines the health log
+// holds back, once their time has come.
 //
 // Thread-safe; the destructor stops and joins the thread (at most one probe's timeout).
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <memory>
 #include <thread>
 #include <vector>
 

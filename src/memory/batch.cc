@@ -10,8 +10,8 @@
 
 namespace sluice::internal {
 
-size_t DecideBatchIn(Table& table, Others others, std::span<const KeyCost> requests,
-                     Timestamp now, std::span<absl::StatusOr<Decision>> out,
+size_t DecideBatchIn(Table& table, Others others, std::span<const KeyCost> requests, Timestamp now,
+                     std::span<absl::StatusOr<Decision>> out,
                      absl::FunctionRef<absl::Status(std::string_view key)> full) {
   const size_t n = requests.size();
   // Hashed a window at a time, so that a large batch needs no large buffer.

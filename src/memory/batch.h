@@ -31,8 +31,8 @@ inline constexpr size_t kPrefetchAhead1 = 4;
 // out[i], until the table turns out retired: returns the index of the first request not
 // decided (requests.size() when all were). `full(key)` gives the error of a new key refused
 // for want of room. REQUIRES: out.size() == requests.size(); `now` in the store's range.
-size_t DecideBatchIn(Table& table, Others others, std::span<const KeyCost> requests,
-                     Timestamp now, std::span<absl::StatusOr<Decision>> out,
+size_t DecideBatchIn(Table& table, Others others, std::span<const KeyCost> requests, Timestamp now,
+                     std::span<absl::StatusOr<Decision>> out,
                      absl::FunctionRef<absl::Status(std::string_view key)> full);
 
 }  // namespace sluice::internal

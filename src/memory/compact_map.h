@@ -92,7 +92,8 @@ class CompactMap {
       __builtin_prefetch(ctrl_.get() + g * kGroup);
       return;
     }
-    const __m128i ctrl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ctrl_.get() + g * kGroup));
+    const __m128i ctrl =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(ctrl_.get() + g * kGroup));
     auto matches = static_cast<uint32_t>(_mm_movemask_epi8(
         _mm_cmpeq_epi8(ctrl, _mm_set1_epi8(static_cast<char>(FragmentOf(hash))))));
     for (; matches != 0; matches &= matches - 1) {

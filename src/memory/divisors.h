@@ -12,9 +12,9 @@
 //
 // Immutable once made: thread-safe.
 
-#include <cstdint>
-
 #include <libdivide.h>
+
+#include <cstdint>
 
 #include "sluice/limit.h"
 

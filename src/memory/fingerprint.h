@@ -52,10 +52,20 @@ class Fingerprint {
     uint64_t v2 = k0_ ^ 0x6c7967656e657261ULL;
     uint64_t v3 = k1_ ^ 0x7465646279746573ULL;
     auto round = [&] {
-      v0 += v1; v1 = std::rotl(v1, 13); v1 ^= v0; v0 = std::rotl(v0, 32);  // NOLINT
-      v2 += v3; v3 = std::rotl(v3, 16); v3 ^= v2;                          // NOLINT
-      v0 += v3; v3 = std::rotl(v3, 21); v3 ^= v0;                          // NOLINT
-      v2 += v1; v1 = std::rotl(v1, 17); v1 ^= v2; v2 = std::rotl(v2, 32);  // NOLINT
+      v0 += v1;
+      v1 = std::rotl(v1, 13);
+      v1 ^= v0;
+      v0 = std::rotl(v0, 32);  // NOLINT
+      v2 += v3;
+      v3 = std::rotl(v3, 16);
+      v3 ^= v2;  // NOLINT
+      v0 += v3;
+      v3 = std::rotl(v3, 21);
+      v3 ^= v0;  // NOLINT
+      v2 += v1;
+      v1 = std::rotl(v1, 17);
+      v1 ^= v2;
+      v2 = std::rotl(v2, 32);  // NOLINT
     };
     auto absorb = [&](uint64_t word) {
       v3 ^= word;

@@ -115,7 +115,9 @@ class FingerprintMap {
   }
 
   // The slot at index i (0 <= i < capacity()), or null when it holds no key.
-  Slot* At(size_t i) { return slots_[i].fingerprint >= Fingerprint::kFirstKey ? &slots_[i] : nullptr; }
+  Slot* At(size_t i) {
+    return slots_[i].fingerprint >= Fingerprint::kFirstKey ? &slots_[i] : nullptr;
+  }
 
  private:
   static constexpr uint64_t kEmpty = 0;
@@ -141,8 +143,8 @@ class FingerprintMap {
   void Rehash(size_t live) {
     const size_t wanted = (live * 100 + 74) / 75;
     const size_t capacity = std::max(kLine, (wanted + kLine - 1) / kLine * kLine);
-    std::unique_ptr<Slot[], Free> slots(static_cast<Slot*>(
-        ::operator new[](capacity * sizeof(Slot), std::align_val_t{kAlign})));
+    std::unique_ptr<Slot[], Free> slots(
+        static_cast<Slot*>(::operator new[](capacity * sizeof(Slot), std::align_val_t{kAlign})));
     std::fill_n(slots.get(), capacity, Slot{kEmpty, Stored{}});
     const std::unique_ptr<Slot[], Free> old = std::exchange(slots_, std::move(slots));
     const size_t old_capacity = std::exchange(capacity_, capacity);

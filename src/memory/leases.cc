@@ -49,8 +49,8 @@ size_t LeaseTable::ShardOf(std::string_view key) { return absl::HashOf(key) % kS
 void LeaseTable::Sweep(Shard& shard, Timestamp now) {
   int64_t dropped = 0;
   absl::erase_if(shard.leases, [&](auto& entry) {
-    dropped += static_cast<int64_t>(std::erase_if(
-        entry.second, [&](const Lease& lease) { return lease.expiry <= now; }));
+    dropped += static_cast<int64_t>(
+        std::erase_if(entry.second, [&](const Lease& lease) { return lease.expiry <= now; }));
     return entry.second.empty();
   });
   leases_.fetch_sub(dropped, std::memory_order_relaxed);

@@ -74,7 +74,8 @@ absl::Status StoreFull(size_t max_keys, const Limit& limit, std::string_view key
   return absl::ResourceExhaustedError(fmt::format(
       "the memory store is full ({} keys, --max-keys) and none has reset to make room for key "
       "'{}' of {}",
-      max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))), limit.ToString()));
+      max_keys, absl::CHexEscape(absl::string_view(key.data(), std::min<size_t>(key.size(), 64))),
+      limit.ToString()));
 }
 
 // The fingerprint of compact keys, if asked for (MemoryStoreOptions).
@@ -185,15 +186,14 @@ namespace {
 constexpr int kMaxLookups = 64;
 
 absl::Status Churning(const Limit& limit) {
-  return absl::UnavailableError(fmt::format(
-      "the memory store's table for {} was retired {} times in a row; try again",
-      limit.ToString(), kMaxLookups));
+  return absl::UnavailableError(
+      fmt::format("the memory store's table for {} was retired {} times in a row; try again",
+                  limit.ToString(), kMaxLookups));
 }
 
 }  // namespace
 
-MemoryStore::MemoryStore(MemoryStoreOptions options)
-    : tables_(std::make_unique<Tables>(options)) {}
+MemoryStore::MemoryStore(MemoryStoreOptions options) : tables_(std::make_unique<Tables>(options)) {}
 MemoryStore::~MemoryStore() = default;
 
 absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
@@ -232,8 +232,8 @@ absl::StatusOr<Decision> MemoryStore::Decide(const Limit& limit, std::string_vie
   return result;
 }
 
-void MemoryStore::DecideBatch(const Limit& limit, std::span<const KeyCost> requests,
-                              Timestamp now, std::span<absl::StatusOr<Decision>> out) {
+void MemoryStore::DecideBatch(const Limit& limit, std::span<const KeyCost> requests, Timestamp now,
+                              std::span<absl::StatusOr<Decision>> out) {
   if (out.size() != requests.size()) [[unlikely]] {
     for (absl::StatusOr<Decision>& o : out) {
       o = absl::InvalidArgumentError(fmt::format(
@@ -304,9 +304,9 @@ class Held {
 // DecideAll's decisions, made while Held holds every target's shard: a dry run of each, then
 // room made for the new keys, then the change on all of them if all are allowed and have room,
 // or on none. Empty when a new key found no room: the index of its target in `full`.
-std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t cost,
-                                      Timestamp now, internal::Others others,
-                                      std::span<Decision> each, size_t& full) {
+std::optional<Decision> DecideHeldAll(std::span<const Target> targets, int64_t cost, Timestamp now,
+                                      internal::Others others, std::span<Decision> each,
+                                      size_t& full) {
   bool all_allowed = true;
   for (size_t i = 0; i < targets.size(); ++i) {
     each[i] = targets[i].table->DecideHeld(targets[i].key, cost, now, Mode::kDryRun);
@@ -423,10 +423,10 @@ MemoryStoreStats MemoryStore::Stats() const {
 
 // Snapshots and compact keys: see MemoryStoreOptions::compact_keys.
 absl::Status NoSnapshotsOfFingerprints(const std::string& path) {
-  return absl::FailedPreconditionError(fmt::format(
-      "snapshot {}: this memory store keeps fingerprints of its keys, not the keys "
-      "(compact keys), so it neither saves nor loads snapshots",
-      path));
+  return absl::FailedPreconditionError(
+      fmt::format("snapshot {}: this memory store keeps fingerprints of its keys, not the keys "
+                  "(compact keys), so it neither saves nor loads snapshots",
+                  path));
 }
 
 absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {

@@ -38,9 +38,8 @@ const Registry::View& Registry::Refresh() {
   {
     MutexLock lock(mu_);
     old = std::exchange(held, view_);
-    pinned = {.registry = id_,
-              .version = version_.load(std::memory_order_relaxed),
-              .view = held.get()};
+    pinned = {
+        .registry = id_, .version = version_.load(std::memory_order_relaxed), .view = held.get()};
   }
   return *pinned.view;
 }

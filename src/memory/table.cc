@@ -132,15 +132,13 @@ class TableOf final : public Table {
     return true;
   }
 
-  bool RetireIfEmpty(absl::FunctionRef<void()> unpublish) override
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool RetireIfEmpty(absl::FunctionRef<void()> unpublish) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     for (Shard& shard : shards_) {  // In address order: no deadlock with DecideAll's Held.
       shard.mu.Lock();
     }
-    const bool empty = std::all_of(shards_.begin(), shards_.end(),
-                                   [](Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                     return shard.states.empty();
-                                   });
+    const bool empty = std::all_of(
+        shards_.begin(), shards_.end(),
+        [](Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS { return shard.states.empty(); });
     if (empty) {
       MarkRetired();
       unpublish();
@@ -225,8 +223,8 @@ class TableOf final : public Table {
       return sluice::Decide(limit(), stored, now, cost);
     } else if constexpr (std::is_same_v<Storage, CompactTat<State>>) {
       State state = Storage::Unpack(stored);
-      const Decision d = NarrowWide(DecideTat(
-          limit(), state.tat, now, cost, std::is_same_v<State, LeakyBucketState>, divisors_));
+      const Decision d = NarrowWide(DecideTat(limit(), state.tat, now, cost,
+                                              std::is_same_v<State, LeakyBucketState>, divisors_));
       if (d.allowed && cost > 0) {
         stored = Storage::Pack(state);
       }
@@ -263,7 +261,9 @@ class TableOf final : public Table {
     stripe.reclaimed.fetch_add(1, std::memory_order_relaxed);
   }
 
-  bool HasReset(Stored& stored, Timestamp now) { return Probe(stored, now).reset_after == Micros{0}; }
+  bool HasReset(Stored& stored, Timestamp now) {
+    return Probe(stored, now).reset_after == Micros{0};
+  }
 
   // The next `n` keys of the shard's walk round its slots (fewer if it holds fewer). Erasing
   // one of them leaves the others where they are.
@@ -367,8 +367,8 @@ std::unique_ptr<Table> MakeTatTable(const Limit& limit, Budget& budget, Timestam
     return std::make_unique<TableOf<State>>(limit, budget, created, nullptr);
   }
   if (compact_keys != nullptr) {
-    return std::make_unique<TableOf<State, CompactTat<State>, FingerprintMap>>(limit, budget,
-                                                                               created, compact_keys);
+    return std::make_unique<TableOf<State, CompactTat<State>, FingerprintMap>>(
+        limit, budget, created, compact_keys);
   }
   return std::make_unique<TableOf<State, CompactTat<State>>>(limit, budget, created, nullptr);
 }

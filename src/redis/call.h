@@ -66,9 +66,9 @@ struct Call {
   std::span<Decision> each;
   DecideDone done;
   SteadyTime deadline;
-  int slot = -1;         // The Redis Cluster hash slot of its keys; -1 outside a cluster.
-  int redirects = 0;     // MOVED, ASK and TRYAGAIN followed so far.
-  DenyStamp deny_stamp;  // When it was made, for the denial cache (deny_cache.h).
+  int slot = -1;               // The Redis Cluster hash slot of its keys; -1 outside a cluster.
+  int redirects = 0;           // MOVED, ASK and TRYAGAIN followed so far.
+  DenyStamp deny_stamp;        // When it was made, for the denial cache (deny_cache.h).
   ShareTake* share = nullptr;  // Set for a call that takes a share; owned by `done`.
 };
 using CallPtr = std::unique_ptr<Call>;

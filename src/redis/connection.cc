@@ -60,9 +60,9 @@ void RedisStore::Impl::Connection::Connect() {
 }
 
 bool RedisStore::Impl::Connection::ClockReady(SteadyTime now) {
-  const bool due = time_refused_at_
-                       ? now - *time_refused_at_ >= internal::kRedisClockReread
-                       : !redis_clock_ || now - redis_clock_->read_at >= internal::kRedisClockReread;
+  const bool due = time_refused_at_ ? now - *time_refused_at_ >= internal::kRedisClockReread
+                                    : !redis_clock_ || now - redis_clock_->read_at >=
+                                                           internal::kRedisClockReread;
   if (due && !clock_asked_) {
     clock_asked_ = true;
     Control(Pending::Kind::kTime, Command({"TIME"}), now + store_.options_.timeout);

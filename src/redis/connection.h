@@ -63,8 +63,8 @@ class RedisStore::Impl::Connection {
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the
-  // backoff unless the store is stopping. The server is lost (src/core/health_log.h) for that reason;
-  // `refusing`: it answers, but cannot decide.
+  // backoff unless the store is stopping. The server is lost (src/core/health_log.h) for that
+  // reason; `refusing`: it answers, but cannot decide.
   void Fail(const absl::Status& status, bool refusing = false);
   // The first half of Fail, and all of it when the store shuts down: closes the socket and
   // fails everything in flight with `status`.

@@ -144,17 +144,17 @@ void RedisStore::DecideAllAsync(std::span<const LimitedKey> requests, int64_t co
   impl_->Submit(requests, cost, now, each, std::move(done));
 }
 
-void RedisStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost,
-                                Timestamp now, std::span<Decision> each,
-                                std::span<Charge> charges, DecideDone done) {
+void RedisStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                                std::span<Decision> each, std::span<Charge> charges,
+                                DecideDone done) {
   assert(each.size() == requests.size() && charges.size() == requests.size());
   std::fill(charges.begin(), charges.end(), Charge{});
   if (absl::Status s = CheckRequest(requests, cost); !s.ok()) {
     std::move(done)(s);
     return;
   }
-  impl_->SubmitLimits({.mode = internal::Call::Mode::kCharge, .receipts = charges}, requests,
-                      cost, now, each, std::move(done));
+  impl_->SubmitLimits({.mode = internal::Call::Mode::kCharge, .receipts = charges}, requests, cost,
+                      now, each, std::move(done));
 }
 
 void RedisStore::GiveBackAllAsync(std::span<const LimitedKey> requests,
@@ -185,9 +185,8 @@ absl::StatusOr<Decision> RedisStore::ChargeAll(std::span<const LimitedKey> reque
 absl::StatusOr<Decision> RedisStore::GiveBackAll(std::span<const LimitedKey> requests,
                                                  std::span<const Charge> charges, Timestamp now,
                                                  std::span<Decision> each) {
-  return Wait([&](DecideDone done) {
-    GiveBackAllAsync(requests, charges, now, each, std::move(done));
-  });
+  return Wait(
+      [&](DecideDone done) { GiveBackAllAsync(requests, charges, now, each, std::move(done)); });
 }
 
 absl::StatusOr<Decision> RedisStore::Decide(const Limit& limit, std::string_view key, int64_t cost,
@@ -211,7 +210,8 @@ void RedisStore::LeaseAllAsync(LeaseOp op, std::span<const LeasedKey> keys, std:
 absl::StatusOr<Decision> RedisStore::LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                               std::string_view id, Micros ttl, Timestamp now,
                                               std::span<Decision> each) {
-  return Wait([&](DecideDone done) { LeaseAllAsync(op, keys, id, ttl, now, each, std::move(done)); });
+  return Wait(
+      [&](DecideDone done) { LeaseAllAsync(op, keys, id, ttl, now, each, std::move(done)); });
 }
 
 std::string RedisStore::LeaseKey(std::string_view key) const { return impl_->LeaseKey(key); }

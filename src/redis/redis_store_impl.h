@@ -45,10 +45,10 @@
 
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
+#include "src/core/health_log.h"
 #include "src/core/mutex.h"
 #include "src/redis/call.h"
 #include "src/redis/deny_cache.h"
-#include "src/core/health_log.h"
 #include "src/redis/shares.h"
 
 namespace sluice {
@@ -117,7 +117,7 @@ class RedisStore::Impl {
     RedisEndpoint endpoint;
     std::vector<std::unique_ptr<Connection>> connections;
     std::deque<CallPtr> queue;
-    std::deque<Pending> asked;  // Batches an ASK sent here, to go first, after ASKING.
+    std::deque<Pending> asked;       // Batches an ASK sent here, to go first, after ASKING.
     bool time_refused_said = false;  // Its refusal of TIME has been logged (connection.cc).
   };
 
@@ -196,9 +196,9 @@ class RedisStore::Impl {
   void Redirect(Pending batch, std::string_view error);
 
   // deny_calls.cc: the denial cache (deny_cache.h), which answers on the callers' threads
-  // and learns on the I/O thread (Complete). AnsweredDenied, from Submit: whether the cache answered (then `done` has been called),
-  // or Submit must go on (`done` left as it was).
-  // A give-back (mode kGiveBack) is never answered here: it makes the cache forget its limits
+  // and learns on the I/O thread (Complete). AnsweredDenied, from Submit: whether the cache
+  // answered (then `done` has been called), or Submit must go on (`done` left as it was). A
+  // give-back (mode kGiveBack) is never answered here: it makes the cache forget its limits
   // instead, before it is sent and again when it is answered (RecordDenial).
   bool AnsweredDenied(Call::Mode mode, std::span<const LimitedKey> requests, int64_t cost,
                       Timestamp now, std::span<Decision> each, DecideDone& done);
@@ -241,9 +241,9 @@ class RedisStore::Impl {
   boost::asio::steady_timer timer_;  // The earliest deadline of all (ArmTimer).
   bool timer_armed_ = false;
   bool stopping_ = false;
-  std::string sha_;                               // The script's, from SCRIPT LOAD.
-  std::string last_error_ = "not connected yet";  // For NoConnection's message.
-  internal::HealthLog health_{"Redis", options_.log};      // Lost and back; its Flush is OnTimer's.
+  std::string sha_;                                    // The script's, from SCRIPT LOAD.
+  std::string last_error_ = "not connected yet";       // For NoConnection's message.
+  internal::HealthLog health_{"Redis", options_.log};  // Lost and back; its Flush is OnTimer's.
   // Sentinel (redis+sentinel://): finds the master and moves nodes_.front() to it; null
   // otherwise.
   std::unique_ptr<Sentinel> sentinel_;

@@ -43,7 +43,7 @@ inline std::string Command(std::initializer_list<std::string_view> args) {
 // script's reply to a batch is one flat array (per call 1 + 5 or 7 per limit, so up to batch
 // x limits x 7: far below this bound even for Envoy requests of thousands of descriptors);
 // nested arrays (CLUSTER SLOTS' ranges and nodes, ROLE's replicas) are short.
-inline constexpr int kMaxReplyElements = 1 << 24;       // 128 MiB of pointers at most.
+inline constexpr int kMaxReplyElements = 1 << 24;  // 128 MiB of pointers at most.
 inline constexpr int kMaxNestedReplyElements = 1 << 16;
 
 // A reader of replies whose arrays are bounded as above: a longer one fails the reader as

@@ -5,10 +5,11 @@
 //   - with others' charges in between, the key never admits more than it would have had the
 //     charge never been made (and for the windows, exactly as much).
 
+#include "sluice/give_back.h"
+
 #include "gtest/gtest.h"
 
 #include "sluice/algorithms.h"
-#include "sluice/give_back.h"
 #include "tests/testing/random.h"
 #include "tests/testing/util.h"
 
@@ -44,7 +45,8 @@ TEST(GiveBackTest, FixedWindowGivesBackInTheWindowOfTheCharge) {
 }
 
 TEST(GiveBackTest, SlidingWindowGivesBackToThePreviousWindowOnceShifted) {
-  const Limit limit = MustLimit({.algorithm = Algorithm::kSlidingWindow, .limit = 10, .period = 1s});
+  const Limit limit =
+      MustLimit({.algorithm = Algorithm::kSlidingWindow, .limit = 10, .period = 1s});
   AnyState state = SlidingWindowState{};
   const Charge charge = ChargeAt(limit, state, kEpoch + 900'000, 4);
   ASSERT_TRUE(Decide(limit, state, At(kEpoch + 1'000'000), 1).allowed);  // Shifts the window.
@@ -129,7 +131,8 @@ void CheckGiveBacks(Algorithm algorithm, uint64_t seed) {
                         << " cost=" << cost << " others=" << others;
       } else {
         // What is left before this request (a cost-0 query), and whether it fits.
-        ASSERT_LE(Decide(limit, with, At(t), 0).remaining, Decide(limit, without, At(t), 0).remaining)
+        ASSERT_LE(Decide(limit, with, At(t), 0).remaining,
+                  Decide(limit, without, At(t), 0).remaining)
             << limit.ToString() << " case " << c << " row " << row;
         ASSERT_TRUE(!a.allowed || b.allowed) << limit.ToString() << " case " << c;
       }

@@ -432,11 +432,11 @@ TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
 TEST(GrpcIntegrationTest, ServesOverMutualTlsFromTheirEnvironment) {
   testing::TestCertificates certs;
   ASSERT_TRUE(certs.ok());
-  SluicedProcess sluiced({"--store", "memory"},
-                         {"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certs.Cert("server"),
-                          "GRPC_SERVER_TLS_KEY=" + certs.Key("server"),
-                          "GRPC_CLIENT_TLS_CACERT=" + certs.Cert("ca"), "USE_STATSD=false",
-                          "LOG_LEVEL=info"});
+  SluicedProcess sluiced(
+      {"--store", "memory"},
+      {"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certs.Cert("server"),
+       "GRPC_SERVER_TLS_KEY=" + certs.Key("server"), "GRPC_CLIENT_TLS_CACERT=" + certs.Cert("ca"),
+       "USE_STATSD=false", "LOG_LEVEL=info"});
   ExpectMutualTls(sluiced, certs);
 }
 
@@ -464,9 +464,9 @@ TEST(GrpcIntegrationTest, ReachesRedisThroughAUnixSocketAndOverTls) {
                               "--tls-ca-cert-file", certs.Cert("ca"), "--tls-auth-clients", "yes"});
   SluicedProcess over_unix({"--store", redis.unix_url() + "?db=2", "--redis-timeout", "30s"});
   SluicedProcess over_tls({"--store", fmt::format("rediss://localhost:{}", tls_port),
-                           "--redis-timeout", "30s",
-                           "--redis-tls-ca", certs.Cert("ca"), "--redis-tls-cert",
-                           certs.Cert("client"), "--redis-tls-key", certs.Key("client")});
+                           "--redis-timeout", "30s", "--redis-tls-ca", certs.Cert("ca"),
+                           "--redis-tls-cert", certs.Cert("client"), "--redis-tls-key",
+                           certs.Key("client")});
   int index = 0;
   for (SluicedProcess* sluiced : {&over_unix, &over_tls}) {
     const int port = sluiced->AwaitGrpcPort();

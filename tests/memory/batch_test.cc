@@ -40,7 +40,8 @@ class DecideBatchTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DecideBatchTest, AnswersAsSingleCallsInOrder) {
   const Case c = GetParam();
-  const Limit limit = MustLimit({.algorithm = c.algorithm, .limit = 5, .period = 1s, .buckets = 10});
+  const Limit limit =
+      MustLimit({.algorithm = c.algorithm, .limit = 5, .period = 1s, .buckets = 10});
   // One secret for both stores: keys fall in the same shards, so a bound refuses the same.
   const MemoryStoreOptions options{.max_keys = c.max_keys,
                                    .compact_keys = c.compact_keys,

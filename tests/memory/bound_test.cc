@@ -118,8 +118,7 @@ TEST(MemoryStoreBoundTest, ARequestsOwnNewKeysCountTogetherAgainstTheBound) {
   EXPECT_EQ(store.KeyCount(), 0u);
   for (size_t from = 0; from + 4 <= names.size(); from += 4) {
     const absl::StatusOr<Decision> d = ask(from, 4);
-    ASSERT_TRUE(d.ok() || d.status().code() == absl::StatusCode::kResourceExhausted)
-        << d.status();
+    ASSERT_TRUE(d.ok() || d.status().code() == absl::StatusCode::kResourceExhausted) << d.status();
     ASSERT_LE(store.KeyCount(), 64u) << "after keys " << from << " to " << from + 3;
   }
   EXPECT_GT(store.KeyCount(), 0u);

@@ -75,7 +75,8 @@ TEST(CompactKeysBoundTest, AFloodIsRefusedAndNeverFreesALimitedKey) {
   ASSERT_TRUE(store.Decide(limit, "victim", 2, At(kEpoch))->allowed);
   int refused = 0;
   for (int k = 0; k < 5'000; ++k) {
-    const absl::StatusOr<Decision> d = store.Decide(limit, fmt::format("flood-{}", k), 2, At(kEpoch + k));
+    const absl::StatusOr<Decision> d =
+        store.Decide(limit, fmt::format("flood-{}", k), 2, At(kEpoch + k));
     ASSERT_TRUE(d.ok() || d.status().code() == absl::StatusCode::kResourceExhausted) << d.status();
     refused += d.ok() ? 0 : 1;
     if (k % 100 == 0) {
@@ -128,8 +129,7 @@ class CollisionTest : public ::testing::Test {
 
   Decision Decide(std::string_view key, int64_t cost, int64_t t) {
     Decision d;
-    EXPECT_EQ(table_->Decide(key, kShared, cost, At(t), d, {}),
-              internal::Table::Outcome::kDecided);
+    EXPECT_EQ(table_->Decide(key, kShared, cost, At(t), d, {}), internal::Table::Outcome::kDecided);
     return d;
   }
 };

@@ -48,10 +48,23 @@ std::vector<int64_t> Numerators(int64_t d, std::mt19937_64& gen) {
 
 TEST(LimitDivisorsTest, GiveTheCpusQuotientForEveryNumerator) {
   std::mt19937_64 gen(sluice::testing::Seed(23));
-  std::vector<int64_t> divisors = {1,      2,         3,          5,          7,
-                                   10,     1000,      1'000'000,  3'600'000,  35'490'773,
-                                   1270,   1'000'001, 86'400'000'000, Limit::kMaxCount,
-                                   (int64_t{1} << 40) - 1, int64_t{1} << 40, (int64_t{1} << 40) + 1};
+  std::vector<int64_t> divisors = {1,
+                                   2,
+                                   3,
+                                   5,
+                                   7,
+                                   10,
+                                   1000,
+                                   1'000'000,
+                                   3'600'000,
+                                   35'490'773,
+                                   1270,
+                                   1'000'001,
+                                   86'400'000'000,
+                                   Limit::kMaxCount,
+                                   (int64_t{1} << 40) - 1,
+                                   int64_t{1} << 40,
+                                   (int64_t{1} << 40) + 1};
   for (int i = 0; i < 50; ++i) {
     divisors.push_back(1 + static_cast<int64_t>(gen() % Limit::kMaxCount));
   }

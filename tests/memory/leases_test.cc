@@ -183,8 +183,8 @@ TEST(LeaseBoundTest, AFloodOfKeysHoldsAtMostMaxLeases) {
   // A release makes room for one.
   const LeasedKey k0{"k0", 5};
   Decision each;
-  ASSERT_TRUE(store.LeaseAll(LeaseOp::kRelease, {&k0, 1}, "x", 0s, At(kEpoch) + 1s, {&each, 1})
-                  ->allowed);
+  ASSERT_TRUE(
+      store.LeaseAll(LeaseOp::kRelease, {&k0, 1}, "x", 0s, At(kEpoch) + 1s, {&each, 1})->allowed);
   EXPECT_EQ(store.Stats().leases, 99u);
   EXPECT_TRUE(take("new", "x", 1s).ok());
   EXPECT_FALSE(take("newer", "x", 1s).ok());

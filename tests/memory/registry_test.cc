@@ -17,7 +17,9 @@ using namespace std::chrono_literals;  // NOLINT(google-build-using-namespace)
 
 Timestamp Since(Micros d) { return At(kEpoch) + d; }
 
-Limit PerSecond(size_t n) { return testing::MustLimit({.limit = static_cast<int64_t>(n), .period = 1s}); }
+Limit PerSecond(size_t n) {
+  return testing::MustLimit({.limit = static_cast<int64_t>(n), .period = 1s});
+}
 
 TEST(MemoryStoreLimitsTest, ALimitIsAcceptedOnceTheTablesOfIdleLimitsHaveReset) {
   MemoryStore store;
@@ -53,7 +55,7 @@ TEST(MemoryStoreLimitsTest, HoldsStateWhileAKeyOfTheLimitHasNotReset) {
   ASSERT_TRUE(store.Decide(limit, "j", 1, Since(0s))->allowed);
   EXPECT_TRUE(store.HoldsState(limit, Since(999ms)));
   EXPECT_FALSE(store.HoldsState(PerSecond(4), Since(999ms)));  // Another limit's.
-  EXPECT_FALSE(store.HoldsState(limit, Since(1s)));  // Both keys' windows are over.
+  EXPECT_FALSE(store.HoldsState(limit, Since(1s)));            // Both keys' windows are over.
   // Asking dropped them: the key decides as a new one, with its whole limit.
   EXPECT_EQ(store.Decide(limit, "k", 1, Since(1s))->remaining, 2);
   EXPECT_TRUE(store.HoldsState(limit, Since(1s)));

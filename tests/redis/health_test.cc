@@ -1,14 +1,14 @@
 // HealthLog (src/core/health_log.h) on an injected time: lost and back once per change, a server
 // that comes and goes held back, and its state said once the quiet time has passed.
 
-#include "src/core/health_log.h"
-
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "src/core/health_log.h"
 
 namespace sluice::internal {
 namespace {
@@ -20,9 +20,9 @@ using namespace std::chrono_literals;
 class HealthLogTest : public ::testing::Test {
  protected:
   HealthLog log_{"Redis", [this](StoreLogLevel level, std::string_view line) {
-    lines_.push_back(std::string(level == StoreLogLevel::kWarning ? "W " : "I ") +
-                     std::string(line));
-  }};
+                   lines_.push_back(std::string(level == StoreLogLevel::kWarning ? "W " : "I ") +
+                                    std::string(line));
+                 }};
   std::vector<std::string> lines_;
   HealthLog::Time t0_ = HealthLog::Time() + 1h;
 };

@@ -51,8 +51,8 @@ TEST(RedisStoreLocalTest, TheLocalPolicysStoreIsBoundedAndCounted) {
     const std::string key = fmt::format("job{}", k);
     const LeasedKey leased_key{key, 5};
     Decision each;
-    const absl::StatusOr<Decision> d = redis->LeaseAll(LeaseOp::kTake, {&leased_key, 1}, "id",
-                                                       10s, At(kEpoch), {&each, 1});
+    const absl::StatusOr<Decision> d =
+        redis->LeaseAll(LeaseOp::kTake, {&leased_key, 1}, "id", 10s, At(kEpoch), {&each, 1});
     leased += d.ok() && d->allowed ? 1 : 0;
   }
   EXPECT_EQ(leased, 10);

@@ -68,8 +68,8 @@ class MemcachedServer {
       const std::string port = std::to_string(port_);
       // As root (a container), memcached wants a user to run as: itself.
       const char* user = geteuid() == 0 ? "root" : getenv("USER");
-      execlp("memcached", "memcached", "-l", "127.0.0.1", "-p", port.c_str(), "-U", "0", "-m",
-             "64", "-t", "2", "-u", user != nullptr ? user : "nobody", static_cast<char*>(nullptr));
+      execlp("memcached", "memcached", "-l", "127.0.0.1", "-p", port.c_str(), "-U", "0", "-m", "64",
+             "-t", "2", "-u", user != nullptr ? user : "nobody", static_cast<char*>(nullptr));
       _exit(127);
     }
     for (int i = 0; i < 6000; ++i) {  // A watchdog of 60 s: a loaded machine starts slowly.

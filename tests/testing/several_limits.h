@@ -27,8 +27,8 @@ inline void ExpectSeveralLimitsAsTheMemoryStore(Store& store, Random& rnd, int r
     std::vector<Limit> limits;
     const int count = static_cast<int>(rnd.Between(2, 4));
     while (static_cast<int>(limits.size()) < count) {
-      const Limit l = rnd.LimitFor(store, static_cast<Algorithm>(rnd.Between(
-                                              0, static_cast<int>(Algorithm::kLeakyBucket))));
+      const Limit l = rnd.LimitFor(
+          store, static_cast<Algorithm>(rnd.Between(0, static_cast<int>(Algorithm::kLeakyBucket))));
       if (std::find(limits.begin(), limits.end(), l) == limits.end()) {
         limits.push_back(l);
       }

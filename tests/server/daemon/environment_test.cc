@@ -170,28 +170,30 @@ TEST(EnvironmentTest, MemcacheBackendIsTheMemcachedStore) {
                 .at("--store"),
             "memcached://10.0.0.1:11211,10.0.0.2:11212");
   // Redis's timeout is the Memcached store's too.
-  const auto flags = Flags({{"BACKEND_TYPE", "MEMCACHE"}, {"MEMCACHE_HOST_PORT", "mc:11211"},
-                            {"REDIS_TIMEOUT", "2s"}});
+  const auto flags = Flags(
+      {{"BACKEND_TYPE", "MEMCACHE"}, {"MEMCACHE_HOST_PORT", "mc:11211"}, {"REDIS_TIMEOUT", "2s"}});
   EXPECT_EQ(flags.at("--store"), "memcached://mc:11211");
   EXPECT_EQ(flags.at("--redis-timeout"), "2s");
-  absl::StatusOr<EnvSettings> settings = ReadEnvironment(
-      {{"BACKEND_TYPE", "memcache"}, {"MEMCACHE_HOST_PORT", "mc:11211"},
-       {"REDIS_URL", "redis:6379"}, {"MEMCACHE_MAX_IDLE_CONNS", "8"}},
-      [](std::string_view) { return false; });
+  absl::StatusOr<EnvSettings> settings = ReadEnvironment({{"BACKEND_TYPE", "memcache"},
+                                                          {"MEMCACHE_HOST_PORT", "mc:11211"},
+                                                          {"REDIS_URL", "redis:6379"},
+                                                          {"MEMCACHE_MAX_IDLE_CONNS", "8"}},
+                                                         [](std::string_view) { return false; });
   ASSERT_TRUE(settings.ok()) << settings.status();
   EXPECT_THAT(settings->ignored, UnorderedElementsAre("MEMCACHE_MAX_IDLE_CONNS",
                                                       "REDIS_URL (BACKEND_TYPE is memcache)"));
   // Their default backend is Redis: the servers are not read, and said so.
-  settings = ReadEnvironment({{"MEMCACHE_HOST_PORT", "mc:11211"}, {"REDIS_URL", "r:6379"},
-                              {"REDIS_SOCKET_TYPE", "tcp"}},
-                             [](std::string_view) { return false; });
+  settings = ReadEnvironment(
+      {{"MEMCACHE_HOST_PORT", "mc:11211"}, {"REDIS_URL", "r:6379"}, {"REDIS_SOCKET_TYPE", "tcp"}},
+      [](std::string_view) { return false; });
   ASSERT_TRUE(settings.ok()) << settings.status();
   EXPECT_THAT(settings->ignored, ElementsAre("MEMCACHE_HOST_PORT (BACKEND_TYPE is not memcache)"));
   EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcache"}, {"MEMCACHE_SRV", "_mc._tcp.example"}}),
               HasSubstr("MEMCACHE_SRV=_mc._tcp.example: sluiced does not discover"));
-  EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcache"}, {"MEMCACHE_HOST_PORT", "mc:1"},
-                       {"MEMCACHE_TLS", "true"}}),
-              HasSubstr("MEMCACHE_TLS=true: sluiced's Memcached store has no TLS"));
+  EXPECT_THAT(
+      Refusal(
+          {{"BACKEND_TYPE", "memcache"}, {"MEMCACHE_HOST_PORT", "mc:1"}, {"MEMCACHE_TLS", "true"}}),
+      HasSubstr("MEMCACHE_TLS=true: sluiced's Memcached store has no TLS"));
   EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcache"}, {"MEMCACHE_HOST_PORT", "a:1,,b:2"}}),
               HasSubstr("MEMCACHE_HOST_PORT=a:1,,b:2: an empty entry"));
 }

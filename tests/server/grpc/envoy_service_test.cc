@@ -178,9 +178,8 @@ TEST_F(GrpcServiceTest, ResponseHeadersInEveryFormat) {
              .clock = &clock_});
   auto request = Request({{"user", "u"}, {"smooth", "s"}});
   EXPECT_EQ(Headers(MustAsk(request)),
-            (std::map<std::string, std::string>{{"A-Limit", "2"},
-                                                {"RateLimit-Remaining", "1"},
-                                                {"RateLimit-Reset", "60"}}));
+            (std::map<std::string, std::string>{
+                {"A-Limit", "2"}, {"RateLimit-Remaining", "1"}, {"RateLimit-Reset", "60"}}));
   grpc_ = {};
   envoy_.reset();
   StartWith({.response_headers = true, .headers = {}, .clock = &clock_});

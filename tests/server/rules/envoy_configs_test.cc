@@ -98,7 +98,8 @@ class Config {
     }
     const RuleLimit& limit = rule->limits.front();
     std::string line = rule->path + ": ";
-    line += rule->unlimited ? "unlimited" : fmt::format("{}/{}", limit.nominal, UnitName(limit.unit));
+    line +=
+        rule->unlimited ? "unlimited" : fmt::format("{}/{}", limit.nominal, UnitName(limit.unit));
     if (limit.named) {
       line += " name=" + limit.name;
     }
@@ -183,9 +184,9 @@ TEST(EnvoyConfigsTest, EveryFileTheirTestsRefuseIsRefusedSayingWhy) {
 TEST(EnvoyConfigsTest, TheirIntegrationRuntimeLoadsAsADirectory) {
   static const MemoryStore store;
   CounterRegistry counters;
-  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Load(
-      fmt::format("{}/test/integration/runtime/current/ratelimit/config", kData), counters,
-      [](const Limit& limit) { return store.CheckLimit(limit); });
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+      RuleSet::Load(fmt::format("{}/test/integration/runtime/current/ratelimit/config", kData),
+                    counters, [](const Limit& limit) { return store.CheckLimit(limit); });
   ASSERT_TRUE(rules.ok()) << rules.status();
   std::vector<std::string> names;
   for (const auto& domain : (*rules)->domains()) {
@@ -247,8 +248,7 @@ TEST(EnvoyConfigsTest, BasicConfig) {
   EXPECT_EQ(config.Ask(domain, {{"key2", "value2"}}), "test-domain.key2_value2: 30/MINUTE");
   EXPECT_EQ(config.Ask(domain, {{"key2", "value3"}}), "none");  // Listed without a limit.
   EXPECT_EQ(config.Ask(domain, {{"key3", "foo"}}), "test-domain.key3: 1/HOUR");
-  EXPECT_EQ(config.Ask(domain, {{"key4", "foo"}}),
-            "test-domain.key4: 1/DAY name=key4_rate_limit");
+  EXPECT_EQ(config.Ask(domain, {{"key4", "foo"}}), "test-domain.key4: 1/DAY name=key4_rate_limit");
   EXPECT_EQ(config.Ask(domain, {{"key6", "foo"}}), "test-domain.key6: unlimited");
   EXPECT_EQ(config.Ask(domain, {{"key7", "unspecified_value"}}),
             "test-domain.key7: 70/MINUTE detailed");
@@ -283,8 +283,8 @@ TEST(EnvoyConfigsTest, WildcardConfig) {
   EXPECT_EQ(ask({{"midWild", "barab"}}), "test-domain.midWild_bar*b: 20/MINUTE");
   EXPECT_EQ(ask({{"midWild", "bar123b"}}), "test-domain.midWild_bar*b: 20/MINUTE");
   EXPECT_EQ(ask({{"midWild", "barb"}}), "test-domain.midWild_bar*b: 20/MINUTE");  // '*' is "".
-  EXPECT_EQ(ask({{"midWild", "bara"}}), "none");   // No suffix.
-  EXPECT_EQ(ask({{"midWild", "xbarb"}}), "none");  // No prefix.
+  EXPECT_EQ(ask({{"midWild", "bara"}}), "none");                                  // No suffix.
+  EXPECT_EQ(ask({{"midWild", "xbarb"}}), "none");                                 // No prefix.
   EXPECT_EQ(ask({{"multiWild", "foo123bar456baz"}}),
             "test-domain.multiWild_foo*bar*baz: 10/MINUTE");
   EXPECT_EQ(ask({{"multiWild", "foobarbaz"}}), "test-domain.multiWild_foo*bar*baz: 10/MINUTE");
@@ -468,17 +468,21 @@ descriptors:
 TEST(EnvoyConfigsTest, TheirMainExample) {
   const Config config({"examples/ratelimit/config/example.yaml"});
   const auto ask = [&](const std::vector<Entry>& entries) { return config.Ask("rl", entries); };
-  EXPECT_EQ(ask({{"category", "account"}}), "rl.category_account: 4/MINUTE replaces=bkthomps,fake_name");
+  EXPECT_EQ(ask({{"category", "account"}}),
+            "rl.category_account: 4/MINUTE replaces=bkthomps,fake_name");
   EXPECT_EQ(ask({{"source_cluster", "proxy"}, {"destination_cluster", "fake"}}),
             "rl.source_cluster_proxy.destination_cluster_fake: 2/MINUTE name=fake_name");
-  EXPECT_EQ(ask({{"foo", "x"}, {"bar", "banned"}}), "rl.foo.bar_banned: 0/MINUTE name=banned_limit");
+  EXPECT_EQ(ask({{"foo", "x"}, {"bar", "banned"}}),
+            "rl.foo.bar_banned: 0/MINUTE name=banned_limit");
   EXPECT_EQ(ask({{"foo", "x"}, {"baz", "shady"}}), "rl.foo.baz_shady: 3/MINUTE shadow");
   EXPECT_EQ(ask({{"foo", "x"}, {"bay", "y"}}), "rl.foo.bay: unlimited");
   EXPECT_EQ(ask({{"unspec", "x"}}), "rl.unspec: 2/MINUTE detailed");
-  EXPECT_EQ(ask({{"service", "service_1"}}),
-            R"(rl.service_service_1: 1/MINUTE quota metadata={"service_with_quota":{"name":"service_1"}})");
-  EXPECT_EQ(ask({{"service", "service_2"}}),
-            R"(rl.service_service_2: 2/MINUTE quota metadata={"service_with_quota":{"name":"service_2"}})");
+  EXPECT_EQ(
+      ask({{"service", "service_1"}}),
+      R"(rl.service_service_1: 1/MINUTE quota metadata={"service_with_quota":{"name":"service_1"}})");
+  EXPECT_EQ(
+      ask({{"service", "service_2"}}),
+      R"(rl.service_service_2: 2/MINUTE quota metadata={"service_with_quota":{"name":"service_2"}})");
   EXPECT_EQ(ask({{"service", "service_3"}}), "none");
 }
 

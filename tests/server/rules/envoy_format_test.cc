@@ -111,14 +111,14 @@ TEST(EnvoyFormatTest, MetadataIsTypedAsTheirYamlDecoderTypesIt) {
   // A top-level key is its text.
   EXPECT_EQ(MetadataOf("      0x10: a\n      yes: b\n"), R"({"0x10":"a","yes":"b"})");
   // A key twice is refused, here as in any mapping (scan_test.cc), where theirs keeps the later.
-  EXPECT_EQ(MetadataOf("      {}\n"), "");                          // Empty: none, as theirs.
+  EXPECT_EQ(MetadataOf("      {}\n"), "");  // Empty: none, as theirs.
 }
 
 TEST(EnvoyFormatTest, MetadataThatCannotBeStructIsRefused) {
   const std::string head = "domain: d\ndescriptors:\n  - key: k\n    metadata:";
   EXPECT_THAT(ErrorOf(head + " [a, b]\n"), HasSubstr("r.yaml:4:15: 'metadata' must be a mapping"));
   EXPECT_THAT(ErrorOf(head + "\n      x: .inf\n"), HasSubstr("r.yaml:5:10: metadata value '.inf' "
-                                                           "is not a finite number"));
+                                                             "is not a finite number"));
   EXPECT_THAT(ErrorOf(head + "\n      x: !!int abc\n"),
               HasSubstr("r.yaml:5:10: metadata value 'abc' is not a !!int"));
   EXPECT_THAT(ErrorOf(head + "\n      x: !!binary aGk=\n"), HasSubstr("no !!binary values"));
@@ -216,14 +216,14 @@ TEST(EnvoyFormatTest, WildcardsAnywhereInAValue) {
   const std::vector<std::string> star = {"", ""};  // "*"
   EXPECT_TRUE(WildcardMatches(star, ""));
   EXPECT_TRUE(WildcardMatches(star, "anything"));
-  EXPECT_TRUE(WildcardMatches({"a", "b", "c"}, "abc"));       // a*b*c
+  EXPECT_TRUE(WildcardMatches({"a", "b", "c"}, "abc"));  // a*b*c
   EXPECT_TRUE(WildcardMatches({"a", "b", "c"}, "a-b-b-c"));
   EXPECT_FALSE(WildcardMatches({"a", "b", "c"}, "acb"));
-  EXPECT_FALSE(WildcardMatches({"ab", "ba"}, "aba"));         // ab*ba: prefix and suffix overlap.
+  EXPECT_FALSE(WildcardMatches({"ab", "ba"}, "aba"));  // ab*ba: prefix and suffix overlap.
   EXPECT_TRUE(WildcardMatches({"ab", "ba"}, "abba"));
-  EXPECT_TRUE(WildcardMatches({"", "x", ""}, "axb"));         // *x*
+  EXPECT_TRUE(WildcardMatches({"", "x", ""}, "axb"));  // *x*
   EXPECT_FALSE(WildcardMatches({"", "x", ""}, "ab"));
-  EXPECT_TRUE(WildcardMatches({"", "", "z"}, "yz"));          // **z
+  EXPECT_TRUE(WildcardMatches({"", "", "z"}, "yz"));  // **z
   EXPECT_TRUE(WildcardMatches({"x", "x", "x"}, "xxx"));
   EXPECT_FALSE(WildcardMatches({"x", "x", "x"}, "xx"));
 
@@ -244,7 +244,7 @@ descriptors:
   EXPECT_EQ(PathOf(*rules, {{"p", "/api/v2/action"}}), "d.p_/api/*/action");   // File order.
   EXPECT_EQ(PathOf(*rules, {{"p", "/api/v2/other"}}), "d.p_/api/*");
   EXPECT_EQ(PathOf(*rules, {{"p", "/img/a.png"}}), "d.p_*.png");
-  EXPECT_EQ(PathOf(*rules, {{"p", "/img/a.gif"}}), "d.p");                     // Key alone last.
+  EXPECT_EQ(PathOf(*rules, {{"p", "/img/a.gif"}}), "d.p");  // Key alone last.
   EXPECT_EQ(PathOf(*rules, {{"q", ""}}), "d.q_*");
   EXPECT_EQ(PathOf(*rules, {{"q", "xyz"}}), "d.q_*");  // The first wildcard that matches.
   // A value written as the pattern itself matches that pattern first, as theirs.
@@ -307,8 +307,7 @@ descriptors:
 }
 
 TEST(EnvoyFormatTest, DomainsMergeOnlyWhenAsked) {
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"one.yaml", R"(
+  const std::vector<std::pair<std::string, std::string>> files = {{"one.yaml", R"(
 domain: d
 pools:
   spare: {unit: second, requests_per_unit: 10}
@@ -317,7 +316,7 @@ descriptors:
     descriptors:
       - {key: b, rate_limit: {unit: minute, requests_per_unit: 1}}
 )"},
-      {"two.yaml", R"(
+                                                                  {"two.yaml", R"(
 domain: d
 descriptors:
   - key: c
@@ -325,7 +324,7 @@ descriptors:
       - {key: b, rate_limit: {unit: minute, requests_per_unit: 2}}
   - {key: e, mode: elastic, pool: spare, rate_limit: {unit: minute, requests_per_unit: 3}}
 )"},
-      {"other.yaml", "domain: o\n"}};
+                                                                  {"other.yaml", "domain: o\n"}};
   CounterRegistry counters;
   absl::StatusOr<std::shared_ptr<const RuleSet>> apart = ParseFiles(files, counters);
   ASSERT_FALSE(apart.ok());
@@ -343,9 +342,9 @@ descriptors:
   EXPECT_EQ(elastic->pool->name, "spare");  // A pool of the domain's other file.
 
   // Merging adds at the top level: a descriptor already there is refused, as theirs.
-  absl::StatusOr<std::shared_ptr<const RuleSet>> twice = ParseFiles(
-      {files[0], {"again.yaml", "domain: d\ndescriptors:\n  - {key: a}\n"}}, counters,
-      {.merge_domains = true});
+  absl::StatusOr<std::shared_ptr<const RuleSet>> twice =
+      ParseFiles({files[0], {"again.yaml", "domain: d\ndescriptors:\n  - {key: a}\n"}}, counters,
+                 {.merge_domains = true});
   ASSERT_FALSE(twice.ok());
   EXPECT_THAT(std::string(internal::Message(twice.status())),
               HasSubstr("again.yaml:3:5: duplicate descriptor 'd.a'"));
@@ -356,11 +355,12 @@ descriptors:
                       .status())),
               HasSubstr("ip.yaml:2:10: 'ip_keys' differs from those of domain 'd' in one.yaml"));
   EXPECT_THAT(
-      std::string(internal::Message(
-          ParseFiles({files[0], {"pool.yaml", "domain: d\npools:\n  spare: {unit: second, "
-                                              "requests_per_unit: 1}\n"}},
-                     counters, {.merge_domains = true})
-              .status())),
+      std::string(internal::Message(ParseFiles({files[0],
+                                                {"pool.yaml",
+                                                 "domain: d\npools:\n  spare: {unit: second, "
+                                                 "requests_per_unit: 1}\n"}},
+                                               counters, {.merge_domains = true})
+                                        .status())),
       HasSubstr("pool.yaml:3:3: pool 'spare' is already defined in domain 'd'"));
 }
 

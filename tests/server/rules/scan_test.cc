@@ -24,9 +24,9 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> ParseWith(const std::string& text
                                                          const RuleFileLimits& limits = {}) {
   static const MemoryStore store;
   static CounterRegistry counters;
-  return RuleSet::Parse({{"rules.yaml", text}}, counters,
-                        [](const Limit& limit) { return store.CheckLimit(limit); },
-                        RuleLoadOptions{.limits = limits});
+  return RuleSet::Parse(
+      {{"rules.yaml", text}}, counters, [](const Limit& limit) { return store.CheckLimit(limit); },
+      RuleLoadOptions{.limits = limits});
 }
 
 // The error of `text`, or "loaded".
@@ -41,9 +41,10 @@ std::string Error(const std::string& text, const RuleFileLimits& limits = {}) {
 std::string DescriptorBomb(int levels) {
   std::string text = "domain: bomb\ndescriptors:\n";
   for (int i = 0; i < 10; ++i) {
-    text += fmt::format("  - &l0_{0} {{key: k, value: v{0}, rate_limit: {{unit: second, "
-                        "requests_per_unit: 1}}}}\n",
-                        i);
+    text += fmt::format(
+        "  - &l0_{0} {{key: k, value: v{0}, rate_limit: {{unit: second, "
+        "requests_per_unit: 1}}}}\n",
+        i);
   }
   for (int level = 1; level < levels; ++level) {
     for (int i = 0; i < 10; ++i) {
@@ -51,8 +52,8 @@ std::string DescriptorBomb(int levels) {
       for (int j = 0; j < 10; ++j) {
         aliases += fmt::format("{}*l{}_{}", j == 0 ? "" : ", ", level - 1, j);
       }
-      text += fmt::format("  - &l{0}_{1} {{key: k{0}, value: v{1}, descriptors: [{2}]}}\n",
-                          level, i, aliases);
+      text += fmt::format("  - &l{0}_{1} {{key: k{0}, value: v{1}, descriptors: [{2}]}}\n", level,
+                          i, aliases);
     }
   }
   return text;
@@ -82,7 +83,8 @@ TEST(RuleFileLimitsTest, AliasBombInMetadataIsRefusedAtTheNodeLimit) {
 }
 
 TEST(RuleFileLimitsTest, AliasesOfALongValueAreRefusedAtTheByteLimit) {
-  std::string text = fmt::format("domain: d\ndescriptors:\n  - key: &k {}\n", std::string(1000, 'x'));
+  std::string text =
+      fmt::format("domain: d\ndescriptors:\n  - key: &k {}\n", std::string(1000, 'x'));
   text += "    descriptors:\n";
   for (int i = 0; i < 20; ++i) {
     text += fmt::format("      - {{key: *k, value: v{}}}\n", i);
@@ -121,8 +123,9 @@ TEST(RuleFileLimitsTest, NestingPastTheDepthLimitIsNamed) {
   // yaml-cpp's own guard (2,000 levels) said "bad file".
   for (const int depth : {65, 5000}) {
     const std::string text = "domain: d\nx: " + std::string(depth, '[') + std::string(depth, ']');
-    EXPECT_EQ(Error(text), "rules.yaml:2:67: nesting deeper than 64 levels of mappings and lists "
-                           "(the depth limit)")
+    EXPECT_EQ(Error(text),
+              "rules.yaml:2:67: nesting deeper than 64 levels of mappings and lists "
+              "(the depth limit)")
         << depth;
   }
   // 30 levels of descriptors (62 of YAML) load.
@@ -223,9 +226,10 @@ TEST(RuleFileLimitsTest, AnIntegerOutOfRangeSaysSo) {
 TEST(RuleFileLimitsTest, OneHundredThousandPerValueRulesLoad) {
   std::string text = "domain: big\ndescriptors:\n  - key: user\n    descriptors:\n";
   for (int i = 0; i < 100'000; ++i) {
-    text += fmt::format("      - key: api_key\n        value: key_{:08}\n        rate_limit:\n"
-                        "          unit: minute\n          requests_per_unit: {}\n",
-                        i, 100 + i % 1000);
+    text += fmt::format(
+        "      - key: api_key\n        value: key_{:08}\n        rate_limit:\n"
+        "          unit: minute\n          requests_per_unit: {}\n",
+        i, 100 + i % 1000);
   }
   absl::StatusOr<std::shared_ptr<const RuleSet>> rules = ParseWith(text);
   ASSERT_TRUE(rules.ok()) << rules.status();

@@ -26,10 +26,8 @@ bool AlwaysHolds(const Limit&, Timestamp) { return true; }
 TEST(CallerLimitsTest, HorizonCoversEveryAlgorithmsReset) {
   // Two periods (a sliding window) and the time a burst takes to drain.
   EXPECT_GE(CallerLimits::Horizon(PerSecond(10)), 2s);
-  EXPECT_GE(CallerLimits::Horizon(MustLimit({.algorithm = Algorithm::kGcra,
-                                             .limit = 1,
-                                             .period = 1s,
-                                             .burst = 100})),
+  EXPECT_GE(CallerLimits::Horizon(
+                MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s, .burst = 100})),
             100s);
   // No overflow at the largest figures.
   EXPECT_GT(CallerLimits::Horizon(MustLimit({.algorithm = Algorithm::kTokenBucket,

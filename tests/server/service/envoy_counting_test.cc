@@ -150,7 +150,7 @@ TEST_F(EnvoyCountingTest, AnOverrideSharesTheCountOfItsDescriptorAndUnit) {
   const LimitOverride five{.requests_per_unit = 5, .unit = Unit::kMinute};
   const DescriptorResult overridden = Hit("ten", 1, "v", five);
   EXPECT_EQ(overridden.closest->nominal, 5);
-  EXPECT_EQ(overridden.limit_remaining, 2U);  // 5 less the rule's 2 and this one.
+  EXPECT_EQ(overridden.limit_remaining, 2U);     // 5 less the rule's 2 and this one.
   EXPECT_EQ(Hit("ten", 1).limit_remaining, 6U);  // And the rule sees the override's hit.
   // Another unit is another window, so another count.
   const LimitOverride hourly{.requests_per_unit = 5, .unit = Unit::kHour};
@@ -191,7 +191,7 @@ TEST_F(EnvoyCountingTest, OtherAlgorithmsKeepTheirOwnMeaning) {
 TEST_F(EnvoyCountingTest, LimitsOfOnePeriodOnOneDescriptorCountEachHitOnce) {
   const DescriptorResult r = Hit("two", 1);
   EXPECT_FALSE(r.over_limit);
-  EXPECT_EQ(r.limit_remaining, 2U);  // The closer of 3 and 5, each less one hit.
+  EXPECT_EQ(r.limit_remaining, 2U);       // The closer of 3 and 5, each less one hit.
   EXPECT_TRUE(Hit("two", 3).over_limit);  // 4 of 3.
 }
 
@@ -217,13 +217,13 @@ TEST_F(EnvoyCountingTest, QuotaModeIsOverOnlyWhenEveryQuotaDescriptorIs) {
     EXPECT_TRUE(results.ok());
     return results.ok() ? quota.OverallOverLimit(*results) : false;
   };
-  EXPECT_FALSE(ask({"banned", "ten"}));    // One of two over: the other still has quota.
-  EXPECT_TRUE(ask({"banned", "banned"}));  // Both over.
+  EXPECT_FALSE(ask({"banned", "ten"}));      // One of two over: the other still has quota.
+  EXPECT_TRUE(ask({"banned", "banned"}));    // Both over.
   EXPECT_FALSE(ask({"banned", "nothing"}));  // An unmatched descriptor is in quota mode too.
   // Without quota mode, one over is enough.
-  EXPECT_TRUE(service_.OverallOverLimit(Ask(
-      {.domain = "api", .descriptors = {{.entries = {{"banned", "q"}}},
-                                        {.entries = {{"ten", "q"}}}}})));
+  EXPECT_TRUE(service_.OverallOverLimit(
+      Ask({.domain = "api",
+           .descriptors = {{.entries = {{"banned", "q"}}}, {.entries = {{"ten", "q"}}}}})));
 }
 
 TEST_F(EnvoyCountingTest, ShareThresholdCountsEveryMatchingValueTogether) {
@@ -257,7 +257,7 @@ TEST_F(EnvoyCountingTest, QuotaRulesAreOverOnlyWhenAllAre) {
   };
   EXPECT_TRUE(overall({"quota"}));
   EXPECT_FALSE(overall({"quota", "quota_left"}));  // Another quota rule still has some.
-  EXPECT_TRUE(overall({"quota", "ten"}));     // Every quota rule is over: theirs says over.
+  EXPECT_TRUE(overall({"quota", "ten"}));          // Every quota rule is over: theirs says over.
   EXPECT_TRUE(overall({"quota", "quota_left", "banned"}));  // A rule outside quota mode is.
 }
 
@@ -272,7 +272,7 @@ TEST_F(EnvoyCountingTest, ShadowModeMakesTheOverallCodeOk) {
 }
 
 TEST_F(EnvoyCountingTest, AHugeValueIsAnsweredAndCountedUnderItsOwnKey) {
-  const std::string path(4 << 20, '/');  // 4 MiB: gRPC's default message bound.
+  const std::string path(4 << 20, '/');            // 4 MiB: gRPC's default message bound.
   const std::string other = path.substr(1) + "x";  // Same size and first bytes.
   EXPECT_EQ(Hit("three", 3, path).limit_remaining, 0U);
   EXPECT_TRUE(Hit("three", 1, path).over_limit);
