@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 
+#include "server/daemon/environment_names.h"
 #include "server/daemon/environment_values.h"
 
 namespace sluice::server {
@@ -19,70 +20,16 @@ using env::Convert;
 using env::GoBool;
 using env::Integer;
 using env::JoinHostPort;
+using env::kComposite;
+using env::kIgnored;
+using env::kIgnoredPrefixes;
 using env::Kind;
+using env::kNoEffect;
+using env::kShared;
+using env::kSimple;
 using env::Malformed;
+using env::Simple;
 using env::UrlEscape;
-
-// A variable of theirs that sets one flag of ours. To map another, add a row.
-struct Simple {
-  std::string_view variable;
-  std::string_view flag;
-  Kind kind;
-};
-constexpr Simple kSimple[] = {
-    {"SHADOW_MODE", "--shadow-mode", Kind::kSwitch},
-    {"QUOTA_MODE", "--quota-mode", Kind::kSwitch},
-    {"LIMIT_RESPONSE_HEADERS_ENABLED", "--response-headers", Kind::kSwitch},
-    {"LIMIT_LIMIT_HEADER", "--header-limit", Kind::kText},
-    {"LIMIT_REMAINING_HEADER", "--header-remaining", Kind::kText},
-    {"LIMIT_RESET_HEADER", "--header-reset", Kind::kText},
-    {"LIMIT_HEADERS_FORMAT", "--ratelimit-headers", Kind::kText},  // sluice's own.
-    {"RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata", Kind::kSwitch},
-    {"MERGE_DOMAIN_CONFIG", "--merge-domains", Kind::kSwitch},
-    {"NEAR_LIMIT_RATIO", "--near-limit-ratio", Kind::kRatio},
-    {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "--stop-counting-over-limit", Kind::kSwitch},
-    {"CACHE_KEY_PREFIX", "--cache-key-prefix", Kind::kText},
-    {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "--health-needs-rules", Kind::kSwitch},
-    {"REDIS_TIMEOUT", "--redis-timeout", Kind::kTimeout},
-};
-
-// Their variables that sluiced reads (a bad value is refused) but needs not act on: what they
-// ask for is what sluiced does anyway (docs/server.md says how).
-constexpr std::string_view kNoEffect[] = {
-    "RUNTIME_WATCH_ROOT",  // The watch sees a swap of the root's symlink and an edit alike.
-    "RUNTIME_IGNOREDOTFILES",
-    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",  // /healthcheck always asks for a connection.
-    "FORCE_START_WITHOUT_INITIAL_CONFIG",    // sluiced starts without rules.
-};
-
-// Their variables sluiced does not support, logged as ignored when set: these names, and every
-// name with one of these prefixes.
-// clang-format off
-constexpr std::string_view kIgnored[] = {
-    "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "LOG_FORMAT", "USE_DOG_STATSD",
-    "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS",
-    "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW",
-    "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-    "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
-    "REDIS_STARTUP_MAX_ELAPSED_TIME"};
-constexpr std::string_view kIgnoredPrefixes[] = {
-    "TRACING_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "MEMCACHE_", "REDIS_PERSECOND", "PROMETHEUS_"};
-
-// The rest of their names: read by the passes below.
-constexpr std::string_view kComposite[] = {
-    "HOST", "PORT", "GRPC_HOST", "GRPC_PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_UDS",
-    "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
-    "GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "CONFIG_TYPE", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
-    "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
-    "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
-    "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",
-    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "LOCAL_CACHE_SIZE_IN_BYTES", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_TLS"};
-// clang-format on
-
-// Names other programs set too: alone, they are applied but do not bring in their defaults.
-// (LIMIT_HEADERS_FORMAT is sluice's own, not theirs: it alone does not make their environment.)
-constexpr std::string_view kShared[] = {"HOST",       "PORT",      "LOG_LEVEL",
-                                        "LOG_FORMAT", "REDIS_URL", "LIMIT_HEADERS_FORMAT"};
 
 bool Contains(const auto& list, std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);

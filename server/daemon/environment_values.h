@@ -2,7 +2,7 @@
 
 // The values of envoyproxy/ratelimit's settings read as their Go program reads them
 // (strconv.ParseBool, ParseInt, time.ParseDuration), and written as sluiced's flags read them:
-// what server/environment.cc's passes share. Pure functions: thread-safe.
+// what server/daemon/environment.cc's passes share. Pure functions: thread-safe.
 
 #include <cstdint>
 #include <optional>

@@ -8,7 +8,7 @@ command a fake sentinel receives; the log only where nothing else shows).
 The rows share processes: each scene starts one sluiced with the settings of its rows, as
 flags or (in the scene's twin) as envoyproxy/ratelimit's variables, and runs the rows'
 checks against it; a row without a scene runs sluiced alone (a refusal, --help). The table
-must name every flag `sluiced --help` lists and every variable server/daemon/environment.cc names,
+must name every flag `sluiced --help` lists and every variable server/daemon/ names,
 and nothing else: a flag or variable added without a row fails the test.
 
 Starts its own redis-servers (one over TLS, with certificates the openssl command makes),
@@ -225,8 +225,8 @@ SCENES = {
 }
 
 
-# Their variables sluiced names as ignored (server/daemon/environment.cc's kIgnored, and a name with
-# each of kIgnoredPrefixes, written PREFIX*): set in their environment's scene, each is named
+# Their variables sluiced names as ignored (server/daemon/environment_names.h's kIgnored, and a
+# name with each of kIgnoredPrefixes, written PREFIX*): set in their environment's scene, each is named
 # in the log's one line of ignored settings (what sluiced does with them).
 IGNORED = [
     "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "LOG_FORMAT", "USE_DOG_STATSD",
@@ -379,10 +379,12 @@ def help_flags():
 
 
 def source_variables():
-    """The variables server/daemon/environment.cc names (its tables and the passes that read them):
-    every quoted upper-case name; a prefix (TRACING_) as PREFIX*."""
-    with open(os.path.join(SOURCE, "server", "daemon", "environment.cc")) as f:
-        names = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', f.read()))
+    """The variables server/daemon/ names (environment_names.h's tables and environment.cc's
+    passes that read them): every quoted upper-case name; a prefix (TRACING_) as PREFIX*."""
+    names = set()
+    for name in ("environment_names.h", "environment.cc"):
+        with open(os.path.join(SOURCE, "server", "daemon", name)) as f:
+            names |= set(re.findall(r'"([A-Z][A-Z0-9_]+)"', f.read()))
     return {name + "*" if name in PREFIXES else name for name in names}
 
 
