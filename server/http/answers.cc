@@ -181,11 +181,11 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited) 
     fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"lease_ttl_us":{})"),
                    result.lease_ttl.count());
   }
-  // No limit at all: no rule matched any descriptor, or the domain is unknown (an ad hoc
-  // check always has its own). Admitted as envoyproxy/ratelimit admits it, but said, so that a
-  // client can warn: a lease or an acquire on a misspelt domain or key otherwise runs with no
-  // limit and nothing tells why. Written only then, so the usual answer is unchanged.
-  if (result.limits.empty()) {
+  // No rule matched any descriptor, or the domain is unknown (CheckResult::unmatched; an ad
+  // hoc check always has its own limit). Admitted as envoyproxy/ratelimit admits it, but said,
+  // so that a client can warn: a lease or an acquire on a misspelt domain or key otherwise runs
+  // with no limit and nothing tells why. Written only then, so the usual answer is unchanged.
+  if (result.unmatched) {
     out += R"(,"unmatched":true)";
   }
   fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"over_soft":{},"limits":[)"), over_soft);

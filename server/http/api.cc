@@ -239,7 +239,8 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
   // admitted, as envoyproxy/ratelimit admits a domain it has no rules for. An error here would
   // reach nginx's clients as 500 (auth_request passes only 2xx, 401 and 403).
   if (domain == nullptr) {
-    Send(std::move(reply), JsonResponse(http::status::ok, ResultText(CheckResult{}), request));
+    Send(std::move(reply),
+         JsonResponse(http::status::ok, ResultText(CheckResult{.unmatched = true}), request));
     return;
   }
   CheckRequest check{.domain = domain->name, .leases = false};
@@ -261,7 +262,8 @@ void HttpApi::Auth(const HttpRequest& request, std::string_view peer, Reply repl
     }
   }
   if (check.descriptors.empty()) {
-    Send(std::move(reply), JsonResponse(http::status::ok, ResultText(CheckResult{}), request));
+    Send(std::move(reply),
+         JsonResponse(http::status::ok, ResultText(CheckResult{.unmatched = true}), request));
     return;
   }
   service_.CheckAsync(std::move(check),

@@ -177,8 +177,9 @@ std::vector<Entry> SharedEntries(const std::vector<Entry>& entries,
 
 absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     const Domain& domain, const CheckRequest& request, std::vector<PlannedLease>* leases,
-    absl::Status* refused) {
+    absl::Status* refused, bool* matched) {
   std::vector<Planned> planned;
+  bool any = false;
   for (size_t d = 0; d < request.descriptors.size(); ++d) {
     const RequestDescriptor& descriptor = request.descriptors[d];
     // Rules match the values as sent (a rule may name one exact address); the count is kept
@@ -191,6 +192,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     // An override with a unit Envoy's proto does not know falls back to the rules: the
     // descriptor is still limited, and the request answered.
     if (descriptor.limit && descriptor.limit->unit != Unit::kUnknown) {
+      any = true;
       absl::StatusOr<Planned> p = PlanOverride(domain, *descriptor.limit, counting);
       if (refused != nullptr && absl::IsResourceExhausted(p.status())) {
         *refused = p.status();
@@ -210,6 +212,7 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     if (rule == nullptr) {
       continue;
     }
+    any = true;
     const std::vector<Entry> shared_entries = SharedEntries(entries, path);
     if (!shared_entries.empty()) {
       key = RuleKey(domain.name, shared_entries);
@@ -246,6 +249,9 @@ absl::StatusOr<std::vector<RateLimitService::Planned>> RateLimitService::Plan(
     std::erase_if(planned, [&](const Planned& p) {
       return !p.owned && replaced.contains(p.rule_limit->name);
     });
+  }
+  if (matched != nullptr) {
+    *matched = any;
   }
   return planned;
 }

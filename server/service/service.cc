@@ -179,12 +179,14 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
     if (count) {
       CountUnknownDomain(metrics_, request.domain);
     }
-    co_return CheckResult{};  // An unknown domain limits nothing, as envoyproxy/ratelimit.
+    // An unknown domain limits nothing, as envoyproxy/ratelimit.
+    co_return CheckResult{.unmatched = true};
   }
   const Timestamp now = clock_.Now();
   std::vector<PlannedLease> leases;
+  bool matched = false;
   absl::StatusOr<std::vector<Planned>> plan =
-      Plan(*domain, request, request.leases ? &leases : nullptr);
+      Plan(*domain, request, request.leases ? &leases : nullptr, nullptr, &matched);
   if (!plan.ok()) {
     co_return plan.status();
   }
@@ -193,7 +195,7 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
     co_return co_await DecideLeased(planned, leases, request.cost, now, count);
   }
   if (planned.empty()) {
-    co_return CheckResult{};
+    co_return CheckResult{.unmatched = !matched};
   }
   co_return co_await Decide(planned, request.cost, now, /*denied_elsewhere=*/false, count);
 }

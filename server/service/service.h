@@ -136,6 +136,10 @@ struct CheckResult {
   Micros lease_ttl{0};  // How long that lease lives unless given back.
   // The keys of the concurrency limits that applied: an acquire waits for releases there.
   std::vector<std::string> lease_keys;
+  // No rule matched any descriptor, or the domain is unknown: nothing limits the request (a
+  // misspelt key or domain, as clients warn). Not so for a rule that matched and holds no
+  // limit here (a concurrency limit asked without leases, limits all `replaces`d).
+  bool unmatched = false;
 };
 
 // Counts each limit of `result` in its rule's counters, as admitted or not by the request.
@@ -294,10 +298,12 @@ class RateLimitService {
   // ResourceExhausted when an override would pass kMaxCallerLimits (CallerLimits); or, when
   // `refused` is given, that descriptor is left out of the plan and *refused says why, so that
   // the other descriptors are still decided (the Envoy API: failing the whole request would
-  // let Envoy's default admit a descriptor over its limit).
+  // let Envoy's default admit a descriptor over its limit). *matched, when given, says
+  // whether any descriptor matched a rule or carried an override.
   absl::StatusOr<std::vector<Planned>> Plan(const Domain& domain, const CheckRequest& request,
                                             std::vector<PlannedLease>* leases = nullptr,
-                                            absl::Status* refused = nullptr);
+                                            absl::Status* refused = nullptr,
+                                            bool* matched = nullptr);
   absl::StatusOr<Planned> PlanOverride(const Domain& domain, const LimitOverride& override,
                                        bool counting);
   RuleCounters* DetailedCounters(const Domain& domain, const Rule& rule,

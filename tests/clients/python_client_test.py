@@ -269,6 +269,26 @@ class UnmatchedTest(unittest.TestCase):
                              (True, None, [], True))
             self.assertEqual(cm.filename, os.path.abspath(__file__))
 
+    def test_the_async_client_warns_at_the_callers_line_too(self):
+        # Its calls run in a worker thread: the warning is made back in the coroutine, so that
+        # it names the caller's await, not asyncio's thread.
+        client = sluice.AsyncClient(url(), timeout=30)
+        self.addCleanup(client.close)
+
+        async def acquire():
+            return await client.acquire(max_wait=0, **self.typo)
+
+        async def lease():
+            async with client.lease(max_wait=0, **self.typo) as held:
+                return held
+
+        for ask in (acquire, lease):
+            with self.subTest(ask=ask.__name__):
+                with self.assertWarns(sluice.UnmatchedWarning) as cm:
+                    d = asyncio.run(ask())
+                self.assertTrue(d.unmatched)
+                self.assertEqual(cm.filename, os.path.abspath(__file__))
+
     def test_what_a_rule_matches_says_nothing(self):
         with warnings.catch_warnings():
             warnings.simplefilter("error", sluice.UnmatchedWarning)

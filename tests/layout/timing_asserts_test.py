@@ -108,12 +108,24 @@ def clock_names(code):
     return names
 
 
-def is_elapsed(expr, names):
+def durations(code, names):
+    """Names assigned from a difference that holds elapsed real time (waited =
+    time.monotonic() - t0; const auto took = Clock::now() - start): elapsed themselves, bare."""
+    found = set()
+    for m in re.finditer(r"\b(\w+)\s*=(?!=)([^;\n]*)", code):
+        if re.search(r"-(?!>)", m.group(2)) and is_elapsed(m.group(2), names):
+            found.add(m.group(1))
+    return found
+
+
+def is_elapsed(expr, names, elapsed=frozenset()):
     """Whether `expr` holds elapsed real time: a clock read, an elapsed name, or a difference
     with a name that holds a clock read (`answered - taken`). A clock name in a sum alone
     (`before + used * 360`, a server's time against the time before the request) is a point
     in time, not an elapsed one."""
     if CLOCK_READ.search(expr) or ELAPSED_NAME.search(expr):
+        return True
+    if any(re.search(r"\b%s\b" % re.escape(name), expr) for name in elapsed):
         return True
     return any(re.search(r"\b%s\b\s*-(?!>)|-\s*\b%s\b" % (re.escape(name), re.escape(name)),
                          expr) for name in names)
@@ -154,7 +166,7 @@ def split_top(text, separators):
     return parts
 
 
-def upper_bound_in_boolean(expr, names, negated):
+def upper_bound_in_boolean(expr, names, negated, elapsed=frozenset()):
     """Whether a boolean assertion's `expr` bounds elapsed time from above (a clause
     `elapsed < x` or `x > elapsed`; reversed when the assertion is EXPECT_FALSE/assertFalse)."""
     for clause in split_top(expr, r"\s*(?:&&|\|\||\band\b|\bor\b)\s*"):
@@ -172,7 +184,7 @@ def upper_bound_in_boolean(expr, names, negated):
         if negated:
             less = not less
         small = left if less else right
-        if is_elapsed(small, names):
+        if is_elapsed(small, names, elapsed):
             return True
     return False
 
@@ -181,6 +193,7 @@ def findings(text, python):
     """(line, text of the line) of each upper bound on elapsed time asserted in `text`."""
     code = strip_strings_and_comments(text, python)
     names = clock_names(code)
+    elapsed = durations(code, names)
     raw_lines = text.split("\n")
     found = []
     pattern = PY_ASSERT if python else CPP_ASSERT
@@ -195,16 +208,17 @@ def findings(text, python):
                 depth -= code[end] in ")]}"
                 end += 1
             expr = split_top(code[start:end], r",")[0]
-            bad = upper_bound_in_boolean(expr, names, negated=False)
+            bad = upper_bound_in_boolean(expr, names, negated=False, elapsed=elapsed)
         else:
             inside, end = balanced(code, m.end() - 1)
             args = split_top(inside, r",")
             if kind in ("TRUE", "FALSE", "True", "False"):
-                bad = upper_bound_in_boolean(args[0], names, negated=kind in ("FALSE", "False"))
+                bad = upper_bound_in_boolean(args[0], names, negated=kind in ("FALSE", "False"),
+                                             elapsed=elapsed)
             elif kind in ("LT", "LE", "Less", "LessEqual"):
-                bad = is_elapsed(args[0], names)
+                bad = is_elapsed(args[0], names, elapsed)
             else:  # GT, GE, Greater, GreaterEqual: the second is the smaller.
-                bad = len(args) > 1 and is_elapsed(args[1], names)
+                bad = len(args) > 1 and is_elapsed(args[1], names, elapsed)
         if not bad:
             continue
         first = code.count("\n", 0, m.start())
@@ -281,6 +295,10 @@ class SelfTest(unittest.TestCase):
         self.assertEqual(self.found(
             "start = time.monotonic()\nself.assertTrue(ok and time.monotonic() - start <= 1)\n",
             True), [2])
+        # A name holding a difference of clock reads, compared bare.
+        self.assertEqual(self.found(
+            "t0 = time.monotonic()\nrun()\nwaited = time.monotonic() - t0\n"
+            "self.assertLess(waited, 5)\n", True), [4])
 
     def test_watchdogs_with_the_marker_are_allowed(self):
         self.assertEqual(self.found(

@@ -59,6 +59,8 @@ class WallClockStepTest : public ::testing::Test {
       return;
     }
     const auto moved = wall - (wall0_ + (steady - steady0_));
+    // The offset between two clocks read together, not elapsed time: load cannot change it, so
+    // the lint's escape applies. sluice-timing: watchdog
     ASSERT_LT(std::chrono::abs(moved - std::chrono::seconds(seconds)), 5s)
         << "libfaketime did not step the wall clock";
   }

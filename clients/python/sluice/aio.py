@@ -6,6 +6,7 @@ loop."""
 import asyncio
 
 from .client import Client
+from .errors import warn_if_unmatched
 from .lease import Lease
 
 
@@ -19,7 +20,9 @@ class AsyncClient:
         return await asyncio.to_thread(self.sync.check, **kwargs)
 
     async def acquire(self, max_wait=30.0, **kwargs):
-        return await asyncio.to_thread(self.sync.acquire, max_wait, **kwargs)
+        decision = await asyncio.to_thread(self.sync._acquire, max_wait, kwargs, None)
+        warn_if_unmatched(decision, kwargs, 2)  # Here, not in the thread: the caller's line.
+        return decision
 
     async def release(self, lease):
         return await asyncio.to_thread(self.sync.release, lease)

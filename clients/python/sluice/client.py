@@ -15,11 +15,10 @@ import logging
 import os
 import threading
 import urllib.parse
-import warnings
 
 from . import decision as decisions
 from . import request
-from .errors import BadRequest, UnmatchedWarning
+from .errors import BadRequest, warn_if_unmatched
 from .lease import Lease
 
 log = logging.getLogger("sluice")
@@ -66,18 +65,13 @@ class Client:
         return self._acquire(max_wait, kwargs, stacklevel=3)
 
     def _acquire(self, max_wait, kwargs, stacklevel):
-        """acquire(), its warning pointed `stacklevel` frames up (the caller's line)."""
+        """acquire(), its warning pointed `stacklevel` frames up (the caller's line); None: no
+        warning here (the async client, whose call runs in a thread, warns on its own line)."""
         body = request.body(max_wait=max_wait, **kwargs)
         wait = request.duration(max_wait, "max_wait")
         decision = self._decide("/v1/acquire", body, self.timeout + _seconds_of(wait))
-        if decision.unmatched:
-            # A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit
-            # does, and a caller may mean it; but a misspelt domain or key would otherwise run
-            # unlimited, and, for a lease, without a lease, with nothing to say so.
-            warnings.warn("sluice: no rule of sluiced matched domain %r, descriptors %r: "
-                          "admitted with no limit and no lease"
-                          % (kwargs.get("domain"), kwargs.get("descriptors")),
-                          UnmatchedWarning, stacklevel=stacklevel)
+        if stacklevel is not None:
+            warn_if_unmatched(decision, kwargs, stacklevel)
         return decision
 
     def release(self, lease):

@@ -1,6 +1,8 @@
 """The exceptions of the client. A denial is a value (a Decision), never one of these, except
 where a caller asked for one: the decorator, a lease, a Celery turn that no wait can cure."""
 
+import warnings
+
 
 class SluiceError(Exception):
     """Base of the client's exceptions."""
@@ -34,3 +36,15 @@ class UnmatchedWarning(UserWarning):
     """An acquire or a lease that no rule of sluiced matched (the answer's "unmatched"): it
     was admitted with no limit and no lease, as sluiced admits what no rule names. Most often
     a domain or a descriptor key that the rules file spells otherwise."""
+
+
+def warn_if_unmatched(decision, kwargs, stacklevel):
+    """UnmatchedWarning, pointed `stacklevel` frames up, when no rule matched `decision`'s
+    request. A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit
+    does, and a caller may mean it; but a misspelt domain or key would otherwise run unlimited,
+    and, for a lease, without a lease, with nothing to say so."""
+    if decision.unmatched:
+        warnings.warn("sluice: no rule of sluiced matched domain %r, descriptors %r: "
+                      "admitted with no limit and no lease"
+                      % (kwargs.get("domain"), kwargs.get("descriptors")),
+                      UnmatchedWarning, stacklevel=stacklevel + 1)

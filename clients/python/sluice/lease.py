@@ -7,7 +7,7 @@ by itself at its lease_ttl."""
 import asyncio
 import logging
 
-from .errors import RateLimited
+from .errors import RateLimited, warn_if_unmatched
 
 log = logging.getLogger("sluice")
 
@@ -26,7 +26,10 @@ class Lease:
 
     def __enter__(self):
         # The warning of an acquire no rule matched points at the `with` line.
-        decision = self._client._acquire(self._max_wait, self._request, stacklevel=3)
+        return self._take(stacklevel=4)
+
+    def _take(self, stacklevel):
+        decision = self._client._acquire(self._max_wait, self._request, stacklevel=stacklevel)
         if not decision.allowed:
             raise RateLimited(decision, "lease")
         self.decision = decision
@@ -46,12 +49,14 @@ class Lease:
     async def __aenter__(self):
         # The acquire runs in a thread, which a cancellation cannot stop: shielded, it goes on,
         # and a lease it is granted after all is given back at once (the block never runs).
-        acquiring = asyncio.ensure_future(asyncio.to_thread(self.__enter__))
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self._take, None))
         try:
-            return await asyncio.shield(acquiring)
+            decision = await asyncio.shield(acquiring)
         except asyncio.CancelledError:
             acquiring.add_done_callback(self._give_back_late)
             raise
+        warn_if_unmatched(decision, self._request, 2)  # At the `async with` line.
+        return decision
 
     def _give_back_late(self, acquiring):
         if not acquiring.cancelled() and acquiring.exception() is None:

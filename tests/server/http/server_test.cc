@@ -225,16 +225,18 @@ class RawClient {
 // A connection that sends nothing, and one that sent a request and then nothing, are both
 // closed once idle; one that keeps sending requests all the while (longer than idle_timeout
 // in all: its first request came before the idle ones connected) is served throughout, its
-// deadline moved by each request. The idle timeout is short so that the test takes about
-// that long, and the read timeout long, so that only the idle timeout can close a connection
-// within the watchdog; a busy machine can only delay the closes, which are waited for.
+// deadline moved by each request. The read timeout is long, so that only the idle timeout can
+// close a connection within the watchdog; a busy machine only delays the closes, which are
+// waited for. The idle timeout is what the busy client's rounds (about 10 ms each) must stay
+// within: 5 s, so that only a thread stalled for seconds (not a loaded or sanitized run's
+// scheduling) could make the busy connection idle; the test takes about that long.
 TEST(HttpServerTest, AnIdleKeepAliveConnectionIsClosedAndABusyOneServed) {
   NoContent handler;
   HttpServer server(handler, HttpServerOptions{.host = "127.0.0.1",
                                                .port = 0,
                                                .threads = 2,
                                                .read_timeout = std::chrono::hours(1),
-                                               .idle_timeout = std::chrono::seconds(1)});
+                                               .idle_timeout = std::chrono::seconds(5)});
   ASSERT_TRUE(server.Start().ok());
   RawClient busy(server.port());
   ASSERT_TRUE(busy.connected());
@@ -248,9 +250,9 @@ TEST(HttpServerTest, AnIdleKeepAliveConnectionIsClosedAndABusyOneServed) {
   int requests = 1;
   bool silent_closed = false;
   bool served_once_closed = false;
-  // Until both idle ones are closed: rounds of 10 ms or more, the closes due after about 100
-  // (fewer on a slow machine); a watchdog of 3000.
-  for (int i = 0; i < 3000 && !(silent_closed && served_once_closed); ++i) {
+  // Until both idle ones are closed: rounds of 10 ms or more, the closes due after about 500
+  // (fewer on a slow machine); a watchdog of 6000.
+  for (int i = 0; i < 6000 && !(silent_closed && served_once_closed); ++i) {
     ASSERT_EQ(busy.Get(), "HTTP/1.1 200 OK") << "request " << requests;
     ++requests;
     silent_closed = silent_closed || silent.ClosedByServer(std::chrono::milliseconds(5));

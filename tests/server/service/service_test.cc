@@ -55,6 +55,8 @@ descriptors:
   - key: remote_address
     value: "2001:db8:0:9::1"
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: export
+    concurrency: 2
 )";
 
 class ServiceTest : public ::testing::Test {
@@ -82,6 +84,25 @@ class ServiceTest : public ::testing::Test {
   Metrics metrics_;
   RateLimitService service_;
 };
+
+// "unmatched" (CheckResult::unmatched) says that no rule matched, not that no limit applied:
+// an unlimited rule and a concurrency limit asked without leases (GET /v1/auth) match.
+TEST_F(ServiceTest, UnmatchedOnlyWhenNoRuleMatchedAnyDescriptor) {
+  EXPECT_TRUE(Check({{"usr", "a"}}).unmatched);  // A misspelt key.
+  EXPECT_TRUE(Check({{"usr", "a"}, {"tema", "b"}}).unmatched);
+  EXPECT_FALSE(Check({{"usr", "a"}, {"user", "a"}}).unmatched);
+  EXPECT_FALSE(Check({{"free", "a"}}).unmatched);
+  CheckRequest no_leases{
+      .domain = "api", .descriptors = {{.entries = {{"export", "csv"}}}}, .leases = false};
+  absl::StatusOr<CheckResult> matched = service_.Check(no_leases);
+  ASSERT_TRUE(matched.ok()) << matched.status();
+  EXPECT_TRUE(matched->limits.empty());
+  EXPECT_FALSE(matched->unmatched);
+  no_leases.domain = "apj";
+  absl::StatusOr<CheckResult> unknown = service_.Check(no_leases);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_TRUE(unknown->unmatched);
+}
 
 TEST_F(ServiceTest, HardLimitAdmitsUpToItAndThenDenies) {
   for (int i = 0; i < 3; ++i) {
