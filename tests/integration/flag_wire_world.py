@@ -60,22 +60,6 @@ def log(s):
         return f.read()
 
 
-def listening(pid, port):
-    """Whether process `pid` listens on `port`, on any address, over IPv4 or IPv6."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[1].endswith(":%04X" % port) and fields[3] == "0A":  # 0A: LISTEN.
-                    inodes.add("socket:[%s]" % fields[9])
-    try:
-        fds = os.listdir("/proc/%d/fd" % pid)
-        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) in inodes for fd in fds)
-    except OSError:
-        return False
-
-
 class Scene(sluiced.Sluiced):
     """One sluiced of a scene: build(scene, http_port) gives its command line's arguments and
     its variables, for ports picked at each try (gRPC's and the debug listener's too)."""
@@ -100,7 +84,8 @@ class Scene(sluiced.Sluiced):
         and a row asking gRPC first would find its port closed."""
         super().start(timeout=timeout, any_status=any_status)
         deadline = time.monotonic() + 120
-        while self.proc.poll() is None and not listening(self.proc.pid, self.grpc_port):
+        while self.proc.poll() is None and not sluiced.listens(self.proc.pid, self.grpc_port,
+                                                                   any_address=True):
             if time.monotonic() > deadline:  # sluice-timing: watchdog
                 break  # The rows that ask gRPC fail, saying what they found.
             time.sleep(0.02)

@@ -58,14 +58,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def listens(pid, port):
-    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux's /proc)."""
+def listens(pid, port, any_address=False):
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux's /proc); with
+    `any_address`, on `port` at any address, over IPv4 or IPv6 (gRPC's listener)."""
     inodes = set()
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[1] == "0100007F:%04X" % port and fields[3] == "0A":  # 0A: LISTEN.
-                inodes.add("socket:[%s]" % fields[9])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6") if any_address else ("/proc/net/tcp",):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local = fields[1].endswith(":%04X" % port) if any_address else (
+                    fields[1] == "0100007F:%04X" % port)
+                if local and fields[3] == "0A":  # 0A: LISTEN.
+                    inodes.add("socket:[%s]" % fields[9])
     fds = "/proc/%d/fd" % pid
     try:
         names = os.listdir(fds)
