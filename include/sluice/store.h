@@ -22,7 +22,9 @@
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
+#include "sluice/give_back.h"
 #include "sluice/limit.h"
+#include "sluice/settle.h"
 
 namespace sluice {
 
@@ -79,12 +81,23 @@ inline constexpr Micros kMaxLeaseTtl = std::chrono::hours(24);
 absl::Status ValidateLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
                             Micros ttl);
 
+// The checks every Store makes before SettleAll: OK, or InvalidArgument naming the problem
+// (sizes that differ, no requests, a settlement ValidateSettlement refuses, a `once` too long
+// or with bytes outside printable ASCII).
+absl::Status ValidateSettleAll(size_t requests, std::span<const Settlement> settlements,
+                               std::string_view once, size_t settled);
+
 namespace internal {
 absl::Status InvalidRequest(size_t limit_count, int64_t cost);  // ValidateRequest's slow path.
 }  // namespace internal
 
 // Receives the result of DecideAllAsync.
 using DecideDone = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
+// Receives the result of SettleAllAsync and ResetAllAsync.
+using StatusDone = absl::AnyInvocable<void(absl::Status) &&>;
+
+// The longest a settle's `once` may be, in bytes of printable ASCII.
+inline constexpr size_t kMaxOnceBytes = 64;
 
 class Store {
  public:
@@ -136,6 +149,54 @@ class Store {
                              Micros ttl, Timestamp now, std::span<Decision> each, DecideDone done) {
     std::move(done)(LeaseAll(op, keys, id, ttl, now, each));
   }
+
+  // --- After the decision: charges settled later (sluice/settle.h), and keys reset ---
+  //
+  // Each has the contract of DecideAllAsync for `done`. The defaults answer Unimplemented,
+  // for stores that do not settle; every store of this library implements them.
+
+  // DecideAll that also writes to `charges` what each limit charged, for a later SettleAll:
+  // units 0 where nothing was (the request was denied, or its cost was 0), and where a
+  // failure policy decided instead of the store (nothing in the store to give back then).
+  // requests[i].share is ignored: a charge to settle is always the store's own.
+  // REQUIRES: charges.size() == each.size() == requests.size().
+  virtual void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                              std::span<Decision> each, std::span<Charge> charges,
+                              DecideDone done);
+
+  // Settles a request that ChargeAll charged: applies settlements[i] to requests[i]'s key
+  // (sluice/settle.h) and writes what it did to settled[i], in one call to the store where the
+  // store can (one script call on a Redis server; a Cluster may need one per slot). When
+  // `once` is not empty it is claimed first, fleet-wide on a shared store, until `once_until`:
+  // a settle whose `once` is claimed already fails with AlreadyExists and changes nothing.
+  // Errors: InvalidArgument for a settlement that ValidateSettlement refuses, sizes that
+  // differ, or a `once` too long or outside printable ASCII; AlreadyExists as above; the
+  // store's error when it cannot reach its state. After an error nothing was given back (the
+  // units stay charged: the error can only admit less); an extra charge the store could not
+  // make is made on the failure policy's own state where there is one (the `local` policy),
+  // else it is lost, as the failure policy loses the charges it cannot make.
+  // REQUIRES: settled.size() == settlements.size() == requests.size().
+  virtual void SettleAllAsync(std::span<const LimitedKey> requests,
+                              std::span<const Settlement> settlements, std::string_view once,
+                              Timestamp once_until, Timestamp now, std::span<Settled> settled,
+                              StatusDone done);
+
+  // Forgets the state of every requests[i].key under its limit, fleet-wide on a shared store:
+  // each then decides as a key never seen. Forgetting what is not there is OK.
+  // Errors: InvalidArgument for no requests; the store's when it cannot reach its state
+  // (then some keys may have been forgotten and others not).
+  virtual void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now,
+                             StatusDone done);
+
+  // The three above, waiting for the answer: for tests and tools, never for a thread that
+  // serves requests.
+  absl::StatusOr<Decision> ChargeAll(std::span<const LimitedKey> requests, int64_t cost,
+                                     Timestamp now, std::span<Decision> each,
+                                     std::span<Charge> charges);
+  absl::Status SettleAll(std::span<const LimitedKey> requests,
+                         std::span<const Settlement> settlements, std::string_view once,
+                         Timestamp once_until, Timestamp now, std::span<Settled> settled);
+  absl::Status ResetAll(std::span<const LimitedKey> requests, Timestamp now);
 
   // Whether this store can keep state for `limit`: OK, or InvalidArgument saying why not (a
   // backend may bound what its representation holds). A server calls it for every rule when it

@@ -1,5 +1,8 @@
 #include "sluice/store.h"
 
+#include <future>
+#include <utility>
+
 #include "fmt/format.h"
 
 #include "sluice/duration.h"
@@ -7,6 +10,79 @@
 namespace sluice {
 
 bool Store::HoldsState(const Limit&, Timestamp) { return true; }
+
+void Store::ChargeAllAsync(std::span<const LimitedKey>, int64_t, Timestamp, std::span<Decision>,
+                           std::span<Charge>, DecideDone done) {
+  std::move(done)(absl::UnimplementedError("this store cannot settle charges"));
+}
+
+void Store::SettleAllAsync(std::span<const LimitedKey>, std::span<const Settlement>,
+                           std::string_view, Timestamp, Timestamp, std::span<Settled>,
+                           StatusDone done) {
+  std::move(done)(absl::UnimplementedError("this store cannot settle charges"));
+}
+
+void Store::ResetAllAsync(std::span<const LimitedKey>, Timestamp, StatusDone done) {
+  std::move(done)(absl::UnimplementedError("this store cannot reset keys"));
+}
+
+// The waiting forms: `done` may run on the store's thread, so the answer crosses by a promise.
+absl::StatusOr<Decision> Store::ChargeAll(std::span<const LimitedKey> requests, int64_t cost,
+                                          Timestamp now, std::span<Decision> each,
+                                          std::span<Charge> charges) {
+  std::promise<absl::StatusOr<Decision>> answer;
+  auto future = answer.get_future();
+  ChargeAllAsync(requests, cost, now, each, charges,
+                 [&answer](absl::StatusOr<Decision> result) {
+                   answer.set_value(std::move(result));
+                 });
+  return future.get();
+}
+
+absl::Status Store::SettleAll(std::span<const LimitedKey> requests,
+                              std::span<const Settlement> settlements, std::string_view once,
+                              Timestamp once_until, Timestamp now, std::span<Settled> settled) {
+  std::promise<absl::Status> answer;
+  auto future = answer.get_future();
+  SettleAllAsync(requests, settlements, once, once_until, now, settled,
+                 [&answer](absl::Status status) { answer.set_value(std::move(status)); });
+  return future.get();
+}
+
+absl::Status Store::ResetAll(std::span<const LimitedKey> requests, Timestamp now) {
+  std::promise<absl::Status> answer;
+  auto future = answer.get_future();
+  ResetAllAsync(requests, now,
+                [&answer](absl::Status status) { answer.set_value(std::move(status)); });
+  return future.get();
+}
+
+absl::Status ValidateSettleAll(size_t requests, std::span<const Settlement> settlements,
+                               std::string_view once, size_t settled) {
+  if (requests == 0) {
+    return absl::InvalidArgumentError("a settle needs at least one limit");
+  }
+  if (settlements.size() != requests || settled != requests) {
+    return absl::InvalidArgumentError(
+        fmt::format("a settle needs one settlement per limit: {} limits, {} settlements",
+                    requests, settlements.size()));
+  }
+  for (const Settlement& settlement : settlements) {
+    if (absl::Status status = ValidateSettlement(settlement); !status.ok()) {
+      return status;
+    }
+  }
+  if (once.size() > kMaxOnceBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("a settle's once must be at most {} bytes, not {}", kMaxOnceBytes, once.size()));
+  }
+  for (char c : once) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError("a settle's once must be printable ASCII without spaces");
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateSharePolicy(const Limit& limit, const SharePolicy& policy) {
   if (limit.algorithm() == Algorithm::kSlidingLog ||

@@ -1,0 +1,44 @@
+#pragma once
+
+// The admin token: what a request must carry to act on keys other than its own request's
+// (POST /v1/reset, and what later acts on others' keys). It is read from --admin-token-file
+// and sent as "Authorization: Bearer <token>". Without the flag those endpoints are off: never
+// open by default.
+//
+// Thread-safe: immutable once made.
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::server {
+
+// The shortest token accepted, in bytes: guessing one is then out of reach.
+inline constexpr size_t kMinAdminTokenBytes = 16;
+
+class AdminToken {
+ public:
+  enum class Verdict {
+    kMissing,  // No Authorization header, or not "Bearer ...": 401.
+    kWrong,    // A bearer token that is not this one: 403.
+    kGranted,
+  };
+
+  // The token in the file at `path`, trailing whitespace trimmed. InvalidArgument naming the
+  // file when it cannot be read, when the token is shorter than kMinAdminTokenBytes, or when
+  // it holds bytes outside printable ASCII or a space.
+  static absl::StatusOr<AdminToken> FromFile(const std::string& path);
+  static absl::StatusOr<AdminToken> Create(std::string token);
+
+  // Judges the value of a request's Authorization header (empty when absent). The comparison
+  // takes the same time wherever the first difference is (CRYPTO_memcmp over digests, so the
+  // length is not leaked either).
+  Verdict Judge(std::string_view authorization) const;
+
+ private:
+  explicit AdminToken(std::string digest) : digest_(std::move(digest)) {}
+  std::string digest_;  // SHA-256 of the token.
+};
+
+}  // namespace sluice::server
