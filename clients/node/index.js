@@ -4,6 +4,6 @@
 
 const { Client } = require('./lib/client');
 const { middleware } = require('./lib/middleware');
-const { BadRequest, RateLimited } = require('./lib/errors');
+const { SluiceError, BadRequest, Forbidden, RateLimited } = require('./lib/errors');
 
-module.exports = { Client, middleware, BadRequest, RateLimited };
+module.exports = { Client, middleware, SluiceError, BadRequest, Forbidden, RateLimited };

@@ -5,9 +5,9 @@
 // a 5xx answer is a Decision whose `error` says what happened and whose `allowed` is the
 // `onError` policy.
 
-const { fromAnswer, failed } = require('./decision');
-const { body, duration, secondsOf } = require('./request');
-const { BadRequest, RateLimited } = require('./errors');
+const { fromAnswer, failed, settlementOf, unsettled } = require('./decision');
+const { body, keys, duration, secondsOf, settleCost } = require('./request');
+const { BadRequest, Forbidden, RateLimited, SluiceError } = require('./errors');
 
 function describe(e) {
   if (e && e.name === 'TimeoutError') return 'timed out';
@@ -42,10 +42,76 @@ class Client {
     this._warned = new Set(); // The unmatched warnings given (see _warnUnmatched).
   }
 
-  /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost}) or rules
-   * ({domain, descriptors: [{user: 'bob'}], cost}). */
+  /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost, maxDebt})
+   * or rules ({domain, descriptors: [{user: 'bob'}], cost}). With `receipt: true`, the
+   * decision's `settle(cost)` settles the real cost later. */
   check(options) {
-    return this._decide('/v1/check', body(options), this.timeout);
+    const request = body(options); // Throws here, at the call, for what the client can see.
+    return this._decide('/v1/check', request, this.timeout)
+      .then((decision) => this._settleable(decision, options));
+  }
+
+  // With `receipt: true`, the decision's settle(cost) (not enumerable: a decision stays a plain
+  // value to compare and print): resolves to a Settlement, or to null when there is nothing to
+  // settle (denied, cost 0, no rule matched, admitted by onError without sluiced).
+  _settleable(decision, options) {
+    if (!options || options.receipt !== true) return decision;
+    Object.defineProperty(decision, 'settle', {
+      value: async (cost) => {
+        settleCost(cost); // A wrong cost is a bug even when there is nothing to settle.
+        return decision.receipt === null ? null : this.settle(decision.receipt, cost);
+      },
+      enumerable: false,
+    });
+    return decision;
+  }
+
+  /** POST /v1/settle: settles the request `receipt` (decision.receipt) was charged for at
+   * `cost` units, 0 being a refund: what the check charged above `cost` is given back, what it
+   * charged below is charged on top (past the limit, up to maxDebt). Resolves to a Settlement
+   * {settled, cost, givenBack, charged, limits, status, error}; rejects with BadRequest when
+   * sluiced refuses the receipt (settled already, expired, forged, malformed). When sluiced
+   * cannot be asked it resolves to `settled: false` with `error` set: the check's charge
+   * stands. */
+  async settle(receipt, cost) {
+    if (typeof receipt !== 'string') throw new TypeError('receipt is the token of decision.receipt');
+    settleCost(cost);
+    const { status, answer, error } = await this._post('/v1/settle', { receipt, cost }, this.timeout);
+    let why = error;
+    if (!why && status === 200) {
+      try {
+        return settlementOf(status, answer);
+      } catch (e) {
+        why = `not a settlement (${e.message})`;
+      }
+    } else if (!why && status === 400) {
+      throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), status); // See _decide.
+    } else if (!why) {
+      why = `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`;
+    }
+    return unsettled(cost, status, why);
+  }
+
+  /** POST /v1/reset: the keys of `options` (a check's, without cost) start afresh on every
+   * limit they name. Needs sluiced's admin token (--admin-token-file) as {adminToken}, sent as
+   * a bearer token. Resolves to {reset: true, limits: [{name}]}; rejects with Forbidden when
+   * sluiced refuses the token (none, a wrong one, admin endpoints off), BadRequest for a
+   * malformed request, SluiceError when sluiced cannot be asked. */
+  async reset(options, { adminToken } = {}) {
+    if (adminToken !== undefined && typeof adminToken !== 'string') {
+      throw new TypeError('adminToken is a string');
+    }
+    const headers = adminToken === undefined ? {} : { authorization: `Bearer ${adminToken}` };
+    const { status, answer, error } = await this._post('/v1/reset', keys(options), this.timeout, headers);
+    if (!error && status === 200 && answer.reset === true) {
+      const limits = Array.isArray(answer.limits) ? answer.limits : [];
+      return { reset: true, limits: limits.map((entry) => ({ name: entry?.name ?? '' })) };
+    }
+    if (!error && status === 400) throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), status);
+    if (!error && (status === 401 || status === 403)) {
+      throw new Forbidden(String(answer.error ?? JSON.stringify(answer)), status);
+    }
+    throw new SluiceError(`sluiced did not reset: ${error ?? `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`}`);
   }
 
   /** POST /v1/acquire: waits on the server up to `maxWait` (seconds or '30s', default 30 s)
@@ -56,7 +122,7 @@ class Client {
     const decision = await this._decide('/v1/acquire', request,
       this.timeout + secondsOf(duration(maxWait, 'maxWait')));
     if (decision.unmatched) this._warnUnmatched(options);
-    return decision;
+    return this._settleable(decision, options);
   }
 
   // A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit does,
@@ -120,13 +186,13 @@ class Client {
     return failed(why, this.onError === 'allow', this.errorRetryAfter);
   }
 
-  async _post(path, request, timeout) {
+  async _post(path, request, timeout, headers = {}) {
     let response;
     let text;
     try {
       response = await fetch(this.url + path, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...headers },
         body: JSON.stringify(request),
         signal: AbortSignal.timeout(Math.ceil(timeout * 1000)),
       });

@@ -33,6 +33,9 @@ function fromAnswer(status, answer, headers) {
   if (headers) {
     for (const [name, value] of headers) if (PASSED_ON.test(name)) passed[name] = value;
   }
+  if (answer.receipt != null && typeof answer.receipt !== 'string') {
+    throw new TypeError('receipt is not a string');
+  }
   const retryAfter = seconds(answer.retry_after_us);
   return {
     allowed: answer.allowed,
@@ -47,6 +50,9 @@ function fromAnswer(status, answer, headers) {
     limits: Array.isArray(answer.limits) ? answer.limits.map(limitOf) : [],
     // No rule matched the request (its domain or descriptors name none): admitted, unlimited.
     unmatched: answer.unmatched === true,
+    // Asked with `receipt: true` and charged: the token that settles the real cost later.
+    receipt: answer.allowed && typeof answer.receipt === 'string' ? answer.receipt : null,
+    receiptTtl: seconds(answer.receipt_ttl_us),
     never: retryAfter === Infinity,
     status,
     headers: passed,
@@ -68,6 +74,8 @@ function failed(error, allowed, retryAfter) {
     leaseTtl: 0,
     limits: [],
     unmatched: false,
+    receipt: null,
+    receiptTtl: 0,
     never: false,
     status: null,
     headers: {},
@@ -75,4 +83,34 @@ function failed(error, allowed, retryAfter) {
   };
 }
 
-module.exports = { fromAnswer, failed };
+/** The Settlement of a 200 answer of /v1/settle; throws a TypeError when it is not one. */
+function settlementOf(status, answer) {
+  if (answer.settled !== true || !Number.isSafeInteger(answer.cost)) {
+    throw new TypeError('settled is not true');
+  }
+  const limits = Array.isArray(answer.limits) ? answer.limits : [];
+  return {
+    settled: true,
+    cost: answer.cost,
+    givenBack: answer.given_back ?? 0,
+    charged: answer.charged ?? 0,
+    limits: limits.map((entry) => ({
+      name: entry.name ?? '',
+      givenBack: entry.given_back ?? 0,
+      charged: entry.charged ?? 0,
+      remaining: entry.remaining ?? null,
+      resetAfter: seconds(entry.reset_after_us),
+      retryAfter: seconds(entry.retry_after_us),
+      delay: seconds(entry.delay_us),
+    })),
+    status,
+    error: null,
+  };
+}
+
+/** The Settlement when sluiced could not settle: nothing known settled, and why. */
+function unsettled(cost, status, error) {
+  return { settled: false, cost, givenBack: 0, charged: 0, limits: [], status: status ?? null, error };
+}
+
+module.exports = { fromAnswer, failed, settlementOf, unsettled };

@@ -2,9 +2,18 @@
 // The client's errors. A denial is a value (a Decision), never one of these, except where the
 // caller asked for one: a lease not granted (withLease).
 
+/** The base of the client's errors. Thrown as itself when sluiced could not be asked to do
+ * what has no onError policy (a reset). */
+class SluiceError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'SluiceError';
+  }
+}
+
 /** sluiced refused the request as malformed (HTTP 400), naming the problem: a bug in the
- * call, which no retry cures. */
-class BadRequest extends Error {
+ * call, which no retry cures; or refused a receipt (settled already, expired, forged). */
+class BadRequest extends SluiceError {
   constructor(message, status = 400) {
     super(message);
     this.name = 'BadRequest';
@@ -13,7 +22,7 @@ class BadRequest extends Error {
 }
 
 /** Raised where the caller asked for an exception on denial; `decision` is the answer. */
-class RateLimited extends Error {
+class RateLimited extends SluiceError {
   constructor(decision, what = 'request') {
     let reason;
     if (decision.error) reason = `sluiced could not decide (${decision.error}) and the policy is deny`;
@@ -25,4 +34,14 @@ class RateLimited extends Error {
   }
 }
 
-module.exports = { BadRequest, RateLimited };
+/** sluiced refused an admin request (POST /v1/reset): no admin token (`status` 401), a
+ * wrong one, or admin endpoints off because sluiced runs without --admin-token-file (403). */
+class Forbidden extends SluiceError {
+  constructor(message, status) {
+    super(message);
+    this.name = 'Forbidden';
+    this.status = status;
+  }
+}
+
+module.exports = { SluiceError, BadRequest, Forbidden, RateLimited };

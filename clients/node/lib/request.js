@@ -33,8 +33,27 @@ function entries(descriptor) {
   };
 }
 
-/** The JSON object of /v1/check (or, with maxWait, /v1/acquire). */
+/** The JSON object of /v1/check (or, with maxWait, /v1/acquire). `receipt: true` asks for a
+ * receipt to settle later; `maxDebt` (ad hoc) bounds how far past the limit a settle may
+ * charge the key. */
 function body(options, maxWait) {
+  const o = options || {};
+  const out = keys(o);
+  if (o.maxDebt !== undefined) {
+    if (o.key === undefined) throw new TypeError('maxDebt is for ad hoc checks; rules mode takes it from the rules');
+    out.max_debt = o.maxDebt;
+  }
+  if (o.cost !== undefined) out.cost = o.cost;
+  if (maxWait !== undefined) out.max_wait = duration(maxWait, 'maxWait');
+  if (o.receipt !== undefined && typeof o.receipt !== 'boolean') {
+    throw new TypeError(`receipt is true or false, not ${String(o.receipt)}`);
+  }
+  if (o.receipt) out.receipt = true;
+  return out;
+}
+
+/** The part of a body that names the keys and their limits: that of POST /v1/reset. */
+function keys(options) {
   const o = options || {};
   if ((o.key === undefined) === (o.domain === undefined)) {
     throw new TypeError('give either key (an ad hoc limit) or domain and descriptors (rules)');
@@ -53,9 +72,14 @@ function body(options, maxWait) {
     if (!Array.isArray(o.descriptors)) throw new TypeError('descriptors is an array of descriptors');
     Object.assign(out, { domain: o.domain, descriptors: o.descriptors.map(entries) });
   }
-  if (o.cost !== undefined) out.cost = o.cost;
-  if (maxWait !== undefined) out.max_wait = duration(maxWait, 'maxWait');
   return out;
+}
+
+/** A settle's cost: a whole number of units, 0 or more (0 is a refund). */
+function settleCost(cost) {
+  if (!Number.isSafeInteger(cost)) throw new TypeError(`cost is a whole number of units, not ${String(cost)}`);
+  if (cost < 0) throw new RangeError(`cost must not be negative (0 is a refund), not ${cost}`);
+  return cost;
 }
 
 /** Seconds in a duration string (us, ms, s, m, h, d); 0 for one sluiced will refuse. */
@@ -65,4 +89,4 @@ function secondsOf(text) {
   return Number(m[1]) * { us: 1e-6, ms: 1e-3, s: 1, m: 60, h: 3600, d: 86400 }[m[2]];
 }
 
-module.exports = { body, duration, secondsOf };
+module.exports = { body, keys, duration, secondsOf, settleCost };

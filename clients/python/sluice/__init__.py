@@ -9,12 +9,14 @@
 
 from .aio import AsyncClient
 from .client import Client
-from .decision import Decision, Limit
+from .decision import Decision, Limit, SettledLimit, Settlement
 from .decorator import limited
-from .errors import BadRequest, RateLimited, SluiceError, UnmatchedWarning
+from .errors import BadRequest, Forbidden, RateLimited, SluiceError, UnmatchedWarning
 from .lease import Lease
+from .metered import Meter
 from .tasks import take_turn
 
-__all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Lease", "Limit", "RateLimited",
-           "SluiceError", "UnmatchedWarning", "limited", "take_turn"]
+__all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Forbidden", "Lease", "Limit",
+           "Meter", "RateLimited", "SettledLimit", "Settlement", "SluiceError",
+           "UnmatchedWarning", "limited", "take_turn"]
 __version__ = "0.1.0"

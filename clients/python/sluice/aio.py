@@ -4,10 +4,12 @@ loop is never blocked, and an acquire's wait holds a thread of the default execu
 loop."""
 
 import asyncio
+import dataclasses
 
 from .client import Client
 from .errors import warn_if_unmatched
 from .lease import Lease
+from .metered import Meter
 
 
 class AsyncClient:
@@ -17,12 +19,35 @@ class AsyncClient:
         self.sync = Client(url, **options)
 
     async def check(self, **kwargs):
-        return await asyncio.to_thread(self.sync.check, **kwargs)
+        return self._settleable(await asyncio.to_thread(self.sync.check, **kwargs))
 
     async def acquire(self, max_wait=30.0, **kwargs):
         decision = await asyncio.to_thread(self.sync._acquire, max_wait, kwargs, None)
         warn_if_unmatched(decision, kwargs, 2)  # Here, not in the thread: the caller's line.
-        return decision
+        return self._settleable(decision)
+
+    def _settleable(self, decision):
+        """A decision asked with receipt=True, whose settle() is then awaited."""
+        if decision._settle is None:
+            return decision
+        settle = decision._settle  # The sync client's, run in a thread.
+
+        async def settle_in_a_thread(receipt, cost):
+            return await asyncio.to_thread(settle, receipt, cost)
+
+        return dataclasses.replace(decision, _settle=settle_in_a_thread)
+
+    async def settle(self, receipt, cost):
+        """As Client.settle."""
+        return await asyncio.to_thread(self.sync.settle, receipt, cost)
+
+    async def reset(self, admin_token=None, **kwargs):
+        """As Client.reset."""
+        return await asyncio.to_thread(self.sync.reset, admin_token, **kwargs)
+
+    def metered(self, cost=1, max_wait=None, on_exception="refund", **kwargs):
+        """`async with client.metered(..., cost=estimate) as m:`, as Client.metered."""
+        return Meter(self.sync, cost, max_wait, on_exception, kwargs)
 
     async def release(self, lease):
         return await asyncio.to_thread(self.sync.release, lease)

@@ -9,6 +9,7 @@ only), raises BadRequest: an unreachable sluiced, a timeout or a 5xx answer is a
 says what happened and whose `allowed` is the `on_error` policy.
 """
 
+import dataclasses
 import http.client
 import json
 import logging
@@ -18,8 +19,9 @@ import urllib.parse
 
 from . import decision as decisions
 from . import request
-from .errors import BadRequest, warn_if_unmatched
+from .errors import BadRequest, Forbidden, SluiceError, warn_if_unmatched
 from .lease import Lease
+from .metered import Meter
 
 log = logging.getLogger("sluice")
 
@@ -54,9 +56,77 @@ class Client:
         self._pid = os.getpid()  # Whose connections these are (see _forked).
 
     def check(self, **kwargs):
-        """POST /v1/check: ad hoc (key=, limit=, period=, algorithm=, burst=, buckets=, cost=)
-        or rules (domain=, descriptors=[{"user": "bob"}], cost=). Returns a Decision."""
-        return self._decide("/v1/check", request.body(**kwargs), self.timeout)
+        """POST /v1/check: ad hoc (key=, limit=, period=, algorithm=, burst=, buckets=, cost=,
+        max_debt=) or rules (domain=, descriptors=[{"user": "bob"}], cost=). Returns a
+        Decision; with receipt=True, one whose settle() settles the real cost later."""
+        decision = self._decide("/v1/check", request.body(**kwargs), self.timeout)
+        return self._settleable(decision, kwargs)
+
+    def _settleable(self, decision, kwargs):
+        """`decision`, settleable (Decision.settle) when it was asked with receipt=True."""
+        if kwargs.get("receipt") is not True:
+            return decision
+        return dataclasses.replace(decision, _settle=self._settle_receipt)
+
+    def _settle_receipt(self, receipt, cost):
+        """Decision.settle: None when the decision holds no receipt (nothing was charged)."""
+        request.settle_cost(cost)  # A wrong cost is a bug even when there is nothing to settle.
+        return None if receipt is None else self.settle(receipt, cost)
+
+    def settle(self, receipt, cost):
+        """POST /v1/settle: settles the request `receipt` (Decision.receipt) was charged for at
+        `cost` units, 0 being a refund: what the check charged above `cost` is given back, what
+        it charged below is charged on top (past the limit, up to max_debt). Returns a
+        Settlement. Raises BadRequest when sluiced refuses the receipt, naming why (settled
+        already, expired, forged, malformed): a receipt settles once. When sluiced cannot be
+        asked, the Settlement is falsy, with `error` set (and a warning logged): the check's
+        charge then stands."""
+        if not isinstance(receipt, str):
+            raise TypeError("receipt is the token of Decision.receipt, not %r" % (receipt,))
+        cost = request.settle_cost(cost)
+        status, answer, error = self._post("/v1/settle", {"receipt": receipt, "cost": cost},
+                                           self.timeout)
+        if error is None and status == 200:
+            try:
+                return decisions.settlement_from_answer(status, answer)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                error = "not a settlement (%s): %.200r" % (e, answer)
+        elif error is None and status == 400:  # Only sluiced's refusal: see _decide.
+            raise BadRequest(str(answer.get("error", answer)), status)
+        elif error is None:
+            error = "HTTP %d: %s" % (status, answer.get("error", answer))
+        log.warning("sluice: receipt not settled (%s); the check's charge stands", error)
+        return decisions.Settlement(settled=False, cost=cost, status=status, error=error)
+
+    def metered(self, cost=1, max_wait=None, on_exception="refund", **kwargs):
+        """A context manager that charges `cost` (an estimate) on entry and settles the real
+        cost on exit: `with client.metered(key=..., cost=estimate) as m: ...; m.cost = real`.
+        On entry, a check with a receipt (with max_wait, an acquire waiting up to that long);
+        RateLimited when denied, and the block does not run. On exit, the cost the block set
+        is settled; a block that set none keeps the estimate, unless it raised: then
+        on_exception="refund" (the default) settles 0, "keep" keeps the estimate. See Meter."""
+        return Meter(self, cost, max_wait, on_exception, kwargs)
+
+    def reset(self, admin_token=None, **kwargs):
+        """POST /v1/reset: the keys of a check's arguments (without cost) start afresh on every
+        limit they name. Needs sluiced's admin token (--admin-token-file), sent as a bearer
+        token. Returns the names of the limits reset. Raises Forbidden when sluiced refuses
+        the token (none, a wrong one, or admin endpoints off), BadRequest for a malformed
+        request, SluiceError when sluiced cannot be asked."""
+        if admin_token is not None and not isinstance(admin_token, str):
+            raise TypeError("admin_token is a string, not %r" % (admin_token,))
+        headers = {} if admin_token is None else {"Authorization": "Bearer " + admin_token}
+        status, answer, error = self._post("/v1/reset", request.keys(**kwargs), self.timeout,
+                                           headers)
+        if error is None and status == 200 and answer.get("reset") is True:
+            return [e.get("name", "") for e in answer.get("limits") or []
+                    if isinstance(e, dict)]
+        if error is None and status == 400:
+            raise BadRequest(str(answer.get("error", answer)), status)
+        if error is None and status in (401, 403):
+            raise Forbidden(str(answer.get("error", answer)), status)
+        raise SluiceError("sluiced did not reset: %s"
+                          % (error or "HTTP %d: %.200s" % (status, answer.get("error", answer))))
 
     def acquire(self, max_wait=30.0, **kwargs):
         """POST /v1/acquire: waits on the server, up to `max_wait` (seconds or "30s"), until
@@ -70,6 +140,7 @@ class Client:
         body = request.body(max_wait=max_wait, **kwargs)
         wait = request.duration(max_wait, "max_wait")
         decision = self._decide("/v1/acquire", body, self.timeout + _seconds_of(wait))
+        decision = self._settleable(decision, kwargs)
         if stacklevel is not None:
             warn_if_unmatched(decision, kwargs, stacklevel)
         return decision
@@ -129,10 +200,10 @@ class Client:
             error = "HTTP %d: %s" % (status, answer.get("error", answer))
         return decisions.failed(error, self.on_error == "allow", self.error_retry_after)
 
-    def _post(self, path, body, timeout):
+    def _post(self, path, body, timeout, headers=None):
         """(status, answer object, None), or (None, None, the error) when there is no answer."""
         data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **(headers or {})}
         for attempt in (0, 1):
             conn, reused = self._connection(timeout)
             try:

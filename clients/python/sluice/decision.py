@@ -4,7 +4,7 @@ as Python's time functions count). The wire figures are integer microseconds
 
 import dataclasses
 import math
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 MICROS = 1_000_000.0
 
@@ -45,6 +45,8 @@ class Decision:
     - delay: seconds a leaky_bucket asks the caller to wait before going ahead (check only).
     - waited: seconds sluiced held an acquire before answering.
     - lease, lease_ttl: the lease taken on a concurrency limit, to give back with release().
+    - receipt, receipt_ttl: when asked with receipt=True and charged (allowed, cost above 0),
+      the token that settles what the request really cost, and how long it can (settle()).
     - unmatched: True when no rule matched the request (its domain or descriptors name none),
       which sluiced admits with no limit.
     - error: why sluiced could not decide (unreachable, timed out, 5xx); then `allowed` is the
@@ -64,6 +66,22 @@ class Decision:
     unmatched: bool = False
     status: Optional[int] = None
     error: Optional[str] = None
+    receipt: Optional[str] = None
+    receipt_ttl: float = 0.0
+    # The client's settle, set when the decision was asked with receipt=True.
+    _settle: Optional[Callable[[str, int], Any]] = dataclasses.field(
+        default=None, repr=False, compare=False)
+
+    def settle(self, cost):
+        """Settles what the request really cost (POST /v1/settle): `cost` units in place of
+        the check's, 0 a refund. Returns a Settlement (awaitable from an AsyncClient's
+        decision); None when there is nothing to settle, as nothing was charged (denied, cost
+        0, no rule matched, or admitted by the on_error policy without sluiced). Raises
+        BadRequest when sluiced refuses the receipt (settled already, expired), ValueError on a
+        decision not asked with receipt=True."""
+        if self._settle is None:
+            raise ValueError("this decision has no receipt to settle: check with receipt=True")
+        return self._settle(self.receipt, cost)
 
     @property
     def never(self):
@@ -72,6 +90,61 @@ class Decision:
 
     def __bool__(self):
         return self.allowed
+
+
+@dataclasses.dataclass(frozen=True)
+class SettledLimit:
+    """What a settle did to one limit of the receipt, and how that limit stands after it."""
+
+    name: str
+    given_back: int
+    charged: int
+    remaining: Optional[int]
+    reset_after: float
+    retry_after: float
+    delay: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    """The answer of a settle (falsy when it was not done).
+
+    - settled: True when sluiced settled the receipt.
+    - cost: the units the request was settled at.
+    - given_back: units given back (the check charged more than `cost`), summed over the
+      limits; charged: units charged on top (it charged less), which may take a key past its
+      limit, into debt, up to its max_debt.
+    - limits: one SettledLimit per limit of the receipt.
+    - error: why sluiced could not be asked (unreachable, timed out, 5xx); then nothing is
+      known to be settled, and the check's charge stands until the receipt expires.
+    """
+
+    settled: bool
+    cost: int = 0
+    given_back: int = 0
+    charged: int = 0
+    limits: List[SettledLimit] = dataclasses.field(default_factory=list)
+    status: Optional[int] = None
+    error: Optional[str] = None
+
+    def __bool__(self):
+        return self.settled
+
+
+def settlement_from_answer(status, answer):
+    """The Settlement of a 200 answer of /v1/settle. Raises (KeyError, TypeError, ValueError)
+    when it is not one."""
+    if answer["settled"] is not True:
+        raise ValueError("settled is not true")
+    limits = [SettledLimit(name=e.get("name", ""), given_back=int(e.get("given_back", 0)),
+                           charged=int(e.get("charged", 0)), remaining=e.get("remaining"),
+                           reset_after=_seconds(e.get("reset_after_us")),
+                           retry_after=_seconds(e.get("retry_after_us")),
+                           delay=_seconds(e.get("delay_us")))
+              for e in answer.get("limits") or []]
+    return Settlement(settled=True, cost=int(answer["cost"]),
+                      given_back=int(answer.get("given_back", 0)),
+                      charged=int(answer.get("charged", 0)), limits=limits, status=status)
 
 
 def _limit(entry):
@@ -89,6 +162,9 @@ def from_answer(status, answer):
     ValueError) when the object is not a decision; the client turns that into an error."""
     if not isinstance(answer["allowed"], bool):
         raise TypeError("allowed is not a boolean")
+    receipt = answer.get("receipt")
+    if receipt is not None and not isinstance(receipt, str):
+        raise TypeError("receipt is not a string")
     return Decision(allowed=answer["allowed"], remaining=answer.get("remaining"),
                     retry_after=_seconds(answer.get("retry_after_us")),
                     reset_after=_seconds(answer.get("reset_after_us")),
@@ -97,7 +173,9 @@ def from_answer(status, answer):
                     over_soft=bool(answer.get("over_soft", False)), lease=answer.get("lease"),
                     lease_ttl=_seconds(answer.get("lease_ttl_us")),
                     limits=[_limit(e) for e in answer.get("limits") or []],
-                    unmatched=answer.get("unmatched") is True, status=status)
+                    unmatched=answer.get("unmatched") is True, status=status,
+                    receipt=receipt if answer["allowed"] else None,
+                    receipt_ttl=_seconds(answer.get("receipt_ttl_us")))
 
 
 def failed(error, allowed, retry_after):

@@ -17,6 +17,16 @@ class BadRequest(SluiceError, ValueError):
         self.status = status
 
 
+class Forbidden(SluiceError, PermissionError):
+    """sluiced refused an admin request (POST /v1/reset): no admin token (`status` 401), a
+    wrong one, or admin endpoints off because sluiced runs without --admin-token-file (403).
+    The message is sluiced's."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+
 class RateLimited(SluiceError):
     """Raised where the caller asked for an exception on denial (`@limited(wait=False)`, a
     lease not granted within its wait). `decision` is the answer that denied."""
@@ -38,13 +48,13 @@ class UnmatchedWarning(UserWarning):
     a domain or a descriptor key that the rules file spells otherwise."""
 
 
-def warn_if_unmatched(decision, kwargs, stacklevel):
+def warn_if_unmatched(decision, kwargs, stacklevel, without="no limit and no lease"):
     """UnmatchedWarning, pointed `stacklevel` frames up, when no rule matched `decision`'s
     request. A warning, not an error: sluiced admits what no rule names, as envoyproxy/ratelimit
     does, and a caller may mean it; but a misspelt domain or key would otherwise run unlimited,
     and, for a lease, without a lease, with nothing to say so."""
     if decision.unmatched:
         warnings.warn("sluice: no rule of sluiced matched domain %r, descriptors %r: "
-                      "admitted with no limit and no lease"
-                      % (kwargs.get("domain"), kwargs.get("descriptors")),
+                      "admitted with %s"
+                      % (kwargs.get("domain"), kwargs.get("descriptors"), without),
                       UnmatchedWarning, stacklevel=stacklevel + 1)

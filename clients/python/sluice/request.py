@@ -36,9 +36,31 @@ def _entries(descriptor):
 
 
 def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None, cost=None,
-         domain=None, descriptors=None, max_wait=None):
+         domain=None, descriptors=None, max_wait=None, receipt=False, max_debt=None):
     """The JSON object of /v1/check or, with max_wait, /v1/acquire: ad hoc when `key` is given,
-    rules mode when `domain` is."""
+    rules mode when `domain` is. `receipt`: ask for a receipt to settle later; `max_debt`
+    (ad hoc): how far past the limit a settle may charge the key."""
+    out = keys(key=key, algorithm=algorithm, limit=limit, period=period, burst=burst,
+               buckets=buckets, domain=domain, descriptors=descriptors)
+    if max_debt is not None:
+        if key is None:
+            raise TypeError("max_debt is for ad hoc checks; rules mode takes it from the rules")
+        out["max_debt"] = max_debt
+    if cost is not None:
+        out["cost"] = cost
+    if max_wait is not None:
+        out["max_wait"] = duration(max_wait, "max_wait")
+    if not isinstance(receipt, bool):
+        raise TypeError("receipt is True or False, not %r" % (receipt,))
+    if receipt:
+        out["receipt"] = True
+    return out
+
+
+def keys(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None,
+         domain=None, descriptors=None):
+    """The part of a body that names the keys and their limits (that of POST /v1/reset): ad
+    hoc when `key` is given, rules mode when `domain` is."""
     if (key is None) == (domain is None):
         raise TypeError("give either key= (an ad hoc limit) or domain= and descriptors= (rules)")
     if key is not None:
@@ -55,8 +77,13 @@ def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=
         if descriptors is None or isinstance(descriptors, (str, bytes)) or hasattr(descriptors, "items"):
             raise TypeError("descriptors= is a list of descriptors, each a dict")
         out = {"domain": domain, "descriptors": [_entries(d) for d in descriptors]}
-    if cost is not None:
-        out["cost"] = cost
-    if max_wait is not None:
-        out["max_wait"] = duration(max_wait, "max_wait")
     return out
+
+
+def settle_cost(cost):
+    """A settle's cost: a whole number of units, 0 or more (0 is a refund)."""
+    if isinstance(cost, bool) or not isinstance(cost, numbers.Integral):
+        raise TypeError("cost is a whole number of units, not %r" % (cost,))
+    if cost < 0:
+        raise ValueError("cost must not be negative (0 is a refund), not %r" % (cost,))
+    return int(cost)

@@ -1,14 +1,15 @@
 'use strict';
 // A sluiced of the test's own for the Node tests: started on a port it picks itself
 // (--http 127.0.0.1:0, the port read from its log, as tests/integration/sluiced.py does),
-// with `rules` when given, stopped with SIGTERM. SLUICED names the binary.
+// with `rules` when given and `flags` after the others, stopped with SIGTERM. SLUICED names
+// the binary.
 
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 
-async function startSluiced(rules) {
+async function startSluiced(rules, flags = []) {
   const binary = process.env.SLUICED;
   if (!binary) throw new Error('set SLUICED to the sluiced binary');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-node-test-'));
@@ -17,6 +18,7 @@ async function startSluiced(rules) {
     fs.writeFileSync(path.join(dir, 'rules.yaml'), rules);
     args.push('--config', path.join(dir, 'rules.yaml'));
   }
+  args.push(...flags);
   const proc = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
