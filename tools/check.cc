@@ -57,9 +57,8 @@ absl::StatusOr<Url> ParseUrl(std::string_view url) {
   return parsed;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
+// The keys of a request (rules mode or ad hoc), as CheckBody and ResetBody send them.
+absl::StatusOr<nlohmann::ordered_json> KeysBody(const CheckFlags& flags) {
   nlohmann::ordered_json body;
   if (flags.domain.empty() == flags.key.empty()) {
     return absl::InvalidArgumentError(
@@ -102,11 +101,43 @@ absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
     }
     body["descriptors"] = std::move(descriptors);
   }
-  body["cost"] = flags.cost;
-  if (!flags.max_wait.empty()) {
-    body["max_wait"] = flags.max_wait;
-  }
+  return body;
+}
+
+std::string Dump(const nlohmann::ordered_json& body) {
   return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
+  absl::StatusOr<nlohmann::ordered_json> body = KeysBody(flags);
+  if (!body.ok()) {
+    return body.status();
+  }
+  if (flags.max_debt) {
+    if (flags.key.empty()) {
+      return absl::InvalidArgumentError(
+          "--max-debt is for ad hoc limits (--key); rules mode takes it from the rules");
+    }
+    (*body)["max_debt"] = *flags.max_debt;
+  }
+  (*body)["cost"] = flags.cost;
+  if (!flags.max_wait.empty()) {
+    (*body)["max_wait"] = flags.max_wait;
+  }
+  if (flags.receipt) {
+    (*body)["receipt"] = true;
+  }
+  return Dump(*body);
+}
+
+absl::StatusOr<std::string> ResetBody(const CheckFlags& flags) {
+  absl::StatusOr<nlohmann::ordered_json> body = KeysBody(flags);
+  if (!body.ok()) {
+    return body.status();
+  }
+  return Dump(*body);
 }
 
 absl::StatusOr<std::string> Endpoint(std::string_view server, std::string_view path) {
@@ -128,7 +159,7 @@ absl::StatusOr<std::string> Endpoint(std::string_view server, std::string_view p
 }
 
 absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
-                                    std::string_view timeout) {
+                                    std::string_view timeout, std::string_view bearer_token) {
   absl::StatusOr<Url> parsed = ParseUrl(url);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
@@ -153,6 +184,9 @@ absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& b
   request.set(http::field::host, parsed->host);
   request.set(http::field::content_type, "application/json");
   request.set(http::field::user_agent, "sluice");
+  if (!bearer_token.empty()) {
+    request.set(http::field::authorization, fmt::format("Bearer {}", bearer_token));
+  }
   request.body() = body;
   request.prepare_payload();
   beast::flat_buffer buffer;

@@ -27,13 +27,18 @@ struct CheckFlags {
   std::string period;
   std::optional<int64_t> burst;
   std::optional<int64_t> buckets;
+  std::optional<int64_t> max_debt;  // Ad hoc: how far past the limit a settle may charge.
   int64_t cost = 1;
+  bool receipt = false;  // Ask for a receipt, to settle the real cost later (`sluice settle`).
   std::string timeout = "5s";
   std::string max_wait;  // acquire only: how long the server may hold the request.
 };
 
 // The JSON body of POST /v1/check for `flags`; InvalidArgument naming the flag otherwise.
 absl::StatusOr<std::string> CheckBody(const CheckFlags& flags);
+
+// The JSON body of POST /v1/reset for `flags`: the keys of CheckBody's, without a cost.
+absl::StatusOr<std::string> ResetBody(const CheckFlags& flags);
 
 // The URL of `path` (such as "/v1/check") on the server of --server `server`: "http://HOST:PORT",
 // or HOST:PORT alone, a trailing slash or not. InvalidArgument naming --server and the text as
@@ -45,9 +50,10 @@ struct HttpAnswer {
   std::string body;
 };
 
-// POSTs `body` to `url` ("http://host:port/path"). Unavailable naming the server when it
-// cannot be reached or does not answer within `timeout`.
+// POSTs `body` to `url` ("http://host:port/path"), with "Authorization: Bearer
+// `bearer_token`" when that is not empty. Unavailable naming the server when it cannot be
+// reached or does not answer within `timeout`.
 absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
-                                    std::string_view timeout);
+                                    std::string_view timeout, std::string_view bearer_token = {});
 
 }  // namespace sluice::tools

@@ -5,6 +5,8 @@
 // the lease, when a concurrency limit gave one), 75 (EX_TEMPFAIL, "try again later") when not
 // within --max-wait, 1 when no wait can help, 2 on an error. `sluice release` gives a lease
 // back: 0 when it was held, 1 when it had expired or been released already, 2 on an error.
+// `sluice settle` and `sluice reset` act after a decision (tools/settle.h): 0 when done, 1
+// when the server refuses (the receipt, the admin token), 2 on an error.
 // A bad command line exits 2, naming the subcommand and pointing to its own --help; a
 // misspelt subcommand is answered with the closest one.
 
@@ -23,6 +25,7 @@
 #include "sluice/duration.h"
 #include "sluice/limit.h"
 #include "tools/check.h"
+#include "tools/settle.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
 
@@ -114,6 +117,16 @@ void WarnIfUnmatched(std::string_view command, const nlohmann::json& json) {
   }
 }
 
+// With --receipt: the receipt of an admitted answer, alone on a line; nothing, and a word on
+// stderr, when it has none (nothing was charged: cost 0, no rule matched).
+void PrintReceipt(std::string_view command, const nlohmann::json& json) {
+  if (json.is_object() && json.contains("receipt") && json["receipt"].is_string()) {
+    std::cout << json["receipt"].get<std::string>() << "\n";
+  } else {
+    std::cerr << "sluice " << command << ": no receipt: nothing was charged\n";
+  }
+}
+
 // POSTs `body` to `path` on the server of --server `server`.
 absl::StatusOr<HttpAnswer> Post(std::string_view server, std::string_view path,
                                 const std::string& body, std::string_view timeout) {
@@ -135,8 +148,13 @@ int RunCheck(const CheckFlags& flags) {
     std::cerr << "sluice check: " << answer.status().message() << "\n";
     return kUsageError;
   }
+  const auto json = nlohmann::json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
+  WarnIfUnmatched("check", json);
+  if (answer->status == 200 && flags.receipt) {
+    PrintReceipt("check", json);  // The only output, for `sluice settle`.
+    return 0;
+  }
   std::cout << answer->body << "\n";
-  WarnIfUnmatched("check", nlohmann::json::parse(answer->body, nullptr, false));
   if (answer->status == 200) {
     return 0;
   }
@@ -177,6 +195,9 @@ int RunAcquire(const CheckFlags& flags) {
     if (json.is_object() && json.contains("lease") && json["lease"].is_string()) {
       std::cout << json["lease"].get<std::string>() << "\n";
     }
+    if (flags.receipt) {
+      PrintReceipt("acquire", json);  // After the lease, when there is one.
+    }
     return 0;
   }
   if (answer->status == 429) {
@@ -214,8 +235,12 @@ int RunRelease(const std::string& server, const std::string& lease, const std::s
   return 0;
 }
 
-// The flags of `check` and `acquire`: the server and the request.
-void AddRequestFlags(CLI::App& command, CheckFlags& flags) {
+enum class RequestFlags { kAll, kKeysOnly };
+
+// The flags of `check` and `acquire`: the server and the request; kKeysOnly (`reset`): the
+// server and the keys, without --cost, --max-debt and --receipt.
+void AddRequestFlags(CLI::App& command, CheckFlags& flags,
+                     RequestFlags which = RequestFlags::kAll) {
   command.add_option("--server", flags.server, "sluiced's HTTP address")->capture_default_str();
   command.add_option("--domain", flags.domain, "rules mode: the domain");
   command.add_option("--descriptor", flags.descriptors,
@@ -226,11 +251,60 @@ void AddRequestFlags(CLI::App& command, CheckFlags& flags) {
   command.add_option("--period", flags.period, "ad hoc: P (1s, 1m, ...)");
   command.add_option("--burst", flags.burst, "ad hoc: B");
   command.add_option("--buckets", flags.buckets, "ad hoc: K for sliding_buckets");
-  command.add_option("--cost", flags.cost, "units this request costs")->capture_default_str();
+  if (which == RequestFlags::kAll) {
+    command.add_option("--max-debt", flags.max_debt,
+                       "ad hoc: how far past the limit a settle may charge the key");
+    command.add_option("--cost", flags.cost, "units this request costs")->capture_default_str();
+    command.add_flag("--receipt", flags.receipt,
+                     "ask for a receipt; print it alone when admitted, for `sluice settle`");
+  }
   command
       .add_option("--timeout", flags.timeout,
                   "how long to wait for the server (acquire: beyond --max-wait)")
       ->capture_default_str();
+}
+
+struct ReleaseFlags {
+  std::string server = CheckFlags{}.server;
+  std::string lease;
+  std::string timeout = CheckFlags{}.timeout;
+};
+
+CLI::App* AddRelease(CLI::App& app, ReleaseFlags& flags) {
+  CLI::App* release = app.add_subcommand(
+      "release", "Give back the lease `sluice acquire` printed; exit 0 if it was still held");
+  release->add_option("--server", flags.server, "sluiced's HTTP address")->capture_default_str();
+  release->add_option("--timeout", flags.timeout, "how long to wait for the server")
+      ->capture_default_str();
+  release->add_option("lease", flags.lease, "the lease")->required();
+  return release;
+}
+
+CLI::App* AddSettle(CLI::App& app, SettleFlags& flags) {
+  CLI::App* settle = app.add_subcommand(
+      "settle",
+      "Settle what a request `sluice check --receipt` admitted really cost; exit 0 if settled, "
+      "1 if the receipt is refused");
+  settle->add_option("--server", flags.server, "sluiced's HTTP address")->capture_default_str();
+  settle->add_option("--timeout", flags.timeout, "how long to wait for the server")
+      ->capture_default_str();
+  settle->add_option("--cost", flags.cost, "the real cost in units; 0 refunds the request")
+      ->required();
+  settle->add_option("receipt", flags.receipt, "the receipt")->required();
+  return settle;
+}
+
+CLI::App* AddReset(CLI::App& app, ResetFlags& flags) {
+  CLI::App* reset = app.add_subcommand(
+      "reset",
+      "Make a key start afresh on every limit it names (sluiced's admin token needed); exit 0 if "
+      "reset, 1 if the token is refused");
+  AddRequestFlags(*reset, flags.request, RequestFlags::kKeysOnly);
+  reset
+      ->add_option("--admin-token-file", flags.admin_token_file,
+                   "the file holding sluiced's --admin-token-file token")
+      ->required();
+  return reset;
 }
 
 // Edit distance from `a` to `b`, for "did you mean".
@@ -353,19 +427,16 @@ int Main(int argc, char** argv) {
   acquire->add_option("--max-wait", acquire_flags.max_wait, "the longest to wait (at most 1h)")
       ->capture_default_str();
 
-  std::string release_server = CheckFlags{}.server;
-  std::string release_lease;
-  std::string release_timeout = CheckFlags{}.timeout;
-  CLI::App* release = app.add_subcommand(
-      "release", "Give back the lease `sluice acquire` printed; exit 0 if it was still held");
-  release->add_option("--server", release_server, "sluiced's HTTP address")->capture_default_str();
-  release->add_option("--timeout", release_timeout, "how long to wait for the server")
-      ->capture_default_str();
-  release->add_option("lease", release_lease, "the lease")->required();
+  ReleaseFlags release_flags;
+  CLI::App* release = AddRelease(app, release_flags);
+  SettleFlags settle_flags;
+  CLI::App* settle = AddSettle(app, settle_flags);
+  ResetFlags reset_flags;
+  CLI::App* reset = AddReset(app, reset_flags);
 
   app.set_version_flag("--version", fmt::format("sluice {}", build::kVersionText),
                        "Print sluice's version and exit");
-  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release};
+  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release, settle, reset};
   if (std::optional<std::string> unknown = UnknownSubcommand(commands, argc, argv)) {
     std::cerr << "sluice: " << *unknown << "\n";
     return kUsageError;
@@ -389,7 +460,13 @@ int Main(int argc, char** argv) {
     return RunAcquire(acquire_flags);
   }
   if (release->parsed()) {
-    return RunRelease(release_server, release_lease, release_timeout);
+    return RunRelease(release_flags.server, release_flags.lease, release_flags.timeout);
+  }
+  if (settle->parsed()) {
+    return RunSettle(settle_flags);
+  }
+  if (reset->parsed()) {
+    return RunReset(reset_flags);
   }
   return kUsageError;
 }
