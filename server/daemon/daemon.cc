@@ -104,6 +104,14 @@ absl::Status Daemon::Open() {
       EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
                     .quota_mode = flags_.quota_mode,
                     .shadow_mode = flags_.shadow_mode});
+  if (!flags_.secret_file.empty()) {
+    absl::StatusOr<ReceiptSigner> signer = ReceiptSigner::FromFile(flags_.secret_file);
+    if (!signer.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--secret-file: {}", internal::Message(signer.status())));
+    }
+    service_->SetReceiptSigner(*std::move(signer));
+  }
   if (!flags_.config.empty()) {
     absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
     if (!rules.ok()) {
@@ -180,6 +188,14 @@ absl::Status Daemon::Start(const Settings& settings) {
       },
       [this] { return Health(); },
       HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
+  if (!flags_.admin_token_file.empty()) {
+    absl::StatusOr<AdminToken> admin = AdminToken::FromFile(flags_.admin_token_file);
+    if (!admin.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--admin-token-file: {}", internal::Message(admin.status())));
+    }
+    api_->SetAdminToken(*std::move(admin));
+  }
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));

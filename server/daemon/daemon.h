@@ -80,6 +80,10 @@ struct Flags {
   bool redis_tls_skip_verify = false;
   std::string statsd;  // HOST:PORT; empty: no statsd.
   std::string statsd_interval = "10s";
+  // Receipts' signing secret (shared by a fleet); empty: a random one of this process's.
+  std::string secret_file;
+  // The admin endpoints' bearer token; empty: those endpoints are off.
+  std::string admin_token_file;
 };
 
 class Daemon {

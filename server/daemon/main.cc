@@ -196,6 +196,12 @@ void AddEnvoyFlags(CLI::App& app, Flags& flags) {
 void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
   app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
+  app.add_option("--secret-file", flags.secret_file,
+                 "Receipts: the file of the secret they are signed with (>= 32 bytes; a fleet "
+                 "shares one); default: a random secret of this process");
+  app.add_option("--admin-token-file", flags.admin_token_file,
+                 "The file of the bearer token admin endpoints (POST /v1/reset) need; default: "
+                 "those endpoints are off");
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--debug", flags.debug,
                  "Debug listen address HOST:PORT for /rlconfig (default: none)");

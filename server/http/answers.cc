@@ -181,6 +181,12 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited) 
     fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"lease_ttl_us":{})"),
                    result.lease_ttl.count());
   }
+  if (!result.receipt.empty()) {
+    out += R"(,"receipt":)";
+    AppendJsonString(out, result.receipt);
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"receipt_ttl_us":{})"),
+                   result.receipt_ttl.count());
+  }
   // No rule matched any descriptor, or the domain is unknown (CheckResult::unmatched; an ad
   // hoc check always has its own limit). Admitted as envoyproxy/ratelimit admits it, but said,
   // so that a client can warn: a lease or an acquire on a misspelt domain or key otherwise runs
@@ -299,6 +305,39 @@ HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
   return JsonResponse(http::status::ok,
                       std::string(released ? R"({"released":true})" : R"({"released":false})"),
                       request);
+}
+
+HttpResponse SettleAnswer(const SettleResult& result, const HttpRequest& request) {
+  std::string out;
+  fmt::format_to(std::back_inserter(out),
+                 FMT_COMPILE(R"({{"settled":true,"cost":{},"given_back":{},"charged":{},"limits":[)"),
+                 result.cost, result.given_back, result.charged);
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    const SettledLimit& limit = result.limits[i];
+    out += i > 0 ? R"(,{"name":)" : R"({"name":)";
+    AppendJsonString(out, limit.name);
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"given_back":{},"charged":{},)"),
+                   limit.settled.given_back, limit.settled.charged);
+    AppendFigures(out, limit.settled.after, /*limited=*/true);
+    out.push_back('}');
+  }
+  out += "]}";
+  return JsonResponse(http::status::ok, std::move(out), request);
+}
+
+HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request) {
+  std::string out = R"({"reset":true)";
+  if (result.unmatched) {
+    out += R"(,"unmatched":true)";
+  }
+  out += R"(,"limits":[)";
+  for (size_t i = 0; i < result.limits.size(); ++i) {
+    out += i > 0 ? R"(,{"name":)" : R"({"name":)";
+    AppendJsonString(out, result.limits[i]);
+    out.push_back('}');
+  }
+  out += "]}";
+  return JsonResponse(http::status::ok, std::move(out), request);
 }
 
 HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& request) {

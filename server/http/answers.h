@@ -62,6 +62,9 @@ HttpResponse AcquireAnswer(const AcquireResult& result, const HttpRequest& reque
                            const AnswerHeaders& headers);
 // POST /v1/release: 200 either way; "released" says whether the lease was still held.
 HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
+// POST /v1/settle and POST /v1/reset (docs/server.md).
+HttpResponse SettleAnswer(const SettleResult& result, const HttpRequest& request);
+HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request);
 // An answer of RateLimitService::ShouldRateLimitAsync with its overall code.
 struct EnvoyAnswer {
   std::vector<DescriptorResult> statuses;

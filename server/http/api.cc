@@ -16,7 +16,8 @@ namespace http = boost::beast::http;
 
 // The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
 std::string_view AllowedMethods(std::string_view path) {
-  if (path == "/v1/check" || path == "/v1/acquire" || path == "/v1/release" || path == "/json") {
+  if (path == "/v1/check" || path == "/v1/acquire" || path == "/v1/release" || path == "/json" ||
+      path == "/v1/settle" || path == "/v1/reset") {
     return "POST";
   }
   if (path == "/v1/auth") {
@@ -35,6 +36,14 @@ HttpResponse Released(const bool& released, const HttpRequest& request, const An
 HttpResponse EnvoyJson(const EnvoyAnswer& answer, const HttpRequest& request,
                        const AnswerHeaders&) {
   return EnvoyJsonResponse(answer, request);
+}
+HttpResponse Settled(const SettleResult& result, const HttpRequest& request,
+                     const AnswerHeaders&) {
+  return SettleAnswer(result, request);
+}
+HttpResponse WasReset(const ResetResult& result, const HttpRequest& request,
+                      const AnswerHeaders&) {
+  return ResetAnswer(result, request);
 }
 
 }  // namespace
@@ -125,6 +134,14 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
     Release(request, std::move(reply));
     return;
   }
+  if (path == "/v1/settle" && only(http::verb::post)) {
+    Settle(request, std::move(reply));
+    return;
+  }
+  if (path == "/v1/reset" && only(http::verb::post)) {
+    Reset(request, std::move(reply));
+    return;
+  }
   if (reply.decision) {
     if (path == "/v1/check") {
       Check(request, std::move(reply));
@@ -200,6 +217,58 @@ void HttpApi::Release(const HttpRequest& request, Reply reply) {
     return;
   }
   service_.ReleaseAsync(*std::move(lease), Deliver<bool>(request, std::move(reply), &Released));
+}
+
+void HttpApi::Settle(const HttpRequest& request, Reply reply) {
+  absl::StatusOr<SettleRequest> settle = ParseSettle(request);
+  if (!settle.ok()) {
+    Send(std::move(reply), Failure(settle.status(), request));
+    return;
+  }
+  service_.SettleAsync(*std::move(settle),
+                       Deliver<SettleResult>(request, std::move(reply), &Settled));
+}
+
+std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request) const {
+  if (!admin_) {
+    return ErrorResponse(http::status::forbidden,
+                         "admin endpoints are off: start sluiced with --admin-token-file",
+                         request.version(), request.keep_alive());
+  }
+  const auto header = request.find(http::field::authorization);
+  const std::string_view authorization =
+      header == request.end() ? std::string_view()
+                              : std::string_view(header->value().data(), header->value().size());
+  switch (admin_->Judge(authorization)) {
+    case AdminToken::Verdict::kMissing: {
+      HttpResponse response = ErrorResponse(
+          http::status::unauthorized, "this endpoint needs the admin token: Authorization: Bearer",
+          request.version(), request.keep_alive());
+      response.set(http::field::www_authenticate, "Bearer");
+      return response;
+    }
+    case AdminToken::Verdict::kWrong:
+      return ErrorResponse(http::status::forbidden, "the admin token is wrong",
+                           request.version(), request.keep_alive());
+    case AdminToken::Verdict::kGranted:
+      break;
+  }
+  return std::nullopt;
+}
+
+void HttpApi::Reset(const HttpRequest& request, Reply reply) {
+  if (std::optional<HttpResponse> refused = RefuseAdmin(request)) {
+    metrics_.CountAdminRefused();
+    Send(std::move(reply), *std::move(refused));
+    return;
+  }
+  absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> parsed = ParseCheck(request);
+  if (!parsed.ok()) {
+    Send(std::move(reply), Failure(parsed.status(), request));
+    return;
+  }
+  service_.ResetAsync(*std::move(parsed),
+                      Deliver<ResetResult>(request, std::move(reply), &WasReset));
 }
 
 void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {

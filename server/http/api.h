@@ -6,6 +6,8 @@
 //   POST /v1/check   rules-mode or ad-hoc check, 200 or 429 with RateLimit-* headers
 //   POST /v1/acquire as check, but answered once the request may go ahead (up to max_wait)
 //   POST /v1/release gives back the lease of a concurrency limit
+//   POST /v1/settle  settles a check's receipt at the request's real cost
+//   POST /v1/reset   forgets keys (admin token)
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
 //   GET  /healthz    the store and its state: 200 while decisions can be made, else 503
@@ -20,6 +22,7 @@
 // and the answer arrives through a callback.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +31,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 
+#include "server/http/admin_token.h"
 #include "server/http/handler.h"
 #include "server/http/request.h"
 #include "server/http/response.h"
@@ -76,6 +80,10 @@ class HttpApi final : public HttpHandler {
   void Handle(const HttpRequest& request, std::string_view peer, Respond respond,
               CancelWait* cancel = nullptr) override;
 
+  // The token of the endpoints that act on others' keys (POST /v1/reset); without one they
+  // are off. Set it before serving.
+  void SetAdminToken(std::optional<AdminToken> admin) { admin_ = std::move(admin); }
+
   // Counts a request the server answered 400 before it could be parsed (too large, too slow,
   // not HTTP), as Handle counts its own 400s.
   void CountMalformed() override { metrics_.CountBadRequest(); }
@@ -105,6 +113,10 @@ class HttpApi final : public HttpHandler {
   void Check(const HttpRequest& request, Reply reply);
   void Acquire(const HttpRequest& request, Reply reply, CancelWait* cancel);
   void Release(const HttpRequest& request, Reply reply);
+  void Settle(const HttpRequest& request, Reply reply);
+  void Reset(const HttpRequest& request, Reply reply);
+  // An admin endpoint's answer when `request` may not use it (401, or 403); empty when it may.
+  std::optional<HttpResponse> RefuseAdmin(const HttpRequest& request) const;
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
@@ -117,6 +129,7 @@ class HttpApi final : public HttpHandler {
   std::function<std::string()> store_metrics_;
   Health health_;
   const HeaderOptions headers_;
+  std::optional<AdminToken> admin_;
 };
 
 }  // namespace sluice::server

@@ -142,6 +142,18 @@ class Fields {
     return absl::InvalidArgumentError(fmt::format("{} must be an integer", Name(*names.begin())));
   }
 
+  absl::StatusOr<std::optional<bool>> Bool(const char* name) const {
+    const std::optional<JsonValue> value = Find({name});
+    if (!value) {
+      return std::nullopt;
+    }
+    bool flag = false;
+    if (value->get_bool().get(flag) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError(fmt::format("{} must be true or false", Name(name)));
+    }
+    return flag;
+  }
+
   std::string Name(std::string_view name) const { return where_.Name(name); }
 
  private:
@@ -311,7 +323,9 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
                                                                     std::string_view also,
                                                                     std::optional<int64_t> cost) {
   if (absl::Status s = fields.OnlyKnown(
-          {"key", "algorithm", "limit", "period", "burst", "buckets", "cost"}, also);
+          {"key", "algorithm", "limit", "period", "burst", "buckets", "cost", "receipt",
+           "max_debt"},
+          also);
       !s.ok()) {
     return s;
   }
@@ -323,8 +337,12 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   absl::StatusOr<std::optional<int64_t>> limit = fields.Integer({"limit"});
   absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
   absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
+  absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
+  absl::StatusOr<std::optional<int64_t>> max_debt =
+      AtLeast(fields.Integer({"max_debt"}), fields, "max_debt", 0);
   for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
-                                burst.status(), buckets.status()}) {
+                                burst.status(), buckets.status(), receipt.status(),
+                                max_debt.status()}) {
     if (!s.ok()) {
       return s;
     }
@@ -336,6 +354,8 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
     return absl::InvalidArgumentError("period is missing (a duration such as \"1s\")");
   }
   adhoc.key = **key;
+  adhoc.receipt = receipt->value_or(false);
+  adhoc.max_debt = *max_debt;
   if (*algorithm) {
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
     if (!parsed.ok()) {
@@ -359,11 +379,17 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
 // ParseAdHoc.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseRulesMode(
     JsonObject body, const Fields& fields, std::string_view also, std::optional<int64_t> cost) {
-  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost"}, also); !s.ok()) {
+  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost", "receipt"}, also);
+      !s.ok()) {
     return s;
   }
   CheckRequest check;
   check.cost = cost.value_or(1);
+  absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
+  if (!receipt.ok()) {
+    return receipt.status();
+  }
+  check.receipt = receipt->value_or(false);
   absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
   if (!domain.ok()) {
     return domain.status();
@@ -426,6 +452,29 @@ absl::StatusOr<std::string> ParseRelease(const HttpRequest& request) {
     return absl::InvalidArgumentError("lease is missing");
   }
   return **lease;
+}
+
+absl::StatusOr<SettleRequest> ParseSettle(const HttpRequest& request) {
+  absl::StatusOr<JsonObject> parsed = ParseObject(request);
+  if (!parsed.ok()) {
+    return parsed.status();
+  }
+  const Fields fields(*parsed, Where{});
+  if (absl::Status s = fields.OnlyKnown({"receipt", "cost"}); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::optional<std::string>> receipt = fields.String("receipt");
+  absl::StatusOr<std::optional<int64_t>> cost = AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
+  for (const absl::Status& s : {receipt.status(), cost.status()}) {
+    if (!s.ok()) {
+      return s;
+    }
+  }
+  if (!*cost) {
+    return absl::InvalidArgumentError("cost is missing (what the request really cost; 0 refunds)");
+  }
+  // An absent receipt is an empty one: the service names it.
+  return SettleRequest{.receipt = receipt->value_or(""), .cost = **cost};
 }
 
 absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {

@@ -36,6 +36,8 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
 
 // POST /v1/release's body: {"lease": "<the token an acquire or check answered>"}.
 absl::StatusOr<std::string> ParseRelease(const HttpRequest& request);
+// POST /v1/settle's body: {"receipt": "...", "cost": M}.
+absl::StatusOr<SettleRequest> ParseSettle(const HttpRequest& request);
 
 // POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
 absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request);

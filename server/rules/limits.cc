@@ -23,7 +23,7 @@ Limit EnvoyCounter(Micros period) {
 
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-                   "period", "burst", "buckets", "share"});
+                   "period", "burst", "buckets", "share", "max_debt"});
   if (++budget_.limits > limits_.max_limits) {
     Fail(node, fmt::format("more than {} rule limits (the limit on limits)", limits_.max_limits));
   }
@@ -87,6 +87,9 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   if (const YAML::Node share = node["share"]) {
     rule_limit.share = ParseShare(share, rule_limit);
+  }
+  if (const YAML::Node max_debt = node["max_debt"]) {
+    rule_limit.max_debt = Integer(max_debt, "max_debt", 0, kMaxDebt);
   }
   rule_limit.counters = counters_.Get(rule_limit.name);
   return rule_limit;

@@ -101,6 +101,9 @@ struct RuleLimit {
   std::vector<std::string> replaces;  // Names of limits this one replaces when both match.
   // `share: {max, ttl}`: the limit may be leased (SharePolicy, with --redis-shares).
   std::optional<SharePolicy> share;
+  // `max_debt`: how far past the limit a settle may charge a key (sluice/settle.h); empty for
+  // the default, one limit's worth (`nominal`).
+  std::optional<int64_t> max_debt;
   RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
 };
 

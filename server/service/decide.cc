@@ -146,6 +146,9 @@ struct RateLimitService::Deciding {
                  const std::vector<const Pool*>& pools);
   // Whether the store call admitted the request, counting the store's failures.
   absl::StatusOr<bool> AdmittedBy(const absl::StatusOr<Decision>& combined);
+  // After a store call that charged: what its limits (the first `outcomes.size()` of `keys`,
+  // then any pools, named by `pool_names`) charged, kept for the receipt.
+  void Keep(const std::vector<size_t>& outcomes, const std::vector<const Pool*>& pools);
 
   RateLimitService& service;
   std::vector<Planned>& planned;
@@ -164,12 +167,17 @@ struct RateLimitService::Deciding {
   std::vector<LimitedKey> keys;
   std::vector<std::string> pool_keys;
   std::vector<Decision> each;
+  // CheckRequest::receipt: every store call charges (ChargeAllAsync), and what the calls that
+  // admitted charged is kept for the receipt.
+  bool receipt = false;
+  std::vector<Charge> charges;
+  std::vector<ReceiptLimit> receipt_limits;
 };
 
 RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
                                                      Timestamp now, bool denied_elsewhere,
-                                                     bool count) {
-  Deciding deciding{.service = *this, .planned = planned, .now = now};
+                                                     bool count, bool receipt) {
+  Deciding deciding{.service = *this, .planned = planned, .now = now, .receipt = receipt};
   deciding.result.cost = cost;
   deciding.Classify(cost);
   deciding.admitted = !deciding.always_denied && !denied_elsewhere;
@@ -197,6 +205,9 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   deciding.CopyRepeats();
   deciding.ApplySoft();
   deciding.Summarise(count);
+  if (receipt && deciding.admitted && cost > 0 && !deciding.receipt_limits.empty()) {
+    IssueReceipt(std::move(deciding.receipt_limits), now, deciding.result);
+  }
   co_return std::move(deciding.result);
 }
 
@@ -295,7 +306,32 @@ auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int
     keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
   }
   each.assign(keys.size(), Decision{});
-  return StoreDecision(service.store_, keys, group_cost, now, each);
+  // A receipt's calls charge, so that what they took can be given back; ChargeAllAsync
+  // decides as DecideAllAsync does (shares aside: a charge to settle is the store's own).
+  charges.assign(receipt ? keys.size() : 0, Charge{});
+  return StoreAnswer([this, group_cost](DecideDone done) {
+    if (receipt) {
+      service.store_.ChargeAllAsync(keys, group_cost, now, each, charges, std::move(done));
+    } else {
+      service.store_.DecideAllAsync(keys, group_cost, now, each, std::move(done));
+    }
+  });
+}
+
+void RateLimitService::Deciding::Keep(const std::vector<size_t>& outcomes,
+                                      const std::vector<const Pool*>& pools) {
+  if (!receipt) {
+    return;
+  }
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const RuleLimit& rule_limit =
+        j < outcomes.size() ? *planned[outcomes[j]].rule_limit : pools[j - outcomes.size()]->limit;
+    receipt_limits.push_back({.name = rule_limit.name,
+                    .limit = *keys[j].limit,
+                    .key = std::string(keys[j].key),
+                    .charge = charges[j],
+                    .max_debt = rule_limit.max_debt.value_or(rule_limit.nominal)});
+  }
 }
 
 absl::StatusOr<bool> RateLimitService::Deciding::AdmittedBy(
@@ -409,6 +445,9 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideEnforced(int64_t 
     result.limits[enforced[j]].decision = each[j];
   }
   admitted = admitted && *allowed;
+  if (admitted) {
+    Keep(enforced, {});
+  }
   co_return absl::OkStatus();
 }
 
@@ -451,6 +490,7 @@ internal::Task<absl::Status> RateLimitService::Deciding::BorrowFromPools(int64_t
       for (size_t i : borrowing) {
         result.limits[i].borrowed = true;
       }
+      Keep(kept, pools);
       for (size_t j = 0; j < pools.size(); ++j) {
         LimitOutcome& outcome = result.limits.emplace_back();
         const RuleLimit& pool_limit = pools[j]->limit;
@@ -474,9 +514,13 @@ internal::Task<absl::Status> RateLimitService::Deciding::DecideShadow(int64_t co
   // in a full store, the store fails after the enforced call), the failure is counted and
   // logged (AdmittedBy) and they are reported as allowing, as the `allow` policy answers.
   const absl::StatusOr<Decision> combined = co_await StoreCall(shadow, admitted ? cost : 0, {});
-  const bool decided = AdmittedBy(combined).ok();
+  const absl::StatusOr<bool> shadow_allowed = AdmittedBy(combined);
+  const bool decided = shadow_allowed.ok();
   for (size_t j = 0; j < shadow.size(); ++j) {
     result.limits[shadow[j]].decision = decided ? each[j] : Decision{.allowed = true};
+  }
+  if (decided && *shadow_allowed && admitted) {
+    Keep(shadow, {});
   }
   co_return absl::OkStatus();
 }

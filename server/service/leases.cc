@@ -65,7 +65,7 @@ absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token) {
 RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>& planned,
                                                            std::vector<PlannedLease>& leases,
                                                            int64_t cost, Timestamp now,
-                                                           bool count) {
+                                                           bool count, bool receipt) {
   std::vector<LeasedKey> keys;
   // One lease over every key, living as long as the shortest lease_ttl of their rules: each
   // rule's promise (a crashed holder's slot comes back within lease_ttl) holds.
@@ -88,7 +88,7 @@ RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>&
   absl::StatusOr<CheckResult> result = CheckResult{};
   if (!planned.empty()) {
     result = co_await Decide(planned, taken->allowed ? cost : 0, now, !taken->allowed,
-                             /*count=*/false);
+                             /*count=*/false, receipt);
   }
   const bool admitted = taken->allowed && result.ok() && result->combined.allowed;
   if (leased && !admitted) {

@@ -48,7 +48,8 @@ RateLimitService::RateLimitService(Store& store, Clock& clock, Metrics& metrics,
       adhoc_counters_(metrics.rules().Get("adhoc")),
       caller_limits_(
           [&store](const Limit& limit, Timestamp now) { return store.HoldsState(limit, now); }),
-      lines_(timers != nullptr ? std::make_unique<WaitLines>(*timers) : nullptr) {}
+      lines_(timers != nullptr ? std::make_unique<WaitLines>(*timers) : nullptr),
+      signer_(ReceiptSigner::Random()) {}
 
 std::shared_ptr<const RuleSet> RateLimitService::rules() const {
   struct Copy {
@@ -192,12 +193,13 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
   }
   std::vector<Planned>& planned = *plan;
   if (!leases.empty()) {
-    co_return co_await DecideLeased(planned, leases, request.cost, now, count);
+    co_return co_await DecideLeased(planned, leases, request.cost, now, count, request.receipt);
   }
   if (planned.empty()) {
     co_return CheckResult{.unmatched = !matched};
   }
-  co_return co_await Decide(planned, request.cost, now, /*denied_elsewhere=*/false, count);
+  co_return co_await Decide(planned, request.cost, now, /*denied_elsewhere=*/false, count,
+                            request.receipt);
 }
 
 namespace {
@@ -313,20 +315,28 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
   co_return std::move(results);
 }
 
-RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, bool count) {
+absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
   if (request.key.empty() || request.key.size() > kMaxAdHocKeyBytes) {
-    co_return absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         fmt::format("key must be 1 to {} bytes, not {}", kMaxAdHocKeyBytes, request.key.size()));
   }
   for (char c : request.key) {
     if (static_cast<unsigned char>(c) < 0x20) {
-      co_return absl::InvalidArgumentError("key must not contain control characters");
+      return absl::InvalidArgumentError("key must not contain control characters");
     }
   }
   if (absl::Status s = CheckCost(request.cost, "cost"); !s.ok()) {
-    co_return s;
+    return s;
   }
-  absl::StatusOr<Limit> limit = Limit::Create(request.spec);
+  if (request.max_debt && (*request.max_debt < 0 || *request.max_debt > kMaxDebt)) {
+    return absl::InvalidArgumentError(
+        fmt::format("max_debt must be 0 to {}, not {}", kMaxDebt, *request.max_debt));
+  }
+  return Limit::Create(request.spec);
+}
+
+RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, bool count) {
+  absl::StatusOr<Limit> limit = AdHocLimit(request);
   if (!limit.ok()) {
     co_return limit.status();
   }
@@ -336,8 +346,11 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   }
   const LimitedKey limited{.limit = &*limit, .key = request.key};
   Decision each;
+  Charge charge;
   absl::StatusOr<Decision> decision =
-      co_await StoreDecision(store_, {&limited, 1}, request.cost, now, {&each, 1});
+      request.receipt
+          ? co_await StoreCharge(store_, {&limited, 1}, request.cost, now, {&each, 1}, {&charge, 1})
+          : co_await StoreDecision(store_, {&limited, 1}, request.cost, now, {&each, 1});
   if (!decision.ok()) {
     CountStoreFailure(decision.status());
     co_return decision.status();
@@ -354,6 +367,15 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   outcome.counters = adhoc_counters_;
   if (count) {
     CountOutcomes(result);
+  }
+  if (request.receipt && decision->allowed && request.cost > 0) {
+    std::vector<ReceiptLimit> charged;
+    charged.push_back({.name = outcome.name,
+                       .limit = *limit,
+                       .key = request.key,
+                       .charge = charge,
+                       .max_debt = request.max_debt.value_or(limit->limit())});
+    IssueReceipt(std::move(charged), now, result);
   }
   co_return std::move(result);
 }

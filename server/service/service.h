@@ -24,6 +24,7 @@
 
 #include "server/rules/rules.h"
 #include "server/service/caller_limits.h"
+#include "server/service/receipt.h"
 #include "server/service/task.h"
 #include "server/service/waiting.h"
 #include "server/stats/metrics.h"
@@ -83,6 +84,8 @@ struct CheckRequest {
   // Whether concurrency limits apply (and a lease is taken). False where the caller has no way
   // to give a lease back (GET /v1/auth): they are then left out.
   bool leases = true;
+  // Whether the answer carries a receipt of what was charged, to settle later (SettleAsync).
+  bool receipt = false;
 };
 
 // A limit given in the request itself (POST /v1/check without rules).
@@ -90,6 +93,8 @@ struct AdHocRequest {
   std::string key;
   LimitSpec spec;
   int64_t cost = 1;
+  bool receipt = false;               // As CheckRequest's.
+  std::optional<int64_t> max_debt;    // A settle's bound past the limit; default the limit.
 };
 
 // What one limit said about a request.
@@ -140,6 +145,36 @@ struct CheckResult {
   // misspelt key or domain, as clients warn). Not so for a rule that matched and holds no
   // limit here (a concurrency limit asked without leases, limits all `replaces`d).
   bool unmatched = false;
+  // Asked for (CheckRequest::receipt) and the request admitted with a cost above 0: the
+  // signed receipt of what it charged, and how long it can be settled.
+  std::string receipt;
+  Micros receipt_ttl{0};
+};
+
+// POST /v1/settle: what a request that got a receipt really cost.
+struct SettleRequest {
+  std::string receipt;
+  int64_t cost = 0;  // 0: a refund.
+};
+
+// What a settle did on one limit of the receipt.
+struct SettledLimit {
+  std::string name;
+  Settled settled;
+};
+
+struct SettleResult {
+  int64_t cost = 0;
+  // The least over the limits of what each gave back and charged past its limit.
+  int64_t given_back = 0;
+  int64_t charged = 0;
+  std::vector<SettledLimit> limits;
+};
+
+// POST /v1/reset: the keys a check would count under, forgotten.
+struct ResetResult {
+  std::vector<std::string> limits;  // The names of the limits reset, as a check lists them.
+  bool unmatched = false;           // No rule matched: nothing was reset.
 };
 
 // Counts each limit of `result` in its rule's counters, as admitted or not by the request.
@@ -247,6 +282,23 @@ class RateLimitService {
   // it had been released already or had expired. InvalidArgument for a malformed token.
   void ReleaseAsync(std::string lease, Done<absl::StatusOr<bool>> done);
 
+  // Settles a receipt (CheckResult::receipt) at `request.cost`, on every limit it names, as
+  // sluice/settle.h says: gives back what was charged beyond the cost, or charges the extra
+  // past the limit up to each limit's max_debt. Once per receipt, fleet-wide on a shared
+  // store. InvalidArgument naming the reason for a receipt that is empty, malformed, forged,
+  // changed, expired or settled already (nothing changes then); the store's error when it
+  // cannot settle (nothing given back).
+  void SettleAsync(SettleRequest request, Done<absl::StatusOr<SettleResult>> done);
+
+  // Forgets, fleet-wide, the keys of every rate limit `request` would be checked against
+  // (its cost is ignored; elastic pools, shared by every key, and concurrency limits are
+  // left alone). For an administrator: the caller checks the right to act on others' keys.
+  void ResetAsync(std::variant<AdHocRequest, CheckRequest> request,
+                  Done<absl::StatusOr<ResetResult>> done);
+
+  // The secret receipts are signed with; a random one until set. Set it before serving.
+  void SetReceiptSigner(ReceiptSigner signer) { signer_ = std::move(signer); }
+
   // Ends every wait now, and any that starts later, with Unavailable (the server stops).
   void StopWaiting();
   // Requests waiting in AcquireAsync now.
@@ -261,6 +313,8 @@ class RateLimitService {
   absl::StatusOr<CheckResult> CheckAdHoc(AdHocRequest request);
   absl::StatusOr<AcquireResult> Acquire(AcquireRequest request);
   absl::StatusOr<bool> Release(std::string lease);
+  absl::StatusOr<SettleResult> Settle(SettleRequest request);
+  absl::StatusOr<ResetResult> Reset(std::variant<AdHocRequest, CheckRequest> request);
 
   // Blocks until every decision started by an *Async call has called its `done`. A server
   // calls it once it takes no more requests, before it tears down what those callbacks use.
@@ -279,6 +333,11 @@ class RateLimitService {
   DescriptorsTask DecideDescriptors(CheckRequest request);
   CheckTask DecideAdHoc(AdHocRequest request, bool count = true);
   internal::Task<absl::StatusOr<bool>> DecideRelease(std::string lease);
+  internal::Task<absl::StatusOr<SettleResult>> DecideSettle(SettleRequest request);
+  internal::Task<absl::StatusOr<ResetResult>> DecideReset(
+      std::variant<AdHocRequest, CheckRequest> request);
+  // Signs the receipt of `limits` charged at `now` into `result` (settle.cc).
+  void IssueReceipt(std::vector<ReceiptLimit> limits, Timestamp now, CheckResult& result) const;
   internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,
                                                               std::shared_ptr<Waiter> waiter);
   // One try of an acquire: its check at `cost`.
@@ -317,12 +376,13 @@ class RateLimitService {
   // shadow limits). `denied_elsewhere`: the request is denied already (by a concurrency
   // limit); it is counted so, and `cost` should be 0. `planned` must stay alive until the
   // task ends.
+  // `receipt`: the answer carries a receipt of what was charged (CheckRequest::receipt).
   CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now,
-                   bool denied_elsewhere = false, bool count = true);
+                   bool denied_elsewhere = false, bool count = true, bool receipt = false);
   // Decides `planned` and `leases` together: the leases are taken first (they can be given
   // back), then the rate limits are charged; when those deny, the leases are given back.
   CheckTask DecideLeased(std::vector<Planned>& planned, std::vector<PlannedLease>& leases,
-                         int64_t cost, Timestamp now, bool count);
+                         int64_t cost, Timestamp now, bool count, bool receipt = false);
 
   Store& store_;
   Clock& clock_;
@@ -344,6 +404,7 @@ class RateLimitService {
   std::atomic<int64_t> store_error_logged_us_{INT64_MIN};
   std::atomic<uint64_t> store_errors_unlogged_{0};
   std::unique_ptr<WaitLines> lines_;  // Acquire's waiters; null without timers.
+  ReceiptSigner signer_;
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

@@ -72,6 +72,12 @@ struct RateLimitService::PlannedLease {
   size_t descriptor = 0;
 };
 
+// --- Checks shared by the entry points (service.cc) ---
+
+// The limit of an ad hoc request, its key, cost and max_debt checked: InvalidArgument naming
+// the field otherwise.
+absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request);
+
 // --- Running a decision for an *Async call (service.cc, leases.cc, acquire.cc) ---
 
 template <typename T>

@@ -105,6 +105,14 @@ std::string Metrics::Render(std::string_view extra) const {
   counter("sluice_unknown_domain_total",
           "Requests to a domain no rule knows (admitted; the log says which at debug level).",
           unknown_domain_);
+  counter("sluice_settles_total", "Receipts settled (POST /v1/settle).", settles_);
+  counter("sluice_settles_refused_total",
+          "Settles refused for their receipt: forged, changed, expired, settled already or "
+          "malformed.",
+          settles_refused_);
+  counter("sluice_resets_total", "Resets made (POST /v1/reset).", resets_);
+  counter("sluice_admin_refused_total",
+          "Requests to admin endpoints without the right token (401, 403).", admin_refused_);
   out += BuildInfo();
 
   const char* const histogram = "sluice_decision_latency_seconds";

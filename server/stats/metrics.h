@@ -40,6 +40,17 @@ class Metrics {
   void CountGlobalShadowMode() { global_shadow_mode_.fetch_add(1, std::memory_order_relaxed); }
   // A limit given by a caller refused: callers had kMaxCallerLimits in use (CallerLimits).
   void CountCallerLimitRefused() { caller_limits_refused_.fetch_add(1, std::memory_order_relaxed); }
+  // Settles of receipts (POST /v1/settle): made, or refused for their receipt (forged,
+  // changed, expired, settled already, malformed).
+  void CountSettle(bool made) {
+    (made ? settles_ : settles_refused_).fetch_add(1, std::memory_order_relaxed);
+  }
+  void CountReset() { resets_.fetch_add(1, std::memory_order_relaxed); }
+  // A request to an admin endpoint without the right token (401, 403).
+  void CountAdminRefused() { admin_refused_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t settles() const { return settles_.load(std::memory_order_relaxed); }
+  uint64_t settles_refused() const { return settles_refused_.load(std::memory_order_relaxed); }
+  uint64_t admin_refused() const { return admin_refused_.load(std::memory_order_relaxed); }
   uint64_t caller_limits_refused() const {
     return caller_limits_refused_.load(std::memory_order_relaxed);
   }
@@ -63,6 +74,10 @@ class Metrics {
   std::atomic<uint64_t> global_shadow_mode_{0};
   std::atomic<uint64_t> caller_limits_refused_{0};
   std::atomic<uint64_t> unknown_domain_{0};
+  std::atomic<uint64_t> settles_{0};
+  std::atomic<uint64_t> settles_refused_{0};
+  std::atomic<uint64_t> resets_{0};
+  std::atomic<uint64_t> admin_refused_{0};
   std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
 };

@@ -1,0 +1,152 @@
+// POST /v1/settle and POST /v1/reset through HttpApi: the receipt a check answers, its
+// settle, and the admin token the reset needs (off without one, 401 without the header, 403
+// with a wrong token).
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+#include "server/http/api.h"
+#include "sluice/memory_store.h"
+#include "tests/testing/rules.h"
+#include "tests/testing/util.h"
+
+namespace sluice::server {
+namespace {
+
+namespace http = boost::beast::http;
+using ::sluice::testing::At;
+
+constexpr int64_t kStart = 1'700'000'000'000'000;  // A whole minute.
+
+constexpr char kRules[] = R"(
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+)";
+constexpr char kUser[] =
+    R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}])";
+constexpr char kToken[] = "0123456789abcdef-admin";
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  AdminApiTest()
+      : clock_(At(kStart)),
+        service_(store_, clock_, metrics_),
+        api_(service_, metrics_, clock_, [] { return std::string(); }) {
+    service_.SetRules(testing::MustParseRules(kRules, metrics_.rules(), store_));
+  }
+
+  HttpResponse Post(std::string target, std::string body,
+                    std::optional<std::string> authorization = std::nullopt) {
+    HttpRequest request{http::verb::post, target, 11};
+    if (authorization) {
+      request.set(http::field::authorization, *authorization);
+    }
+    request.body() = std::move(body);
+    request.prepare_payload();
+    std::optional<HttpResponse> response;
+    api_.Handle(request, "192.0.2.9", [&](HttpApi::Build build) { response = std::move(build)(); });
+    EXPECT_TRUE(response.has_value());  // The memory store answers at once.
+    return response ? *std::move(response) : HttpResponse{};
+  }
+
+  static nlohmann::json Body(const HttpResponse& response) {
+    return nlohmann::json::parse(response.body(), nullptr, false);
+  }
+
+  // A check of kUser with a receipt; the receipt.
+  std::string Charge() {
+    std::string body = kUser;
+    body.insert(body.size() - 1, R"(, "receipt": true)");
+    const HttpResponse response = Post("/v1/check", body);
+    EXPECT_EQ(response.result(), http::status::ok) << response.body();
+    const nlohmann::json json = Body(response);
+    EXPECT_GT(json.value("receipt_ttl_us", int64_t{0}), 0);
+    return json.value("receipt", "");
+  }
+
+  int64_t Remaining() {
+    std::string body = kUser;
+    body.insert(body.size() - 1, R"(, "cost": 0)");
+    return Body(Post("/v1/check", body)).value("remaining", int64_t{-1});
+  }
+
+  MemoryStore store_;
+  ManualClock clock_;
+  Metrics metrics_;
+  RateLimitService service_;
+  HttpApi api_;
+};
+
+TEST_F(AdminApiTest, ACheckAnswersAReceiptThatSettlesOnce) {
+  const std::string receipt = Charge();
+  ASSERT_FALSE(receipt.empty());
+  ASSERT_EQ(Remaining(), 1);
+  const std::string settle = nlohmann::json{{"receipt", receipt}, {"cost", 0}}.dump();
+  HttpResponse response = Post("/v1/settle", settle);
+  ASSERT_EQ(response.result(), http::status::ok) << response.body();
+  const nlohmann::json json = Body(response);
+  EXPECT_EQ(json["settled"], true);
+  EXPECT_EQ(json["given_back"], 1);
+  EXPECT_EQ(json["charged"], 0);
+  EXPECT_EQ(json["limits"][0]["name"], "api.user");
+  EXPECT_EQ(json["limits"][0]["remaining"], 2);
+  EXPECT_EQ(Remaining(), 2);
+  response = Post("/v1/settle", settle);
+  EXPECT_EQ(response.result(), http::status::bad_request);
+  EXPECT_EQ(Body(response)["error"], "receipt was settled already");
+  EXPECT_EQ(Remaining(), 2);
+}
+
+TEST_F(AdminApiTest, ABadSettleIs400NamingItsProblem) {
+  const std::string receipt = Charge();
+  for (const auto& [body, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"receipt": "r1.x.y", "cost": 0})", "receipt"},
+           {R"({"cost": 0})", "receipt is empty"},
+           {nlohmann::json{{"receipt", receipt}}.dump(), "cost is missing"},
+           {nlohmann::json{{"receipt", receipt}, {"cost", -1}}.dump(), "cost"},
+           {nlohmann::json{{"receipt", receipt}, {"cost", 0}, {"extra", 1}}.dump(), "extra"},
+           {R"({"receipt": 7, "cost": 0})", "receipt"},
+           {"{", "JSON"}}) {
+    const HttpResponse response = Post("/v1/settle", body);
+    EXPECT_EQ(response.result(), http::status::bad_request) << body;
+    EXPECT_NE(Body(response).value("error", "").find(says), std::string::npos)
+        << body << " answered " << response.body();
+  }
+  EXPECT_EQ(Remaining(), 1);  // Nothing was given back.
+}
+
+TEST_F(AdminApiTest, ResetIsOffWithoutAnAdminToken) {
+  const HttpResponse response = Post("/v1/reset", kUser, std::string("Bearer ") + kToken);
+  EXPECT_EQ(response.result(), http::status::forbidden);
+  EXPECT_NE(Body(response).value("error", "").find("--admin-token-file"), std::string::npos);
+}
+
+TEST_F(AdminApiTest, ResetNeedsTheRightBearerToken) {
+  api_.SetAdminToken(AdminToken::Create(kToken).value());
+  Charge();
+  Charge();
+  ASSERT_EQ(Remaining(), 0);
+  HttpResponse response = Post("/v1/reset", kUser);
+  EXPECT_EQ(response.result(), http::status::unauthorized);
+  EXPECT_EQ(response[http::field::www_authenticate], "Bearer");
+  response = Post("/v1/reset", kUser, "Bearer wrong-token-of-some-length");
+  EXPECT_EQ(response.result(), http::status::forbidden);
+  response = Post("/v1/reset", kUser, std::string("Bearer ") + kToken + "x");
+  EXPECT_EQ(response.result(), http::status::forbidden);
+  EXPECT_EQ(Remaining(), 0);  // Refused resets forgot nothing.
+  EXPECT_EQ(metrics_.admin_refused(), 3U);
+  response = Post("/v1/reset", kUser, std::string("Bearer ") + kToken);
+  ASSERT_EQ(response.result(), http::status::ok) << response.body();
+  EXPECT_EQ(Body(response)["limits"][0]["name"], "api.user");
+  EXPECT_EQ(Remaining(), 2);
+}
+
+}  // namespace
+}  // namespace sluice::server
