@@ -1,7 +1,6 @@
 // ReceiptExpiry (server/service/receipt.h): the latest GiveBackHorizon over a receipt's limits,
 // held within [issued + kMinReceiptLife, issued + kMaxReceiptLife]. The cases use sliding_log,
-// whose horizon is exactly the charge's time plus the period whatever GiveBackHorizon's
-// implementation, so that they hold for the real one as for the stand-in below.
+// whose horizon is exactly the charge's time plus the period.
 
 #include <vector>
 
@@ -10,36 +9,6 @@
 #include "server/service/receipt.h"
 #include "sluice/settle.h"
 #include "tests/testing/util.h"
-
-namespace sluice {
-
-// TEMPORARY: GiveBackHorizon's definition comes from the branch that implements
-// sluice/settle.h; until it is merged nothing defines it, and this test would not link. Remove
-// this definition at that merge (a duplicate definition then fails the link, which says so).
-Timestamp GiveBackHorizon(const Limit& limit, const Charge& charge) {
-  const int64_t at = charge.at.time_since_epoch().count();
-  const int64_t period = limit.period().count();
-  const int64_t window_end = (at / period + 1) * period;
-  switch (limit.algorithm()) {
-    case Algorithm::kFixedWindow:
-      return Timestamp(Micros(window_end));
-    case Algorithm::kSlidingWindow:
-      return Timestamp(Micros(window_end + period));
-    case Algorithm::kSlidingLog:
-      return charge.at + limit.period();
-    case Algorithm::kSlidingBuckets: {
-      const int64_t width = period / limit.buckets();
-      return Timestamp(Micros((at / width + 1) * width + period));
-    }
-    default: {
-      const Int128 ahead = charge.ahead > 0 ? charge.ahead : 0;
-      return charge.at +
-             Micros(static_cast<int64_t>((ahead + limit.rate_units() - 1) / limit.rate_units()));
-    }
-  }
-}
-
-}  // namespace sluice
 
 namespace sluice::server {
 namespace {
