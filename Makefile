@@ -77,7 +77,7 @@ soak: build
 
 # The fuzz targets (fuzz/, docs/development.md) for FUZZ_SECONDS each, growing their corpus in
 # FUZZ_DIR, outside the repository: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS="rules json"`.
-FUZZ_TARGETS ?= http json rules trace snapshot resp
+FUZZ_TARGETS ?= http json rules trace snapshot resp receipt
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@cmake --preset asan >/dev/null

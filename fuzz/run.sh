@@ -30,7 +30,7 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 if [[ ${#targets[@]} -eq 0 ]]; then
-  targets=(http json rules trace snapshot resp)
+  targets=(http json rules trace snapshot resp receipt)
 fi
 
 for t in "${targets[@]}"; do

@@ -45,6 +45,10 @@ struct MemoryStoreOptions {
   // The secret of compact keys' fingerprints; 0 (the default) draws one at random. A fixed one
   // is for tests that compare two stores: whoever knows it can craft keys that share a state.
   uint64_t compact_keys_secret_for_testing = 0;
+  // The most live `once` claims of settles (SettleAllAsync) the store keeps; 0 for the default,
+  // 1,000,000 (src/memory/once_claims.h says why). When that many are live a settle with a
+  // `once` is refused (ResourceExhausted) and changes nothing.
+  size_t max_once_claims = 0;
 };
 
 // One request of a batch (MemoryStore::DecideBatch): a key and its cost.
@@ -130,6 +134,26 @@ class MemoryStore final : public Store {
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                     std::string_view id, Micros ttl, Timestamp now,
                                     std::span<Decision> each) override;
+  // Settling (sluice/store.h), every call under the shard locks of its keys, as DecideAll's:
+  //   ChargeAllAsync  DecideAll, and ChargeOf each limit's state after it;
+  //   SettleAllAsync  Settle on each limit, all or nothing: a new key a charge past the limit
+  //                   would create that finds the store full (ResourceExhausted) changes
+  //                   nothing. A max_debt above what the store holds exactly for a limit
+  //                   (MaxDebt in src/memory/compact_state.h: for sliding_log, N + max_debt
+  //                   up to kMaxSlidingLogLimit) is refused with InvalidArgument. `once` is
+  //                   claimed in this store until once_until (at most max_once_claims live);
+  //   ResetAllAsync   forgets the keys.
+  // Each calls `done` before it returns.
+  void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                      std::span<Decision> each, std::span<Charge> charges,
+                      DecideDone done) override;
+  void SettleAllAsync(std::span<const LimitedKey> requests, std::span<const Settlement> settlements,
+                      std::string_view once, Timestamp once_until, Timestamp now,
+                      std::span<Settled> settled, StatusDone done) override;
+  void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now, StatusDone done) override;
+  // The `once` claims held now (some perhaps expired, not yet dropped).
+  size_t OnceClaimCount() const;
+
   absl::Status CheckLimit(const Limit& limit) const override;
   // Whether `limit`'s table holds a key that has not reset by `now`, dropping those that have
   // (it looks at the table's shards in turn, up to the first that keeps a key).

@@ -154,7 +154,7 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     AppendFigures(out, *decision, /*limited=*/true);
     for (const auto& [flag, set] :
          {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
-          std::pair{"pool", outcome.pool}}) {
+          std::pair{"pool", outcome.pool}, std::pair{"blocked", outcome.blocked}}) {
       if (set) {
         fmt::format_to(to, FMT_COMPILE(R"(,"{}":true)"), flag);
       }

@@ -324,7 +324,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
                                                                     std::optional<int64_t> cost) {
   if (absl::Status s = fields.OnlyKnown(
           {"key", "algorithm", "limit", "period", "burst", "buckets", "cost", "receipt",
-           "max_debt"},
+           "max_debt", "block"},
           also);
       !s.ok()) {
     return s;
@@ -338,11 +338,12 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
   absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
   absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
+  absl::StatusOr<std::optional<std::string>> block = fields.String("block");
   absl::StatusOr<std::optional<int64_t>> max_debt =
       AtLeast(fields.Integer({"max_debt"}), fields, "max_debt", 0);
   for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
                                 burst.status(), buckets.status(), receipt.status(),
-                                max_debt.status()}) {
+                                max_debt.status(), block.status()}) {
     if (!s.ok()) {
       return s;
     }
@@ -356,6 +357,14 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   adhoc.key = **key;
   adhoc.receipt = receipt->value_or(false);
   adhoc.max_debt = *max_debt;
+  if (*block) {
+    absl::StatusOr<Micros> duration = ParseDuration(**block);
+    if (!duration.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("block: {}", internal::Message(duration.status())));
+    }
+    adhoc.block = *duration;
+  }
   if (*algorithm) {
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
     if (!parsed.ok()) {

@@ -15,6 +15,12 @@
 
 namespace sluice::server {
 
+Limit BlockLimit(Micros duration) {
+  return Limit::Create(
+             {.algorithm = Algorithm::kGcra, .limit = 1, .period = duration, .burst = 1})
+      .value();
+}
+
 Limit EnvoyCounter(Micros period) {
   return Limit::Create(
              {.algorithm = Algorithm::kFixedWindow, .limit = Limit::kMaxCount, .period = period})
@@ -23,7 +29,7 @@ Limit EnvoyCounter(Micros period) {
 
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
   CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-                   "period", "burst", "buckets", "share", "max_debt"});
+                   "period", "burst", "buckets", "share", "max_debt", "block"});
   if (++budget_.limits > limits_.max_limits) {
     Fail(node, fmt::format("more than {} rule limits (the limit on limits)", limits_.max_limits));
   }
@@ -90,6 +96,23 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   if (const YAML::Node max_debt = node["max_debt"]) {
     rule_limit.max_debt = Integer(max_debt, "max_debt", 0, kMaxDebt);
+  }
+  if (const YAML::Node block = node["block"]) {
+    const absl::StatusOr<Micros> duration = ParseDuration(String(block, "'block'"));
+    if (!duration.ok()) {
+      Fail(block, fmt::format("block: {}", internal::Message(duration.status())));
+    }
+    if (*duration < kMinBlock || *duration > kMaxBlock) {
+      Fail(block, fmt::format("block must be {} to {}", FormatDuration(kMinBlock),
+                              FormatDuration(kMaxBlock)));
+    }
+    if (spec.limit == 0) {
+      Fail(block, "'block' needs a limit that can deny: requests_per_unit is 0");
+    }
+    rule_limit.block = BlockLimit(*duration);
+    if (absl::Status s = check_limit_(*rule_limit.block); !s.ok()) {
+      Fail(block, fmt::format("block: {}", internal::Message(s)));
+    }
   }
   rule_limit.counters = counters_.Get(rule_limit.name);
   return rule_limit;

@@ -65,6 +65,7 @@ struct RuleCounters {
   std::atomic<uint64_t> shadow_denied{0};  // Would have been denied, admitted by shadow mode.
   std::atomic<uint64_t> over_soft{0};      // Admitted past the limit by soft mode.
   std::atomic<uint64_t> borrowed{0};       // Admitted over the limit by an elastic pool.
+  std::atomic<uint64_t> blocked{0};        // Denied by a block running on the key.
   // In hits (a request's cost, Envoy's hits_addend), as envoyproxy/ratelimit counts its stats
   // (src/limiter/base_limiter.go): every hit in total_hits; a request over the limit counts
   // the hits past it in over_limit_hits (and again in shadow_mode_hits in shadow mode) and,
@@ -104,6 +105,9 @@ struct RuleLimit {
   // `max_debt`: how far past the limit a settle may charge a key (sluice/settle.h); empty for
   // the default, one limit's worth (`nominal`).
   std::optional<int64_t> max_debt;
+  // `block: D`: once a request is denied by this limit, its key is denied for D
+  // (server/service/blocks.h); the limit that keeps such blocks, empty without one.
+  std::optional<Limit> block;
   RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
 };
 
@@ -112,6 +116,14 @@ struct RuleLimit {
 // key is the descriptor and the window alone: a limit override shares the rule's count.
 // REQUIRES: a period Limit::Create accepts.
 Limit EnvoyCounter(Micros period);
+
+// The shortest and longest `block`: a millisecond, and the longest period a limit can have.
+inline constexpr Micros kMinBlock = std::chrono::milliseconds(1);
+inline constexpr Micros kMaxBlock = Limit::kMaxPeriod;
+
+// The limit that keeps a rule's blocks of `duration` (server/service/blocks.h): a gcra limit
+// of 1 per `duration` with a burst of 1. REQUIRES: kMinBlock <= duration <= kMaxBlock.
+Limit BlockLimit(Micros duration);
 
 // A pool of spare capacity that elastic rules borrow from.
 struct Pool {

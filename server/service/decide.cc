@@ -8,7 +8,7 @@
 
 #include "openssl/sha.h"
 
-#include "server/service/service_internal.h"
+#include "server/service/deciding.h"
 #include "server/service/store_answer.h"
 
 namespace sluice::server {
@@ -102,6 +102,9 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, i
   if (outcome.borrowed) {
     counters.borrowed.fetch_add(1, std::memory_order_relaxed);
   }
+  if (outcome.blocked) {
+    counters.blocked.fetch_add(1, std::memory_order_relaxed);
+  }
   // As envoyproxy/ratelimit: an unlimited rule counts no hits (nor does a concurrency limit,
   // which is sluice's own).
   if (!outcome.unlimited && outcome.concurrency == 0 && hits > 0) {
@@ -111,68 +114,6 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, i
 
 }  // namespace
 
-// Decide's state, shared by its steps: the limits planned, an outcome for each, and whether
-// the request is admitted so far. Lives in Decide's frame, so the steps' awaits may use it.
-struct RateLimitService::Deciding {
-  // One outcome per planned limit, in order, and which store call decides it: the
-  // enforced limits' or the shadow limits' (unlimited rules and limits that allow nothing
-  // need none; a repeat takes its first's). A limit that allows nothing admits a cost of 0.
-  void Classify(int64_t cost);
-  // The Envoy API's counted limits: every hit counted on their counters, each compared with
-  // its limit (EnvoySettings::count_over_limit).
-  internal::Task<absl::Status> DecideCounting(int64_t cost);
-  // After the store refused DecideCounting's keys for want of room (ResourceExhausted: a new
-  // key in a full store), from what a query found (`known`, per key; `slot`, each counted
-  // limit's key): whether a counter already known is over with this request's hits. Then the
-  // outcomes say so, and the request is over as it would have been had it been charged.
-  bool OverWhenFull(const std::vector<Decision>& known, const std::vector<size_t>& slot,
-                    int64_t cost);
-  // The enforced limits (hard, soft, elastic), charged together.
-  internal::Task<absl::Status> DecideEnforced(int64_t cost);
-  // Elastic mode, after the enforced limits denied.
-  internal::Task<absl::Status> BorrowFromPools(int64_t cost);
-  // Shadow mode: decided, reported, never denying.
-  internal::Task<absl::Status> DecideShadow(int64_t cost);
-  // Each repeat reported as the limit it repeats.
-  void CopyRepeats();
-  // Soft mode: the client is told of the nominal limit, not the larger one stored.
-  void ApplySoft();
-  // The request's answer (the Combine of what clients are told) and each limit's counters;
-  // counted in /metrics when `count`.
-  void Summarise(bool count);
-
-  // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
-  auto StoreCall(const std::vector<size_t>& group, int64_t group_cost,
-                 const std::vector<const Pool*>& pools);
-  // Whether the store call admitted the request, counting the store's failures.
-  absl::StatusOr<bool> AdmittedBy(const absl::StatusOr<Decision>& combined);
-  // After a store call that charged: what its limits (the first `outcomes.size()` of `keys`,
-  // then any pools, named by `pool_names`) charged, kept for the receipt.
-  void Keep(const std::vector<size_t>& outcomes, const std::vector<const Pool*>& pools);
-
-  RateLimitService& service;
-  std::vector<Planned>& planned;
-  const Timestamp now;
-  CheckResult result;
-  std::vector<size_t> enforced;
-  std::vector<size_t> shadow;
-  std::vector<size_t> counting;
-  bool counted_over = false;  // A counted limit outside shadow mode is over.
-  // A limit on a key that an earlier entry already has (a descriptor given twice) is decided
-  // once, and reported as that earlier entry.
-  std::vector<std::pair<size_t, size_t>> repeats;
-  bool always_denied = false;
-  bool admitted = false;
-  // A store call's keys (a pool's key held in pool_keys) and each key's decision.
-  std::vector<LimitedKey> keys;
-  std::vector<std::string> pool_keys;
-  std::vector<Decision> each;
-  // CheckRequest::receipt: every store call charges (ChargeAllAsync), and what the calls that
-  // admitted charged is kept for the receipt.
-  bool receipt = false;
-  std::vector<Charge> charges;
-  std::vector<ReceiptLimit> receipt_limits;
-};
 
 RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
                                                      Timestamp now, bool denied_elsewhere,
@@ -181,20 +122,33 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   deciding.result.cost = cost;
   deciding.Classify(cost);
   deciding.admitted = !deciding.always_denied && !denied_elsewhere;
+  if (!deciding.blocking.empty()) {
+    if (absl::Status s = co_await deciding.CheckBlocks(); !s.ok()) {
+      co_return s;
+    }
+  }
+  // A blocked request is only asked how its limits stand: it charges nothing.
+  const int64_t charged = deciding.blocked ? 0 : cost;
   if (!deciding.counting.empty()) {
-    if (absl::Status s = co_await deciding.DecideCounting(cost); !s.ok()) {
+    if (absl::Status s = co_await deciding.DecideCounting(charged); !s.ok()) {
       co_return s;
     }
   }
   if (!deciding.enforced.empty()) {
-    if (absl::Status s = co_await deciding.DecideEnforced(cost); !s.ok()) {
+    if (absl::Status s = co_await deciding.DecideEnforced(charged); !s.ok()) {
       co_return s;
     }
     if (!deciding.admitted && !deciding.always_denied && !deciding.counted_over &&
-        !denied_elsewhere) {
+        !deciding.blocked && !denied_elsewhere) {
       if (absl::Status s = co_await deciding.BorrowFromPools(cost); !s.ok()) {
         co_return s;
       }
+    }
+  }
+  deciding.ApplyBlocks();
+  if (!deciding.blocking.empty() && !denied_elsewhere) {
+    if (absl::Status s = co_await deciding.StartBlocks(cost); !s.ok()) {
+      co_return s;
     }
   }
   if (!deciding.shadow.empty()) {
@@ -270,6 +224,11 @@ void RateLimitService::Deciding::Classify(int64_t cost) {
       always_denied = always_denied || (cost > 0 && p.mode != Mode::kShadow);
     } else {
       (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
+    }
+    // A shadow limit never blocks: it never changes an answer.
+    if (rule_limit.block && p.mode != Mode::kShadow && !rule_limit.unlimited &&
+        (rule_limit.limit || p.counting) && (earlier == planned.begin() + static_cast<ptrdiff_t>(i))) {
+      blocking.push_back(i);
     }
   }
   // Most requests have no two limits of one name: found out without allocating.

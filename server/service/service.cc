@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "sluice/duration.h"
 #include "spdlog/spdlog.h"
 
+#include "server/service/blocks.h"
 #include "server/service/service_internal.h"
 #include "server/service/store_answer.h"
 #include "src/core/status.h"
@@ -332,6 +334,11 @@ absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
     return absl::InvalidArgumentError(
         fmt::format("max_debt must be 0 to {}, not {}", kMaxDebt, *request.max_debt));
   }
+  if (request.block != Micros{0} && (request.block < kMinBlock || request.block > kMaxBlock)) {
+    return absl::InvalidArgumentError(fmt::format("block must be {} to {}",
+                                                  FormatDuration(kMinBlock),
+                                                  FormatDuration(kMaxBlock)));
+  }
   return Limit::Create(request.spec);
 }
 
@@ -345,15 +352,50 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
     co_return s;
   }
   const LimitedKey limited{.limit = &*limit, .key = request.key};
+  // A block (blocks.h) first: while one runs the request is only asked about.
+  const std::optional<Limit> block =
+      request.block > Micros{0} ? std::optional<Limit>(BlockLimit(request.block)) : std::nullopt;
+  const std::string block_key = block ? BlockKey(request.key) : std::string();
+  Micros block_left{0};
+  if (block) {
+    std::vector<LimitedKey> blocks(1, LimitedKey{.limit = &*block, .key = block_key});
+    absl::StatusOr<std::vector<Micros>> left = co_await BlocksLeft(store_, std::move(blocks), now);
+    if (!left.ok()) {
+      CountStoreFailure(left.status());
+      co_return left.status();
+    }
+    block_left = left->front();
+  }
+  const int64_t cost = block_left > Micros{0} ? 0 : request.cost;
   Decision each;
   Charge charge;
   absl::StatusOr<Decision> decision =
       request.receipt
-          ? co_await StoreCharge(store_, {&limited, 1}, request.cost, now, {&each, 1}, {&charge, 1})
-          : co_await StoreDecision(store_, {&limited, 1}, request.cost, now, {&each, 1});
+          ? co_await StoreCharge(store_, {&limited, 1}, cost, now, {&each, 1}, {&charge, 1})
+          : co_await StoreDecision(store_, {&limited, 1}, cost, now, {&each, 1});
   if (!decision.ok()) {
     CountStoreFailure(decision.status());
     co_return decision.status();
+  }
+  bool blocked = false;
+  if (block_left > Micros{0}) {
+    blocked = true;
+    decision->allowed = false;
+    decision->remaining = 0;
+    decision->reset_after = std::max(decision->reset_after, block_left);
+    if (!decision->never_allowed()) {
+      decision->retry_after = std::max(decision->retry_after, block_left);
+    }
+  } else if (block && !decision->allowed && request.cost > 0) {
+    if (absl::Status s = co_await StartBlock(store_, {.limit = &*block, .key = block_key}, now);
+        !s.ok()) {
+      CountStoreFailure(s);  // Denied all the same; the next request meets the limit alone.
+    } else {
+      decision->reset_after = std::max(decision->reset_after, block->period());
+      if (!decision->never_allowed()) {
+        decision->retry_after = std::max(decision->retry_after, block->period());
+      }
+    }
   }
   CheckResult result;
   result.limited = true;
@@ -364,6 +406,7 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   outcome.limit = *limit;
   outcome.nominal = limit->limit();
   outcome.decision = *decision;
+  outcome.blocked = blocked;
   outcome.counters = adhoc_counters_;
   if (count) {
     CountOutcomes(result);

@@ -95,6 +95,7 @@ struct AdHocRequest {
   int64_t cost = 1;
   bool receipt = false;               // As CheckRequest's.
   std::optional<int64_t> max_debt;    // A settle's bound past the limit; default the limit.
+  Micros block{0};                    // A rule's `block` (blocks.h); 0: none.
 };
 
 // What one limit said about a request.
@@ -113,6 +114,7 @@ struct LimitOutcome {
   bool pool = false;       // An elastic pool charged for a borrowing limit.
   bool borrowed = false;   // Over its own limit, admitted by its pool.
   bool over_soft = false;  // Admitted past the nominal limit by soft mode.
+  bool blocked = false;    // Denied by a block that runs on its key (the rule's `block`).
   // A concurrency limit: its capacity (also in `nominal`; `limit` is empty) and the time its
   // leases live. 0 for rate limits.
   int64_t concurrency = 0;

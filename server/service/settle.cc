@@ -9,6 +9,7 @@
 
 #include "fmt/format.h"
 
+#include "server/service/blocks.h"
 #include "server/service/service_internal.h"
 #include "server/service/store_answer.h"
 
@@ -82,8 +83,14 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
     if (!limit.ok()) {
       co_return limit.status();
     }
-    const LimitedKey key{.limit = &*limit, .key = adhoc->key};
-    if (absl::Status s = co_await StoreReset(store_, {&key, 1}, now); !s.ok()) {
+    std::vector<LimitedKey> keys = {{.limit = &*limit, .key = adhoc->key}};
+    const std::optional<Limit> block =
+        adhoc->block > Micros{0} ? std::optional<Limit>(BlockLimit(adhoc->block)) : std::nullopt;
+    const std::string block_key = BlockKey(adhoc->key);
+    if (block) {
+      keys.push_back({.limit = &*block, .key = block_key});
+    }
+    if (absl::Status s = co_await StoreReset(store_, keys, now); !s.ok()) {
       CountStoreFailure(s);
       co_return s;
     }
@@ -104,8 +111,11 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
   if (!plan.ok()) {
     co_return plan.status();
   }
-  // Every stored form of each limit: the limit, and the Envoy API's counter of its window.
+  // Every stored form of each limit: the limit, the Envoy API's counter of its window, and
+  // the block on its key.
   std::vector<LimitedKey> keys;
+  std::vector<std::string> block_keys;
+  block_keys.reserve(plan->size());  // No reallocation: `keys` points into it.
   ResetResult result{.unmatched = !matched};
   auto add = [&keys](const Limit& limit, const std::string& key) {
     const bool seen = std::any_of(keys.begin(), keys.end(), [&](const LimitedKey& k) {
@@ -122,6 +132,9 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
     }
     if (rule_limit.counter) {
       add(*rule_limit.counter, p.key);
+    }
+    if (rule_limit.block) {
+      add(*rule_limit.block, block_keys.emplace_back(BlockKey(p.key)));
     }
     if ((rule_limit.limit || rule_limit.counter) &&
         std::find(result.limits.begin(), result.limits.end(), rule_limit.name) ==

@@ -54,7 +54,7 @@ std::string Metrics::Render(std::string_view extra) const {
     const char* help;
     std::atomic<uint64_t> RuleCounters::*member;
   };
-  static constexpr std::array<Family, 12> kFamilies = {{
+  static constexpr std::array<Family, 13> kFamilies = {{
       {"sluice_rule_checks_total", "Requests a rule limit applied to.", &RuleCounters::checks},
       {"sluice_rule_admitted_total", "Requests admitted where the rule limit applied.",
        &RuleCounters::admitted},
@@ -67,6 +67,8 @@ std::string Metrics::Render(std::string_view extra) const {
        &RuleCounters::over_soft},
       {"sluice_rule_borrowed_total", "Requests admitted over the limit by an elastic pool.",
        &RuleCounters::borrowed},
+      {"sluice_rule_blocked_total", "Requests denied by a block running on their key.",
+       &RuleCounters::blocked},
       {"sluice_rule_hits_total", "Hits (request costs) counted against the rule limit.",
        &RuleCounters::total_hits},
       {"sluice_rule_over_limit_hits_total", "Hits past the rule limit.",

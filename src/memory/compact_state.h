@@ -7,6 +7,7 @@
 //
 // Each encoding is a set of static functions over values: thread-safe.
 
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "sluice/algorithms.h"
 #include "sluice/limit.h"
 #include "sluice/memory_store.h"
+#include "sluice/settle.h"
 
 namespace sluice::internal {
 
@@ -64,12 +66,47 @@ struct CompactTokenBucket {
     int64_t last;
   };
   static bool Fits(const TokenBucketState& s) {
-    return s.level <= std::numeric_limits<int64_t>::max();
+    return s.level >= std::numeric_limits<int64_t>::min() &&
+           s.level <= std::numeric_limits<int64_t>::max();
   }
   static TokenBucketState Unpack(const Stored& s) { return {.level = s.level, .last = s.last}; }
   static Stored Pack(const TokenBucketState& s) {
     return {.level = static_cast<int64_t>(s.level), .last = s.last};
   }
 };
+
+// Debts (sluice/settle.h): a settle may charge a key past its limit by up to max_debt D, so a
+// state holds a usage up to N + D (B + D for the buckets): a count up to N + D, a token_bucket
+// level down to -D*P', a TAT up to t*N' + (B + D)*P'. The largest D the store takes for
+// `limit` is the one whose states still fit what the table holds exactly:
+//   sliding_log: N + D <= MemoryStore::kMaxSlidingLogLimit (the bound on a key's log);
+//   token_bucket with a compact level: D*P' <= 2^63 - 1, so -D*P' is an int64;
+//   gcra, leaky_bucket with a compact TAT: kLatest*N' + (B + D)*P' <= 2^63 - 1, TatFitsCompact's
+//     proof with B + D for B;
+//   the rest: kMaxDebt (counts up to N + D <= 2 * 10^15 and 128-bit numbers fit with room).
+inline int64_t MaxDebt(const Limit& limit) {
+  constexpr Int128 kMax64 = std::numeric_limits<int64_t>::max();
+  const Int128 p = limit.rate_period_us();
+  Int128 debt = kMaxDebt;
+  switch (limit.algorithm()) {
+    case Algorithm::kSlidingLog:
+      debt = MemoryStore::kMaxSlidingLogLimit - limit.limit();
+      break;
+    case Algorithm::kTokenBucket:
+      if (LevelFitsCompact(limit)) {
+        debt = kMax64 / p;
+      }
+      break;
+    case Algorithm::kGcra:
+    case Algorithm::kLeakyBucket:
+      if (TatFitsCompact(limit)) {
+        debt = (kMax64 - Int128{kCompactUntil} * limit.rate_units()) / p - limit.burst();
+      }
+      break;
+    default:
+      break;
+  }
+  return static_cast<int64_t>(std::clamp<Int128>(debt, 0, kMaxDebt));
+}
 
 }  // namespace sluice::internal

@@ -40,12 +40,14 @@ bool DecodeQueue(SnapshotReader& r, int64_t& last, CountQueue& queue) {
     return false;
   }
   // The queue keeps the sum of its counts: refuse, while reading, counts whose sum no limit
-  // allows (Plausible checks the real limit afterwards), before the sum could overflow.
+  // allows, a limit's N and its largest debt (Plausible checks the real limit afterwards),
+  // before the sum could overflow.
   int64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     int64_t index = 0;
     int64_t count = 0;
-    if (!r.I64(index) || !r.I64(count) || count <= 0 || count > Limit::kMaxCount - total ||
+    if (!r.I64(index) || !r.I64(count) || count <= 0 ||
+        count > Limit::kMaxCount + kMaxDebt - total ||
         (!queue.empty() && index <= queue.entries().back().index)) {
       return false;
     }
@@ -66,13 +68,15 @@ void EncodeQueue(int64_t last, const CountQueue& queue, SnapshotWriter& w) {
 
 // The bounds Plausible checks (see snapshot.h).
 bool InRange(int64_t last) { return last == kNoTime || (last >= 0 && last < kCompactUntil); }
+// The most a key may hold: N plus the largest debt a settle can leave (compact_state.h).
+int64_t Ceiling(const Limit& l) { return l.limit() + MaxDebt(l); }
 bool PlausibleQueue(const Limit& l, int64_t last, const CountQueue& q, int64_t width) {
   if (!InRange(last) || (last == kNoTime && !q.empty())) {
     return false;
   }
   int64_t total = 0;
   for (const CountQueue::Entry& e : q.entries()) {
-    if (e.index < 0 || e.index > last / width || e.count > l.limit() - total) {
+    if (e.index < 0 || e.index > last / width || e.count > Ceiling(l) - total) {
       return false;
     }
     total += e.count;
@@ -80,8 +84,9 @@ bool PlausibleQueue(const Limit& l, int64_t last, const CountQueue& q, int64_t w
   return true;
 }
 bool PlausibleTat(const Limit& l, Int128 tat) {
-  return tat == kNoTat || (tat >= 0 && tat <= Int128{kCompactUntil} * l.rate_units() +
-                                                  Int128{l.burst()} * l.rate_period_us());
+  return tat == kNoTat ||
+         (tat >= 0 && tat <= Int128{kCompactUntil} * l.rate_units() +
+                                 (Int128{l.burst()} + MaxDebt(l)) * l.rate_period_us());
 }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
@@ -169,7 +174,7 @@ void Encode(const TokenBucketState& s, SnapshotWriter& w) {
   w.I64(s.last);
 }
 bool Decode(SnapshotReader& r, TokenBucketState& s) {
-  return r.I128(s.level) && r.I64(s.last) && s.level >= 0;
+  return r.I128(s.level) && r.I64(s.last);  // A level in debt is below 0: Plausible bounds it.
 }
 
 void Encode(const GcraState& s, SnapshotWriter& w) { w.I128(s.tat); }
@@ -179,10 +184,11 @@ void Encode(const LeakyBucketState& s, SnapshotWriter& w) { w.I128(s.tat); }
 bool Decode(SnapshotReader& r, LeakyBucketState& s) { return r.I128(s.tat); }
 
 bool Plausible(const Limit& l, const FixedWindowState& s) {
-  return InRange(s.last) && s.count >= 0 && s.count <= l.limit();
+  return InRange(s.last) && s.count >= 0 && s.count <= Ceiling(l);
 }
 bool Plausible(const Limit& l, const SlidingWindowState& s) {
-  return InRange(s.last) && s.cur >= 0 && s.cur <= l.limit() && s.prev >= 0 && s.prev <= l.limit();
+  return InRange(s.last) && s.cur >= 0 && s.cur <= Ceiling(l) && s.prev >= 0 &&
+         s.prev <= Ceiling(l);
 }
 bool Plausible(const Limit& l, const SlidingLogState& s) {
   return PlausibleQueue(l, s.last, s.log, 1);
@@ -191,7 +197,8 @@ bool Plausible(const Limit& l, const SlidingBucketsState& s) {
   return PlausibleQueue(l, s.last, s.buckets, l.period().count() / l.buckets());
 }
 bool Plausible(const Limit& l, const TokenBucketState& s) {
-  return InRange(s.last) && s.level >= 0 && s.level <= Int128{l.burst()} * l.rate_period_us();
+  const Int128 p = l.rate_period_us();  // A level in debt goes down to -D*P'.
+  return InRange(s.last) && s.level >= -Int128{MaxDebt(l)} * p && s.level <= Int128{l.burst()} * p;
 }
 bool Plausible(const Limit& l, const GcraState& s) { return PlausibleTat(l, s.tat); }
 bool Plausible(const Limit& l, const LeakyBucketState& s) { return PlausibleTat(l, s.tat); }

@@ -62,6 +62,34 @@ class TableOf final : public Table {
     return MakeRoom(shard, now, others, claimed) ? Room::kMade : Room::kNone;
   }
 
+  std::optional<AnyState> StateHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      return AnyState{Storage::Unpack(slot->value)};
+    }
+    return std::nullopt;
+  }
+
+  void PutHeld(HashedKey key, const AnyState& state) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const auto& s = std::get<State>(state);
+    assert(Storage::Fits(s));
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      slot->value = Storage::Pack(s);
+    } else {
+      Insert(shard, key.key, key.hash, Storage::Pack(s));
+      StripeOf(shard).keys.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  void EraseHeld(HashedKey key) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Shard& shard = shards_[ShardOf(key.hash)];
+    if (Slot* slot = shard.states.Find(key.key, key.hash); slot != nullptr) {
+      shard.states.Erase(slot);
+      StripeOf(shard).keys.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
   size_t KeyCount() override {
     size_t n = 0;
     for (Shard& shard : shards_) {

@@ -92,6 +92,12 @@ class Table {
   // the store is full), or not (kNone, counted as a refusal). Lock held as above.
   enum class Room { kStored, kMade, kNone };
   virtual Room MakeRoomHeld(HashedKey key, Timestamp now, int64_t claimed, Others others) = 0;
+  // Settles and resets (MemoryStore::SettleAllAsync, ResetAllAsync), lock held as above: the
+  // state of `key` (empty when it is not stored); stores `state` for it, after MakeRoomHeld
+  // said yes for a new key (REQUIRES: Storable(limit(), state)); forgets it.
+  virtual std::optional<AnyState> StateHeld(HashedKey key) = 0;
+  virtual void PutHeld(HashedKey key, const AnyState& state) = 0;
+  virtual void EraseHeld(HashedKey key) = 0;
   virtual size_t KeyCount() = 0;
 
   // The lock of shard `index`, for those that take it from outside: DecideAll (for

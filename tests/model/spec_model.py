@@ -81,7 +81,7 @@ class FixedWindow:
         allowed = s.count + c <= N
         if allowed:
             s.count += c
-        remaining = N - s.count
+        remaining = max(0, N - s.count)  # a key in debt holds more than N
         reset_after = (s.w + 1) * P - t if s.count > 0 else 0
         if allowed:
             retry_after = 0
@@ -90,6 +90,21 @@ class FixedWindow:
         if allowed and c > 0:
             self.w, self.count = s.w, s.count
         return Decision(allowed, remaining, reset_after, retry_after, 0)
+
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        s = copy.copy(self)
+        s._evolve(t)
+        c = min(x, max(0, self.N + D - s.count))
+        if c > 0:
+            self.w, self.count = s.w, s.count + c
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        if floor_div(at, self.P) == self.w:
+            self.count = max(0, self.count - u)
+
+    def held(self) -> int:
+        return self.count
 
 
 # ---------------------------------------------------------------------------------------
@@ -110,7 +125,7 @@ class SlidingLog:
         if allowed and c > 0:
             log.append((t, c))
             used += c
-        remaining = N - used
+        remaining = max(0, N - used)
         reset_after = 0 if not log else log[-1][0] + P - t
         retry_after = 0
         if not allowed:
@@ -128,6 +143,26 @@ class SlidingLog:
         if allowed and c > 0:
             self.log = log
         return Decision(allowed, remaining, reset_after, retry_after, 0)
+
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        log = [(ts, k) for (ts, k) in self.log if ts > t - self.P]
+        c = min(x, max(0, self.N + D - sum(k for _, k in log)))
+        if c > 0:
+            self.log = log + [(t, c)]
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        log = []
+        for ts, k in reversed(self.log):  # the newest entries at `at` first
+            if ts == at and u > 0:
+                take = min(u, k)
+                k, u = k - take, u - take
+            if k > 0:
+                log.append((ts, k))
+        self.log = log[::-1]
+
+    def held(self) -> int:
+        return sum(k for _, k in self.log)
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,6 +247,25 @@ class SlidingWindow:
             self.w, self.cur, self.prev = w, cur, prev
         return Decision(allowed, remaining, reset_after, retry_after, 0)
 
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        N, P = self.N, self.P
+        w, cur, prev = self.evolved((self.w, self.cur, self.prev), t, P)
+        r = t - w * P
+        c = min(x, max(0, floor_div((N + D) * P - prev * (P - r) - cur * P, P)))
+        if c > 0:
+            self.w, self.cur, self.prev = w, cur + c, prev
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        wa = floor_div(at, self.P)
+        if wa == self.w:
+            self.cur = max(0, self.cur - u)
+        elif wa == self.w - 1:
+            self.prev = max(0, self.prev - u)
+
+    def held(self) -> int:
+        return self.cur + self.prev
+
 
 # ---------------------------------------------------------------------------------------
 # sliding_buckets
@@ -235,7 +289,7 @@ class SlidingBuckets:
         if allowed and c > 0:
             window[s] = window.get(s, 0) + c
             count += c
-        remaining = N - count
+        remaining = max(0, N - count)
         held = [i for i, n in window.items() if n > 0]
         reset_after = 0 if not held else (max(held) + K) * S - t
         if allowed:
@@ -256,6 +310,25 @@ class SlidingBuckets:
             self.buckets = window
         return Decision(allowed, remaining, reset_after, retry_after, 0)
 
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        s = floor_div(t, self.S)
+        window = {i: n for i, n in self.buckets.items() if s - self.K + 1 <= i <= s and n > 0}
+        c = min(x, max(0, self.N + D - sum(window.values())))
+        if c > 0:
+            window[s] = window.get(s, 0) + c
+            self.buckets = window
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        i = floor_div(at, self.S)
+        if i in self.buckets:
+            self.buckets[i] = max(0, self.buckets[i] - u)
+            if self.buckets[i] == 0:
+                del self.buckets[i]
+
+    def held(self) -> int:
+        return sum(self.buckets.values())
+
 
 # ---------------------------------------------------------------------------------------
 # token_bucket
@@ -274,7 +347,7 @@ class TokenBucket:
         allowed = L >= c * P
         if allowed:
             L -= c * P
-        remaining = floor_div(L, P)
+        remaining = max(0, floor_div(L, P))  # L < 0: a debt
         reset_after = ceil_div(B * P - L, N)
         if allowed:
             retry_after = 0
@@ -283,6 +356,29 @@ class TokenBucket:
         if allowed and c > 0:
             self.L, self.last = L, t
         return Decision(allowed, remaining, reset_after, retry_after, 0)
+
+    def tat1(self) -> int:
+        """The charge just made, as the time x N when the bucket is full again."""
+        return self.last * self.N + self.B * self.P - self.L
+
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        L = min(self.B * self.P, self.L + (t - self.last) * self.N)
+        c = min(x, max(0, floor_div(L + D * self.P, self.P)))
+        if c > 0:
+            self.L, self.last = L - c * self.P, t
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        t = max(t, self.last)
+        L = min(self.B * self.P, self.L + (t - self.last) * self.N)
+        give = min(u * self.P, tat1 - t * self.N, self.B * self.P - L)
+        if give > 0:
+            self.L, self.last = L + give, t
+
+    def held(self) -> int:
+        """Tokens missing x P, as of the last change (compared before and after a give-back
+        at one time, which refills first)."""
+        return -self.L
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,7 +404,7 @@ class Gcra:
         if self.leaky and allowed:
             remaining = floor_div(B * P - backlog, P)
         else:
-            remaining = floor_div(B * P - q, P)
+            remaining = max(0, floor_div(B * P - q, P))  # q > B*P: a debt
         reset_after = ceil_div(q, N)
         if allowed:
             retry_after = 0
@@ -318,6 +414,26 @@ class Gcra:
         if allowed and c > 0:
             self.TAT = TAT
         return Decision(allowed, remaining, reset_after, retry_after, delay)
+
+    def tat1(self) -> int:
+        return self.TAT
+
+    def charge_past(self, t: int, x: int, D: int) -> int:
+        tN = t * self.N
+        base = max(self.TAT, tN)
+        c = min(x, max(0, floor_div((self.B + D) * self.P - (base - tN), self.P)))
+        if c > 0:
+            self.TAT = base + c * self.P
+        return c
+
+    def give_back(self, t: int, at: int, u: int, tat1: int) -> None:
+        tN = t * self.N
+        give = min(u * self.P, tat1 - tN, self.TAT - tN)
+        if give > 0:
+            self.TAT -= give
+
+    def held(self) -> int:
+        return self.TAT
 
 
 class LeakyBucket(Gcra):

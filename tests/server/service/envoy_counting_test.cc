@@ -1,5 +1,6 @@
 // The Envoy API's decisions as envoyproxy/ratelimit's (EnvoySettings): every hit counted over
-// the limit or not, overrides sharing the rule's count, requests_per_unit 0, quota mode, and
+// the limit or not, hits charged after the fact (Envoy's apply_on_stream_done), overrides
+// sharing the rule's count, requests_per_unit 0, quota mode, and
 // requests no bound refuses (huge values, odd descriptors). Each is also shown with
 // count_over_limit off where it differs, on a manual clock.
 
@@ -63,6 +64,8 @@ descriptors:
     limits:
       - {requests_per_unit: 3, unit: minute}
       - {requests_per_unit: 5, unit: minute, name: five}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000}
 )";
 
 class EnvoyCountingTest : public ::testing::Test {
@@ -203,6 +206,50 @@ TEST_F(EnvoyCountingTest, TheEnvoyAPICountsApartFromSluicesOwn) {
                     ->combined.allowed);
   }
   EXPECT_EQ(Hit("three", 1).limit_remaining, 2U);
+}
+
+// Charging after the fact (examples/envoy): a route's rate_limits entry with
+// apply_on_stream_done makes Envoy call again when the stream ends, the real cost as that
+// descriptor's hits_addend, and ignore the answer; the late hits land on the request's count.
+// Every figure is envoyproxy/ratelimit's (commit f2fb157, on Redis), measured over gRPC within
+// one minute on a rule of 1000 a minute, a descriptor of its own per sequence: each answer's code
+// and limit_remaining, and after each call its Redis counter (GET of the window's key), which is
+// `count` here. The request-level hits_addend counted the same, but for 0, which counted 1.
+struct Charge {
+  int64_t hits;
+  bool over;
+  uint32_t remaining;
+  int64_t count;
+};
+
+TEST_F(EnvoyCountingTest, LateHitsCountAsTheReferenceCountsThem) {
+  auto expect = [&](const std::string& value, const std::vector<Charge>& charges) {
+    for (size_t i = 0; i < charges.size(); ++i) {
+      const Charge& c = charges[i];
+      const DescriptorResult r = Hit("tokens", c.hits, value);
+      EXPECT_EQ(r.over_limit, c.over) << value << i;
+      EXPECT_EQ(r.limit_remaining, c.remaining) << value << i;
+      ASSERT_TRUE(r.closest.has_value()) << value << i;
+      EXPECT_EQ(r.closest->count, c.count) << value << i;
+    }
+  };
+  expect("u", {{1, false, 999, 1},      // A request: 1.
+               {400, false, 599, 401},  // Its stream done: 400 tokens.
+               {1, false, 598, 402},    // The next request sees them.
+               {700, true, 0, 1102},    // Past the limit: over, counted all the same.
+               {1, true, 0, 1103},      // So the next request is denied (and counted).
+               {50, true, 0, 1153},     // Landing when over: counted.
+               {0, true, 0, 1153},      // 0 tokens: over, nothing counted.
+               {1, true, 0, 1154}});
+  // Up to exactly the limit is not over, and a check of 0 there still passes.
+  expect("w", {{1, false, 999, 1}, {999, false, 0, 1000}, {0, false, 0, 1000}, {1, true, 0, 1001}});
+}
+
+TEST_F(EnvoyNotCountingTest, ALateHitThatWouldPassTheLimitCountsNothing) {
+  Hit("tokens", 1);
+  EXPECT_EQ(Hit("tokens", 400).limit_remaining, 599U);
+  EXPECT_TRUE(Hit("tokens", 700).over_limit);         // The tokens were spent, yet not counted:
+  EXPECT_EQ(Hit("tokens", 1).limit_remaining, 598U);  // the next request passes.
 }
 
 TEST_F(EnvoyCountingTest, QuotaModeIsOverOnlyWhenEveryQuotaDescriptorIs) {
