@@ -97,11 +97,20 @@ class SettleTest(unittest.TestCase):
         self.assertEqual(remaining(*user("ann")), 4)
 
     def test_forged_receipts_are_refused_with_the_servers_reason(self):
-        for forged in ("r1.bm90.YQ", "not-a-receipt", ""):
-            with self.subTest(forged=forged):
+        check = sluice("check", "--receipt", *user("eve"))
+        receipt = check.stdout.strip()
+        i = len("r1.") + 8
+        tampered = receipt[:i] + ("B" if receipt[i] == "A" else "A") + receipt[i + 1:]
+        for forged, why in ((tampered, "signature"), ("r1.bm90.YQ", "not a receipt"),
+                            ("not-a-receipt", "not a receipt"), ("", "empty")):
+            with self.subTest(forged=forged[:20]):
                 result = sluice("settle", forged, "--cost", "0")
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertIn("sluice settle: refused: receipt", result.stderr)
+                self.assertIn(why, result.stderr)
+        self.assertEqual(remaining(*user("eve")), 4)
+        self.assertEqual(sluice("settle", receipt, "--cost", "0").returncode, 0)
+        self.assertEqual(remaining(*user("eve")), 5)
 
     def test_ad_hoc_with_max_debt_and_a_charge_on_top(self):
         ask = ["--key", "cli-adhoc", "--algorithm", "sliding_log", "--limit", "10", "--period",
