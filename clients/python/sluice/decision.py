@@ -111,9 +111,10 @@ class Settlement:
 
     - settled: True when sluiced settled the receipt.
     - cost: the units the request was settled at.
-    - given_back: units given back (the check charged more than `cost`), summed over the
-      limits; charged: units charged on top (it charged less), which may take a key past its
-      limit, into debt, up to its max_debt.
+    - given_back: units given back (the check charged more than `cost`), the least over the
+      limits (what every limit gave back); charged: units charged on top (it charged less),
+      the least over the limits, which may take a key past its limit, into debt, up to its
+      max_debt.
     - limits: one SettledLimit per limit of the receipt.
     - error: why sluiced could not be asked (unreachable, timed out, 5xx); then nothing is
       known to be settled, and the check's charge stands until the receipt expires.
