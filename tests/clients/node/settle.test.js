@@ -2,7 +2,8 @@
 // The Node client's receipts, settles and resets (issue 33) against a real sluiced: a check
 // with a receipt settled below, above and at 0, once only, a forged receipt refused; reset
 // with no, a wrong and the right admin token, and with admin endpoints off; and the Express
-// middleware's countOnly ('failures': failed logins only; 'successes') in a real Express app.
+// middleware's countOnly ('failures': failed logins only; 'successes', where a response the
+// client went away from is a failure) in a real Express app.
 //
 //   SLUICED=build/bin/sluiced node --test tests/clients/node/settle.test.js
 
@@ -202,6 +203,10 @@ test("countOnly 'successes' counts only what succeeded; succeeded() decides whic
   app.get('/teapot', sluice.middleware({
     client, key: () => 'teapots', countOnly: 'successes', ...limit, succeeded: (req, res) => res.statusCode === 418,
   }), (req, res) => res.status(req.query.brew ? 418 : 200).send('done'));
+  let reach;
+  const reached = new Promise((resolve) => { reach = resolve; });
+  app.get('/hang', sluice.middleware({ client, key: () => 'hangs', countOnly: 'successes', ...limit }),
+    () => reach()); // Never answers: the test goes away once its check has been made.
   await serve(app, async (url) => {
     for (let i = 0; i < 3; i++) {
       assert.equal((await fetch(`${url}/export?fail=1`)).status, 502);
@@ -210,6 +215,15 @@ test("countOnly 'successes' counts only what succeeded; succeeded() decides whic
     assert.equal((await fetch(`${url}/export`)).status, 200);
     assert.equal((await fetch(`${url}/export`)).status, 200);
     assert.equal((await fetch(`${url}/export`)).status, 429);
+
+    // A response that never finishes (the client went away) is a failure: refunded here.
+    const gone = new AbortController();
+    const hanging = fetch(`${url}/hang`, { signal: gone.signal }).catch((e) => e);
+    await reached; // Its check is made: charged.
+    assert.equal(await remaining({ key: 'hangs', ...limit }), 1);
+    gone.abort();
+    assert.equal((await hanging).name, 'AbortError');
+    await until({ key: 'hangs', ...limit }, 2);
 
     assert.equal((await fetch(`${url}/teapot`)).status, 200); // Not a success here: refunded.
     await until({ key: 'teapots', ...limit }, 2);
