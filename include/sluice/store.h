@@ -161,8 +161,7 @@ class Store {
   // requests[i].share is ignored: a charge to settle is always the store's own.
   // REQUIRES: charges.size() == each.size() == requests.size().
   virtual void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                              std::span<Decision> each, std::span<Charge> charges,
-                              DecideDone done);
+                              std::span<Decision> each, std::span<Charge> charges, DecideDone done);
 
   // Settles a request that ChargeAll charged: applies settlements[i] to requests[i]'s key
   // (sluice/settle.h) and writes what it did to settled[i], in one call to the store where the
@@ -185,8 +184,7 @@ class Store {
   // each then decides as a key never seen. Forgetting what is not there is OK.
   // Errors: InvalidArgument for no requests; the store's when it cannot reach its state
   // (then some keys may have been forgotten and others not).
-  virtual void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now,
-                             StatusDone done);
+  virtual void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now, StatusDone done);
 
   // The three above, waiting for the answer: for tests and tools, never for a thread that
   // serves requests.

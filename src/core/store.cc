@@ -32,10 +32,9 @@ absl::StatusOr<Decision> Store::ChargeAll(std::span<const LimitedKey> requests, 
                                           std::span<Charge> charges) {
   std::promise<absl::StatusOr<Decision>> answer;
   auto future = answer.get_future();
-  ChargeAllAsync(requests, cost, now, each, charges,
-                 [&answer](absl::StatusOr<Decision> result) {
-                   answer.set_value(std::move(result));
-                 });
+  ChargeAllAsync(requests, cost, now, each, charges, [&answer](absl::StatusOr<Decision> result) {
+    answer.set_value(std::move(result));
+  });
   return future.get();
 }
 
@@ -64,8 +63,8 @@ absl::Status ValidateSettleAll(size_t requests, std::span<const Settlement> sett
   }
   if (settlements.size() != requests || settled != requests) {
     return absl::InvalidArgumentError(
-        fmt::format("a settle needs one settlement per limit: {} limits, {} settlements",
-                    requests, settlements.size()));
+        fmt::format("a settle needs one settlement per limit: {} limits, {} settlements", requests,
+                    settlements.size()));
   }
   for (const Settlement& settlement : settlements) {
     if (absl::Status status = ValidateSettlement(settlement); !status.ok()) {
@@ -73,8 +72,8 @@ absl::Status ValidateSettleAll(size_t requests, std::span<const Settlement> sett
     }
   }
   if (once.size() > kMaxOnceBytes) {
-    return absl::InvalidArgumentError(
-        fmt::format("a settle's once must be at most {} bytes, not {}", kMaxOnceBytes, once.size()));
+    return absl::InvalidArgumentError(fmt::format(
+        "a settle's once must be at most {} bytes, not {}", kMaxOnceBytes, once.size()));
   }
   for (char c : once) {
     if (c <= ' ' || c > '~') {
