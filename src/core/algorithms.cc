@@ -53,7 +53,8 @@ Decision DecideWindowedCounts(int64_t limit, int64_t width, int64_t span, int64_
     last = t;
     used += cost;
   }
-  d.remaining = limit - used;
+  // A key in debt (a settle charged past the limit, sluice/settle.h) has used > limit.
+  d.remaining = std::max<int64_t>(0, limit - used);
   if (used > 0) {
     d.reset_after = NarrowMicros(leaves_at(queue.entries().back().index) - t);
   }
@@ -94,7 +95,7 @@ WideDecision DecideTokenBucket(const Limit& limit, TokenBucketState& state, Time
   if (d.allowed && cost > 0) {
     state = {.level = after, .last = t};
   }
-  d.remaining = FloorDiv(after, p);
+  d.remaining = std::max<Int128>(0, FloorDiv(after, p));  // A level in debt is below 0.
   d.reset_after_us = CeilDiv(capacity - after, n);
   if (!d.allowed) {
     d.retry_after_us = cost > limit.burst() ? kNeverAllowed.count() : CeilDiv(need - level, n);
@@ -190,7 +191,7 @@ Decision Decide(const Limit& limit, FixedWindowState& state, Timestamp now, int6
     count += cost;
     state = {.last = t, .count = count};
   }
-  d.remaining = n - count;
+  d.remaining = std::max<int64_t>(0, n - count);  // count > N: in debt (sluice/settle.h).
   d.reset_after = count > 0 ? to_window_end : Micros{0};
   if (!d.allowed) {
     d.retry_after = cost > n ? kNeverAllowed : to_window_end;

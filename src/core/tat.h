@@ -49,7 +49,8 @@ template <typename Int, typename Divisors>
     tat_out = base + cost * p;
   }
   const Int ahead = (d.allowed ? backlog : base - t_n);  // max(TAT, t*N) - t*N, after.
-  // ahead <= capacity unless time stepped back; all numerators here are >= 0 but that one.
+  // ahead <= capacity unless time stepped back or the key is in debt (sluice/settle.h); all
+  // numerators here are >= 0 but that one.
   d.remaining = ahead <= capacity ? div.ByP(capacity - ahead) : 0;
   d.reset_after_us = div.ByN(ahead + n - 1);  // ceil(ahead / N)
   if (!d.allowed) {
