@@ -31,11 +31,11 @@ using internal::IsStoreUnavailable;
 
 // One slot's share of a settle or a reset.
 struct RedisStore::Impl::SettlePart {
-  int slot = -1;                       // -1 outside a cluster.
-  std::vector<size_t> at;              // Where its limits stand in the caller's request.
-  std::vector<Decision> each;          // What its call answered, per limit.
-  std::vector<Settled> settled;        // What it did, per limit (settles).
-  std::optional<absl::Status> error;   // Its call's failure.
+  int slot = -1;                      // -1 outside a cluster.
+  std::vector<size_t> at;             // Where its limits stand in the caller's request.
+  std::vector<Decision> each;         // What its call answered, per limit.
+  std::vector<Settled> settled;       // What it did, per limit (settles).
+  std::optional<absl::Status> error;  // Its call's failure.
 };
 
 // A settle (or a reset, without settlements), copied: the calls are made after the caller
