@@ -36,7 +36,8 @@ Charge MustCharge(RedisStore& redis, const Limit& limit, const std::string& key,
   const LimitedKey request{&limit, key};
   Decision each;
   Charge charge;
-  absl::StatusOr<Decision> d = redis.ChargeAll({&request, 1}, cost, At(t), {&each, 1}, {&charge, 1});
+  absl::StatusOr<Decision> d =
+      redis.ChargeAll({&request, 1}, cost, At(t), {&each, 1}, {&charge, 1});
   EXPECT_TRUE(d.ok() && d->allowed) << d.status();
   return charge;
 }
@@ -137,7 +138,8 @@ TEST(RedisResetTest, SettlesAndResetsForgetTheDenialsKeptHere) {
   EXPECT_EQ(redis->Stats().denials_answered_locally, 1u);
   const Settlement settlement{.charge = charge, .units = 9};
   Settled settled;
-  ASSERT_TRUE(redis->SettleAll({&request, 1}, {&settlement, 1}, "", At(t), At(t), {&settled, 1}).ok());
+  ASSERT_TRUE(
+      redis->SettleAll({&request, 1}, {&settlement, 1}, "", At(t), At(t), {&settled, 1}).ok());
   EXPECT_TRUE(redis->Decide(kTen, "dave", 1, At(t))->allowed);
   EXPECT_FALSE(redis->Decide(kTen, "dave", 1, At(t))->allowed);
   EXPECT_FALSE(redis->Decide(kTen, "dave", 1, At(t))->allowed);
@@ -150,8 +152,8 @@ TEST(RedisSettleBoundsTest, ADebtPastTheScriptsDoublesIsRefusedNamingMaxDebt) {
   RedisServer server;
   std::unique_ptr<RedisStore> redis = MustStore(OptionsFor(server));
   // One unit per 10^9 us: P' = 10^9, B x P' = 10^12.
-  const Limit slow = MustLimit(
-      {.algorithm = Algorithm::kTokenBucket, .limit = 1, .period = 1000s, .burst = 1000});
+  const Limit slow =
+      MustLimit({.algorithm = Algorithm::kTokenBucket, .limit = 1, .period = 1000s, .burst = 1000});
   const LimitedKey request{&slow, "erin"};
   const Charge charge = MustCharge(*redis, slow, "erin", 1, kEpoch);
   Settled settled;
@@ -166,8 +168,8 @@ TEST(RedisSettleBoundsTest, ADebtPastTheScriptsDoublesIsRefusedNamingMaxDebt) {
   EXPECT_EQ(settled.charged, 1);
   // The windows count in units: any max_debt fits.
   const LimitedKey window{&kTen, "erin"};
-  settlement = {.charge = MustCharge(*redis, kTen, "erin", 1, kEpoch), .units = 2,
-                .max_debt = kMaxDebt};
+  settlement = {
+      .charge = MustCharge(*redis, kTen, "erin", 1, kEpoch), .units = 2, .max_debt = kMaxDebt};
   EXPECT_TRUE(
       redis->SettleAll({&window, 1}, {&settlement, 1}, "", At(kEpoch), At(kEpoch), {&settled, 1})
           .ok());

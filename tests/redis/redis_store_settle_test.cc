@@ -100,8 +100,8 @@ TEST_P(RedisSettleTest, SettlesAsTheReferenceDoesFigureForFigure) {
         const absl::Status s =
             redis->SettleAll({&request, 1}, {&settlement, 1}, "", At(t), At(t), {&got, 1});
         ASSERT_TRUE(s.ok()) << s;
-        ASSERT_EQ(got.given_back, want.given_back) << "settle " << settlement.units << " of "
-                                                    << units << " on " << o.key;
+        ASSERT_EQ(got.given_back, want.given_back)
+            << "settle " << settlement.units << " of " << units << " on " << o.key;
         ASSERT_EQ(got.charged, want.charged) << "settle " << settlement.units << " of " << units;
         ASSERT_EQ(got.after, want.after) << "settle " << settlement.units << " of " << units;
         given += want.given_back > 0 ? 1 : 0;
