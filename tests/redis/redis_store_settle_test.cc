@@ -40,6 +40,23 @@ int64_t MostDebt(const Limit& limit) {
   return std::min<int64_t>(kMaxDebt, (int64_t{1} << 52) / limit.rate_period_us() - limit.burst());
 }
 
+// A settlement of `charge`: below it (half the time), at it, or above it, with a debt bound of
+// any size (0 included).
+Settlement Draw(testing::Random& rnd, const Limit& limit, const Charge& charge) {
+  Settlement settlement{.charge = charge};
+  const int64_t draw = rnd.Between(0, 5);
+  if (draw <= 2) {
+    settlement.units = rnd.Between(0, charge.units);
+  } else if (draw == 3) {
+    settlement.units = charge.units;
+  } else {
+    settlement.units = std::min(Limit::kMaxCount, charge.units + rnd.Between(1, 3 * limit.burst()));
+  }
+  settlement.max_debt = std::min(
+      MostDebt(limit), rnd.OneIn(4) ? rnd.Between(0, 2) : rnd.Between(0, 2 * limit.burst()));
+  return settlement;
+}
+
 struct Out {
   std::string key;
   Charge charge;
@@ -76,23 +93,7 @@ TEST_P(RedisSettleTest, SettlesAsTheReferenceDoesFigureForFigure) {
         const Out o = out[i];
         out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
         const int64_t units = o.charge.units;
-        Settlement settlement{.charge = o.charge};
-        switch (rnd.Between(0, 5)) {
-          case 0:
-          case 1:
-          case 2:
-            settlement.units = rnd.Between(0, units);  // Below (or at) the charge.
-            break;
-          case 3:
-            settlement.units = units;
-            break;
-          default:  // Above, with a debt bound of any size (0 included).
-            settlement.units =
-                std::min(Limit::kMaxCount, units + rnd.Between(1, 3 * limit.burst()));
-            break;
-        }
-        settlement.max_debt = std::min(
-            MostDebt(limit), rnd.OneIn(4) ? rnd.Between(0, 2) : rnd.Between(0, 2 * limit.burst()));
+        const Settlement settlement = Draw(rnd, limit, o.charge);
         AnyState& state = states.at(o.key);
         const Settled want = Settle(limit, state, At(t), settlement);
         const LimitedKey request{&limit, o.key};
