@@ -202,7 +202,7 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
                     .retry_after = Micros{reply.element[at + 3]->integer},
                     .delay = Micros{reply.element[at + 4]->integer}};
   }
-  for (size_t i = 0; call.mode == Call::Mode::kSettle && i < call.keys.size(); ++i) {
+  for (size_t i = 0; call.mode == Call::Mode::kSettle && i < call.settled.size(); ++i) {
     const size_t e = first + stride * i;
     call.settled[i] = {.given_back = reply.element[e + 5]->integer,
                        .charged = reply.element[e + 6]->integer,
