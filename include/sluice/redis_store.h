@@ -244,7 +244,10 @@ struct RedisStoreStats {
                                    // (each slot's call also counts in `calls`).
   uint64_t give_backs = 0;         // Slots given back after a later slot denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not reached: their units stay charged.
-  int connections_ready = 0;       // Connections up now.
+  // Extra units that settles (SettleAll) could not charge: Redis (or one cluster slot of
+  // several) not reached or refusing, and no `local` policy to charge them instead.
+  uint64_t settle_units_lost = 0;
+  int connections_ready = 0;  // Connections up now.
   // Redis servers lost now, as the store last saw them (no call is made to find out; a health
   // probe may read them): those whose connections fail (back once one connects), and those
   // that answered that they cannot decide (OOM, READONLY, ...; back once one decides a call).
@@ -278,23 +281,41 @@ class RedisStore final : public Store {
   void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                       std::span<Decision> each, DecideDone done) override;
   // Charges and give-backs (sluice/give_back.h), for a caller that decides a request in
-  // several calls and may have to undo the earlier ones. ChargeAll is DecideAll that also
-  // writes to `charges` what each limit charged, in Redis's time (units 0 when the request
-  // was denied, or decided by the failure policy: nothing in Redis to give back then).
-  // GiveBackAll gives `charges` back, one per request, then writes to `each` what a cost-0
-  // query answers; the failure policy does not apply to it (a give-back that cannot reach
-  // Redis fails with its error, and the units stay charged: fewer admitted, never more).
+  // several calls and may have to undo the earlier ones, or settles it later. ChargeAll
+  // (Store's) is DecideAll that also writes to `charges` what each limit charged, in Redis's
+  // time (units 0 when the request was denied, or decided by the failure policy: nothing in
+  // Redis to give back then); never from a quota share. Over several cluster slots it is
+  // decided slot by slot as DecideAll is. GiveBackAll gives `charges` back, one per request,
+  // then writes to `each` what a cost-0 query answers; the failure policy does not apply to it
+  // (a give-back that cannot reach Redis fails with its error, and the units stay charged:
+  // fewer admitted, never more); its limits must share a slot.
   // REQUIRES: each.size() == charges.size() == requests.size().
-  absl::StatusOr<Decision> ChargeAll(std::span<const LimitedKey> requests, int64_t cost,
-                                     Timestamp now, std::span<Decision> each,
-                                     std::span<Charge> charges);
   void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                      std::span<Decision> each, std::span<Charge> charges, DecideDone done);
+                      std::span<Decision> each, std::span<Charge> charges,
+                      DecideDone done) override;
   absl::StatusOr<Decision> GiveBackAll(std::span<const LimitedKey> requests,
                                        std::span<const Charge> charges, Timestamp now,
                                        std::span<Decision> each);
   void GiveBackAllAsync(std::span<const LimitedKey> requests, std::span<const Charge> charges,
                         Timestamp now, std::span<Decision> each, DecideDone done);
+
+  // Settles (Store::SettleAllAsync, sluice/settle.h): one script call (src/redis/settle.lua)
+  // per cluster slot, one in all elsewhere. A `once` is claimed first, in Redis's clock:
+  // "<prefix>once:{<tag>}:<once>" set NX until `once_until` (plus expiry_margin), in the slot
+  // of the first limit, with that slot's call; the other slots are called once it succeeded.
+  // Errors beyond Store's: InvalidArgument for a settle whose max_debt takes a bucket's
+  // (burst + max_debt) x P' past 2^52 (the script's doubles), or a charge whose figures this
+  // store cannot have made; AlreadyExists ("receipt was settled already"). When Redis cannot
+  // be reached, nothing is given back and the error is answered; with the `local` policy the
+  // extra charges are made in the local store, and `settled[i].charged` says so (else they are
+  // lost: RedisStoreStats::settle_units_lost). A later slot that fails after the first settled
+  // answers its error with the earlier slots' work done: see docs/redis.md, "Settles".
+  void SettleAllAsync(std::span<const LimitedKey> requests, std::span<const Settlement> settlements,
+                      std::string_view once, Timestamp once_until, Timestamp now,
+                      std::span<Settled> settled, StatusDone done) override;
+  // Deletes the limits' keys (one call per slot) and forgets them in the denial cache and, under
+  // the `local` policy, in the local store.
+  void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now, StatusDone done) override;
 
   // Leases: one sorted set per key ("<prefix>lease:<key>", tagged as above), its members the
   // lease ids, scored by expiry, decided by the same script (so batched and routed alike).
@@ -327,6 +348,8 @@ class RedisStore final : public Store {
   class Impl;
   explicit RedisStore(std::unique_ptr<Impl> impl);
   absl::Status CheckRequest(std::span<const LimitedKey> requests, int64_t cost) const;
+  static absl::Status CheckSettlements(std::span<const LimitedKey> requests,
+                                       std::span<const Settlement> settlements);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -25,12 +25,20 @@ constexpr Micros kClaimMargin = std::chrono::minutes(1);
 
 void RateLimitService::IssueReceipt(std::vector<ReceiptLimit> limits, Timestamp now,
                                     CheckResult& result) const {
+  // A receipt Verify would refuse is not handed out (docs/server.md says so): the check stands.
+  if (limits.size() > kMaxReceiptLimits) {
+    return;
+  }
   Receipt receipt{.id = NewReceiptId(),
                   .issued = now,
                   .expires = ReceiptExpiry(now, limits),
                   .cost = result.cost,
                   .limits = std::move(limits)};
-  result.receipt = signer_.Sign(receipt);
+  std::string token = signer_.Sign(receipt);
+  if (token.size() > kMaxReceiptBytes) {
+    return;
+  }
+  result.receipt = std::move(token);
   result.receipt_ttl = receipt.expires - now;
 }
 

@@ -1,10 +1,12 @@
 #include "src/redis/call.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "fmt/format.h"
 
 #include "src/redis/errors.h"
+#include "src/redis/keys.h"
 #include "src/redis/resp.h"
 
 namespace sluice::internal {
@@ -13,7 +15,32 @@ namespace {
 constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
 constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
 constexpr int kArgsPerCall = 4;
-constexpr int kArgsPerCharge = 3;  // After a limit's, in a give-back.
+constexpr int kArgsPerCharge = 3;      // After a limit's, in a give-back.
+constexpr int kArgsPerSettlement = 5;  // After a limit's, in a settle.
+
+size_t ArgsPerLimit(Call::Mode mode) {
+  switch (mode) {
+    case Call::Mode::kGiveBack:
+      return kArgsPerLimit + kArgsPerCharge;
+    case Call::Mode::kSettle:
+      return kArgsPerLimit + kArgsPerSettlement;
+    default:
+      return kArgsPerLimit;
+  }
+}
+
+// The reply's numbers per limit, in each mode (requests.lua).
+size_t Stride(Call::Mode mode) {
+  switch (mode) {
+    case Call::Mode::kCharge:
+    case Call::Mode::kSettle:
+      return 7;
+    case Call::Mode::kReset:
+      return 0;
+    default:
+      return 5;
+  }
+}
 
 }  // namespace
 
@@ -48,6 +75,34 @@ void AppendCharge(Call& call, const Charge& charge) {
   AppendBulk(call.args_resp, static_cast<int64_t>(charge.ahead));
 }
 
+void AppendOnce(Call& call, std::string_view once_key, std::optional<Timestamp> once_until) {
+  if (!once_until) {
+    AppendBulk(call.args_resp, "");
+    return;
+  }
+  AppendBulk(call.args_resp, once_until->time_since_epoch().count());
+  AppendBulk(call.keys_resp, once_key);
+  call.extra_keys = 1;
+}
+
+void AppendSettlement(Call& call, const Settlement& settlement) {
+  const Charge& charge = settlement.charge;
+  // The last units of the charge come back: the same time and ahead name them (settle.h).
+  const int64_t give = std::max<int64_t>(0, charge.units - settlement.units);
+  AppendBulk(call.args_resp, charge.at.time_since_epoch().count());
+  AppendBulk(call.args_resp, give);
+  AppendBulk(call.args_resp, static_cast<int64_t>(charge.ahead));
+  AppendBulk(call.args_resp, std::max<int64_t>(0, settlement.units - charge.units));
+  AppendBulk(call.args_resp, settlement.max_debt);
+}
+
+std::string OnceKey(std::string_view prefix, std::string_view first_redis_key,
+                    std::string_view once) {
+  // Every Redis key of a limit carries a tag (keys.h); the prefix has no braces (Create).
+  const std::string_view tag = HashTag(first_redis_key).value_or(first_redis_key);
+  return fmt::format("{}once:{{{}}}:{}", prefix, tag, once);
+}
+
 void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key) {
   AppendBulk(call.keys_resp, redis_key);
   AppendBulk(call.args_resp, kLeaseCode);
@@ -67,10 +122,9 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
   size_t args = 3;
   size_t bytes = 128;
   for (const CallPtr& c : calls) {
-    keys += c->keys.size();
-    const size_t per_limit =
-        kArgsPerLimit + (c->mode == Call::Mode::kGiveBack ? kArgsPerCharge : 0);
-    args += kArgsPerCall + per_limit * c->keys.size();
+    keys += c->keys.size() + c->extra_keys;
+    args += kArgsPerCall + ArgsPerLimit(c->mode) * c->keys.size() +
+            (c->mode == Call::Mode::kSettle ? 1 : 0);  // once_until
     bytes += c->keys_resp.size() + c->args_resp.size();
   }
   std::string out;
@@ -121,14 +175,22 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
   if (reply.element[at]->integer == 0) {
     const redisReply* message = at + 1 < reply.elements ? reply.element[at + 1] : nullptr;
     at += 2;
+    const std::string_view text = message && message->str
+                                      ? std::string_view(message->str, message->len)
+                                      : std::string_view("script error");
+    if (call.mode == Call::Mode::kSettle && text.starts_with(kOnceClaimed)) {
+      return absl::AlreadyExistsError("receipt was settled already");
+    }
     // An error a command of the script raised (OOM, READONLY...) says as much about Redis as
     // one that refused the whole call: read alike.
-    return RedisErrorStatus(message && message->str ? std::string_view(message->str, message->len)
-                                                    : std::string_view("script error"));
+    return RedisErrorStatus(text);
   }
   ++at;
+  if (call.mode == Call::Mode::kReset) {
+    return Decision{.allowed = true};
+  }
   const bool receipts = call.mode == Call::Mode::kCharge;
-  const size_t stride = receipts ? 7 : 5;
+  const size_t stride = Stride(call.mode);
   if (at + stride * call.keys.size() > reply.elements) {
     return absl::InternalError("redis: the script's reply is short");
   }
@@ -139,6 +201,12 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
                     .reset_after = Micros{reply.element[at + 2]->integer},
                     .retry_after = Micros{reply.element[at + 3]->integer},
                     .delay = Micros{reply.element[at + 4]->integer}};
+  }
+  for (size_t i = 0; call.mode == Call::Mode::kSettle && i < call.settled.size(); ++i) {
+    const size_t e = first + stride * i;
+    call.settled[i] = {.given_back = reply.element[e + 5]->integer,
+                       .charged = reply.element[e + 6]->integer,
+                       .after = call.each[i]};
   }
   const Decision all = Combine(call.each);
   for (size_t i = 0; receipts && i < call.keys.size(); ++i) {

@@ -25,6 +25,7 @@
 #include "sluice/decision.h"
 #include "sluice/give_back.h"
 #include "sluice/limit.h"
+#include "sluice/settle.h"
 #include "sluice/store.h"
 #include "src/redis/deny_cache.h"
 
@@ -46,13 +47,24 @@ struct Call {
   // What the script does with it (requests.lua's mode): decide; decide and report what each
   // limit charged (for a give-back later); give back charges (sluice/give_back.h); a dry run,
   // each limit answering as if another had denied (for a request over several cluster slots,
-  // multislot.h), recording nothing.
-  enum class Mode : uint8_t { kDecide = 0, kCharge = 1, kGiveBack = 2, kDryRun = 3 };
+  // multislot.h), recording nothing; settle (sluice/settle.h: a `once` claimed, then each
+  // limit's give-back or charge past the limit); reset (each limit's key deleted).
+  enum class Mode : uint8_t {
+    kDecide = 0,
+    kCharge = 1,
+    kGiveBack = 2,
+    kDryRun = 3,
+    kSettle = 4,
+    kReset = 5
+  };
   Mode mode = Mode::kDecide;
   // kCharge: where ReadReply writes each limit's charge (units 0 unless the request was
   // allowed), in Redis's time. One per limit; must stay alive until `done` is called.
   std::span<Charge> receipts;
-  std::vector<Limit> limits;      // For the local fallback (empty for leases).
+  // kSettle: where ReadReply writes what the settle did on each limit, as `receipts`.
+  std::span<Settled> settled;
+  size_t extra_keys = 0;      // kSettle: 1 for a `once` key, which goes before the limits' keys.
+  std::vector<Limit> limits;  // For the local fallback (empty for leases).
   std::vector<std::string> keys;  // The caller's keys: the local fallback, the reply's size.
   // A request of leases (Store::LeaseAll) instead of limits.
   std::optional<LeaseOp> lease_op;
@@ -105,6 +117,19 @@ void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& reque
 // REQUIRES: charge.ahead below 2^53 (RedisStore::CheckLimit bounds B x P' below 2^52).
 void AppendCharge(Call& call, const Charge& charge);
 
+// In a call of mode kSettle, right after AppendHead: its `once` key, claimed until
+// `once_until` (nullopt: no `once`, and `once_key` is unused).
+void AppendOnce(Call& call, std::string_view once_key, std::optional<Timestamp> once_until);
+
+// After AppendLimit, in a call of mode kSettle: what to do on that limit. REQUIRES:
+// ValidateSettlement(settlement).ok(), and settlement.charge.at and .ahead within [0, 2^53).
+void AppendSettlement(Call& call, const Settlement& settlement);
+
+// The key that holds a settle's `once` claim, under `prefix`, in the hash slot of
+// `first_redis_key` (the Redis key of the settle's first limit): "<prefix>once:{<its tag>}:<once>".
+std::string OnceKey(std::string_view prefix, std::string_view first_redis_key,
+                    std::string_view once);
+
 // Adds one key of a request of leases to the call: its Redis key `redis_key` and its
 // arguments, with the call's lease id and ttl.
 void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key);
@@ -115,6 +140,8 @@ void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key);
 std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha,
                          std::string_view margin_ms, std::optional<int64_t> expires);
 inline constexpr std::string_view kExpired = "TIMEOUT sluice:";  // As requests.lua says it.
+// A settle's `once` claimed already, as settle.lua says it; ReadReply answers AlreadyExists.
+inline constexpr std::string_view kOnceClaimed = "ONCE sluice:";
 
 // Redis's clock as a connection knows it: what TIME answered, and this process's steady clock
 // when the answer arrived. The steady clock, not the wall clock: a step of this host's wall
@@ -143,9 +170,11 @@ std::optional<RedisClock> ReadRedisClock(const redisReply& reply, SteadyTime now
 
 // Reads `call`'s part of the script's reply to its batch, which starts at element `at`, and
 // moves `at` past it (as far as it can be read). Writes the call's decisions to `call.each`
-// and returns their Combine; for an error the script answered for the call, RedisErrorStatus's
-// (errors.h: Unavailable when Redis cannot decide now, Internal when the call is wrong);
-// Internal for a reply that is malformed.
+// (kSettle: also `call.settled`; kReset: nothing, answering an allowed Decision) and returns
+// their Combine; for an error the script answered for the call, RedisErrorStatus's
+// (errors.h: Unavailable when Redis cannot decide now, Internal when the call is wrong), or
+// AlreadyExists for a settle whose `once` was claimed already; Internal for a reply that is
+// malformed.
 absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& call);
 
 }  // namespace sluice::internal

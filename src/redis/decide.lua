@@ -8,11 +8,12 @@
 --     P of a day, until the year 2255);
 --   - the bucket algorithms never store t*N: gcra and leaky_bucket keep their TAT relative to
 --     the time it was written, and token_bucket its level, both at most B*P' (RedisStore's
---     CheckLimit refuses limits with B*P' above 2^52);
+--     CheckLimit refuses limits with B*P' above 2^52), or (B+D)*P' for a key a settle put in
+--     debt (settle.lua; RedisStore refuses a settle whose max_debt D takes that above 2^52);
 --   - sliding_window's products prev*r and (N-c)*P are divided exactly by mul_div below.
 --
--- The script is this file, then give_back.lua, then requests.lua (its entry: KEYS and ARGV),
--- joined by CMake (src/redis/CMakeLists.txt).
+-- The script is this file, then give_back.lua, settle.lua, then requests.lua (its entry: KEYS
+-- and ARGV), joined by CMake (src/redis/CMakeLists.txt).
 --
 -- State, one Redis key per limit and key, each with a TTL of its reset_after plus margin_ms:
 --   fixed_window     string "last count"
@@ -121,7 +122,8 @@ local function fixed_window(key, l, now, cost, apply)
   if not allowed then
     retry = cost > n and -1 or to_end
   end
-  return allowed, n - count, count > 0 and to_end or 0, retry, 0, t, 0
+  -- count > N: in debt (a settle charged past the limit, settle.lua).
+  return allowed, math.max(0, n - count), count > 0 and to_end or 0, retry, 0, t, 0
 end
 
 local function sliding_window(key, l, now, cost, apply)
@@ -187,37 +189,71 @@ end
 
 -- sliding_log (width 1 us, span P) and sliding_buckets (width P/K, span K): counts in buckets
 -- of `width` us; bucket i leaves the window at (i + span) * width.
-local function windowed_counts(key, limit, width, span, now, cost, apply)
-  local header = redis.call('LINDEX', key, -1)
-  local t, total, entries = now, 0, 0
-  if header then
+-- read_counts reads such a key at `now`: its header, the time t the request is decided at, the
+-- entries (read a chunk at a time: a request reads only the expired ones and the first live
+-- one, and, when denied, as many as the retry walk needs), the first live one and the units
+-- they hold.
+local function read_counts(key, width, span, now)
+  local c = { header = redis.call('LINDEX', key, -1), t = now, entries = 0, used = 0 }
+  local total = 0
+  if c.header then
     local last
-    last, total = two(header)
-    t = math.max(now, last)
-    entries = redis.call('LLEN', key) - 1
+    last, total = two(c.header)
+    c.t = math.max(now, last)
+    c.entries = redis.call('LLEN', key) - 1
   end
-  -- The entries, read a chunk at a time: a request reads only the expired ones and the first
-  -- live one (and, when denied, as many as the retry walk needs).
   local chunk, chunk_from = {}, 0
-  local function entry(i) -- 0-based
+  function c.entry(i) -- 0-based
     local e = chunk[i - chunk_from + 1]
     if not e then
       chunk_from = i
-      chunk = redis.call('LRANGE', key, i, math.min(i + 31, entries - 1))
+      chunk = redis.call('LRANGE', key, i, math.min(i + 31, c.entries - 1))
       e = chunk[1]
     end
     return two(e)
   end
   local expired, first_live = 0, 0
-  while first_live < entries do
-    local index, count = entry(first_live)
-    if (index + span) * width > t then
+  while first_live < c.entries do
+    local index, count = c.entry(first_live)
+    if (index + span) * width > c.t then
       break
     end
     expired = expired + count
     first_live = first_live + 1
   end
-  local used = total - expired
+  c.first_live = first_live
+  c.used = total - expired
+  return c
+end
+
+-- Records `cost` units at c.t in bucket `bucket` of the key `read_counts` read as `c`, whose
+-- live units are then `used`: the expired entries dropped, the units added to the newest entry
+-- or a new one, the header rewritten.
+local function add_counts(key, c, bucket, cost, used, width, span, now)
+  if c.first_live > 0 then
+    redis.call('LTRIM', key, c.first_live, -1)
+  end
+  local newest_entry = c.first_live < c.entries and redis.call('LINDEX', key, -2)
+  local index, count
+  if newest_entry then
+    index, count = two(newest_entry)
+  end
+  local new_header = int(c.t) .. ' ' .. int(used)
+  if index == bucket then
+    redis.call('LSET', key, -2, int(bucket) .. ' ' .. int(count + cost))
+    redis.call('LSET', key, -1, new_header)
+  elseif c.header then
+    redis.call('LSET', key, -1, int(bucket) .. ' ' .. int(cost))
+    redis.call('RPUSH', key, new_header)
+  else
+    redis.call('RPUSH', key, int(bucket) .. ' ' .. int(cost), new_header)
+  end
+  redis.call('PEXPIRE', key, ttl_ms((bucket + span) * width - c.t, c.t, now))
+end
+
+local function windowed_counts(key, limit, width, span, now, cost, apply)
+  local c = read_counts(key, width, span, now)
+  local t, used = c.t, c.used
   local bucket = floor_div(t, width)
   local allowed = cost <= limit - used
   local newest
@@ -225,62 +261,53 @@ local function windowed_counts(key, limit, width, span, now, cost, apply)
     used = used + cost
     newest = bucket
     if apply then
-      if first_live > 0 then
-        redis.call('LTRIM', key, first_live, -1)
-      end
-      local newest_entry = first_live < entries and redis.call('LINDEX', key, -2)
-      local index, count
-      if newest_entry then
-        index, count = two(newest_entry)
-      end
-      local new_header = int(t) .. ' ' .. int(used)
-      if index == bucket then
-        redis.call('LSET', key, -2, int(bucket) .. ' ' .. int(count + cost))
-        redis.call('LSET', key, -1, new_header)
-      elseif header then
-        redis.call('LSET', key, -1, int(bucket) .. ' ' .. int(cost))
-        redis.call('RPUSH', key, new_header)
-      else
-        redis.call('RPUSH', key, int(bucket) .. ' ' .. int(cost), new_header)
-      end
-      redis.call('PEXPIRE', key, ttl_ms((bucket + span) * width - t, t, now))
+      add_counts(key, c, bucket, cost, used, width, span, now)
     end
   elseif used > 0 then
     newest = two(redis.call('LINDEX', key, -2))
   end
   local reset = used > 0 and (newest + span) * width - t or 0
+  -- used > limit: in debt (a settle charged past the limit, settle.lua).
+  local remaining = math.max(0, limit - used)
   if allowed then
-    return true, limit - used, reset, 0, 0, t, 0
+    return true, remaining, reset, 0, 0, t, 0
   end
   if cost > limit then
-    return false, limit - used, reset, -1, 0, t, 0
+    return false, remaining, reset, -1, 0, t, 0
   end
   local freed = 0
-  for i = first_live, entries - 1 do
-    local index, count = entry(i)
+  for i = c.first_live, c.entries - 1 do
+    local index, count = c.entry(i)
     freed = freed + count
     if used - freed <= limit - cost then
-      return false, limit - used, reset, (index + span) * width - t, 0, t, 0
+      return false, remaining, reset, (index + span) * width - t, 0, t, 0
     end
   end
-  return false, limit - used, reset, 0, 0, t, 0 -- unreachable: the walk frees all of `used`
+  return false, remaining, reset, 0, 0, t, 0 -- unreachable: the walk frees all of `used`
+end
+
+-- A token_bucket key's level at `now`, refilled (below 0: in debt, settle.lua), and the time
+-- t it is read at.
+local function bucket_level(key, l, now)
+  local capacity = l.b * l.rp
+  local s = redis.call('GET', key)
+  if not s then
+    return capacity, now
+  end
+  local level, last = two(s)
+  local t = math.max(now, last)
+  local gap = capacity - level
+  if gap > 0 then
+    local dt = t - last
+    level = dt >= ceil_div(gap, l.rn) and capacity or level + dt * l.rn
+  end
+  return level, t
 end
 
 local function token_bucket(key, l, now, cost, apply)
   local rn, rp = l.rn, l.rp
   local capacity = l.b * rp
-  local t, level = now, capacity
-  local s = redis.call('GET', key)
-  if s then
-    local last
-    level, last = two(s)
-    t = math.max(now, last)
-    local gap = capacity - level
-    if gap > 0 then
-      local dt = t - last
-      level = dt >= ceil_div(gap, rn) and capacity or level + dt * rn
-    end
-  end
+  local level, t = bucket_level(key, l, now)
   local allowed = cost <= l.b and level >= cost * rp
   local after = allowed and level - cost * rp or level
   if allowed and cost > 0 and apply then
@@ -291,7 +318,7 @@ local function token_bucket(key, l, now, cost, apply)
   if not allowed then
     retry = cost > l.b and -1 or ceil_div(cost * rp - level, rn)
   end
-  return allowed, floor_div(after, rp), ceil_div(capacity - after, rn), retry, 0, t,
+  return allowed, math.max(0, floor_div(after, rp)), ceil_div(capacity - after, rn), retry, 0, t,
     capacity - after
 end
 
@@ -299,22 +326,27 @@ end
 -- backlog ahead of this request); here it is behind*N' + ahead, where behind > 0 only when the
 -- time has gone back since the state was written. Then behind*N' can pass 2^53, so the figures
 -- are formed as behind + ceil(ahead / N') and the allow test only compares with B*P'.
+-- A gcra or leaky_bucket key at `now`: behind and ahead, as above.
+local function read_tat(key, rn, now)
+  local s = redis.call('GET', key)
+  if not s then
+    return 0, 0
+  end
+  local ref, a = two(s)
+  if now < ref then
+    return ref - now, a
+  end
+  local dt = now - ref
+  if dt < ceil_div(a, rn) then
+    return 0, a - dt * rn
+  end
+  return 0, 0
+end
+
 local function tat(key, l, now, cost, apply, shapes)
   local rn, rp, b = l.rn, l.rp, l.b
   local capacity = b * rp
-  local behind, ahead = 0, 0
-  local s = redis.call('GET', key)
-  if s then
-    local ref, a = two(s)
-    if now >= ref then
-      local dt = now - ref
-      if dt < ceil_div(a, rn) then
-        ahead = a - dt * rn
-      end
-    else
-      behind, ahead = ref - now, a
-    end
-  end
+  local behind, ahead = read_tat(key, rn, now)
   local allowed = cost <= b and behind * rn + ahead + cost * rp <= capacity
   if allowed then
     local delay = 0
@@ -376,12 +408,17 @@ local function lease(key, l, now, op, apply)
   return allowed, remaining, reset_after, retry_after, 0, now, 0
 end
 
-local LEASES = 7
-local function decide(key, l, now, cost, apply)
+-- Errors for a time the arithmetic above cannot hold exactly.
+local function check_time(now, l)
   if now < 0 or now + 2 * l.p >= EXACT then
     error('time ' .. int(now) .. ' us is outside what the Redis store decides at for a period of '
       .. int(l.p) .. ' us')
   end
+end
+
+local LEASES = 7
+local function decide(key, l, now, cost, apply)
+  check_time(now, l)
   local a = l.algorithm
   if a == 0 then
     return fixed_window(key, l, now, cost, apply)

@@ -30,7 +30,8 @@ void RedisStore::Impl::RecordDenial(const Call& call, const absl::StatusOr<Decis
   if (deny_cache_ == nullptr || call.lease_op || call.share != nullptr) {
     return;
   }
-  if (call.mode == Call::Mode::kGiveBack) {
+  if (call.mode == Call::Mode::kGiveBack || call.mode == Call::Mode::kSettle ||
+      call.mode == Call::Mode::kReset) {
     // Answered or not (a timeout may follow Redis's applying it), it may have freed units.
     for (size_t i = 0; i < call.limits.size(); ++i) {
       deny_cache_->Forget(call.limits[i], call.keys[i]);

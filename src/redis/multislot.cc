@@ -62,7 +62,8 @@ using internal::Split;
 using internal::SplitPart;
 
 void RedisStore::Impl::SubmitSplit(std::span<const LimitedKey> requests, int64_t cost,
-                                   Timestamp now, std::span<Decision> each, DecideDone done) {
+                                   Timestamp now, std::span<Decision> each,
+                                   std::span<Charge> receipts, DecideDone done) {
   auto split = std::make_shared<Split>();
   absl::InlinedVector<int, 8> slots;
   for (const LimitedKey& r : requests) {
@@ -73,6 +74,7 @@ void RedisStore::Impl::SubmitSplit(std::span<const LimitedKey> requests, int64_t
   split->cost = cost;
   split->now = now;
   split->each = each;
+  split->receipts = receipts;
   split->done = std::move(done);
   split->parts = internal::PartsBySlot(slots);
   StartSplit(std::move(split));
@@ -243,6 +245,18 @@ void RedisStore::Impl::OnSettled(SplitPtr split, size_t i, PartAsk ask,
   }
 }
 
-void RedisStore::Impl::AnswerSplit(Split& split) { std::move(split.done)(internal::Merge(split)); }
+void RedisStore::Impl::AnswerSplit(Split& split) {
+  absl::StatusOr<Decision> answer = internal::Merge(split);
+  if (answer.ok() && answer->allowed && !split.receipts.empty()) {
+    // Every part kept its charge: each limit's is what its part's call charged (units 0 where
+    // the failure policy decided, or the request charged nothing).
+    for (const SplitPart& part : split.parts) {
+      for (size_t j = 0; j < part.at.size(); ++j) {
+        split.receipts[part.at[j]] = part.receipts[j];
+      }
+    }
+  }
+  std::move(split.done)(std::move(answer));
+}
 
 }  // namespace sluice

@@ -58,7 +58,8 @@ struct Split {
   Micros lease_ttl{0};
   int64_t cost = 0;  // Or the lease op, as a call carries it.
   Timestamp now;
-  std::span<Decision> each;  // The caller's, written once, by the answer.
+  std::span<Decision> each;    // The caller's, written once, by the answer.
+  std::span<Charge> receipts;  // A charge's (ChargeAll): the caller's, written when allowed.
   DecideDone done;
   SteadyTime deadline;  // The charges share the request's deadline.
 

@@ -124,8 +124,8 @@ void RedisStore::Impl::SubmitLimits(const LimitsCall& how, std::span<const Limit
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string redis_key = RedisKey(*requests[i].limit, requests[i].key);
     if (!SameSlot(*call, redis_key, requests[i].key)) {
-      if (how.mode == Call::Mode::kDecide) {
-        SubmitSplit(requests, cost, now, each, std::move(call->done));  // multislot.cc
+      if (how.mode == Call::Mode::kDecide || how.mode == Call::Mode::kCharge) {
+        SubmitSplit(requests, cost, now, each, how.receipts, std::move(call->done));
       }
       return;
     }
@@ -170,14 +170,15 @@ void RedisStore::Impl::Enqueue(CallPtr call) {
 
 // In a cluster, whether `redis_key` is in the slot of the call's keys so far (and if so,
 // the call's slot is its); when not, fails the call, unless it is a request the caller splits
-// by slot (mode kDecide: limits or leases).
+// by slot (mode kDecide: limits or leases; kCharge, unless it takes a share).
 bool RedisStore::Impl::SameSlot(Call& call, const std::string& redis_key, std::string_view key) {
   if (!options_.cluster) {
     return true;
   }
   const int slot = HashSlot(redis_key);
   if (call.slot >= 0 && slot != call.slot) {
-    if (call.mode == Call::Mode::kDecide) {
+    if (call.mode == Call::Mode::kDecide ||
+        (call.mode == Call::Mode::kCharge && call.share == nullptr)) {
       return false;
     }
     std::move(call.done)(absl::InvalidArgumentError(
@@ -204,6 +205,7 @@ RedisStoreStats RedisStore::Impl::Stats() const {
                         .split_requests = split_requests_.load(std::memory_order_relaxed),
                         .give_backs = give_backs_.load(std::memory_order_relaxed),
                         .give_backs_failed = give_backs_failed_.load(std::memory_order_relaxed),
+                        .settle_units_lost = settle_units_lost_.load(std::memory_order_relaxed),
                         .connections_ready = ready_.load(std::memory_order_relaxed)};
   const internal::HealthLog::Counts lost = health_.counts();
   stats.servers_lost = lost.lost;
@@ -240,9 +242,10 @@ void RedisStore::Impl::Complete(Call& call, absl::StatusOr<Decision> result) {
   RecordDenial(call, result);  // deny_calls.cc
   // A give-back that fails leaves its units charged: no policy can make Redis take them back.
   // A dry run that fails is its caller's to report (multislot.cc): it must charge nothing.
-  // Redis could not decide (errors.h): the policy does. A call's own error stays its own.
-  if (!result.ok() && IsStoreUnavailable(result.status()) && call.mode != Call::Mode::kGiveBack &&
-      call.mode != Call::Mode::kDryRun) {
+  // A settle or a reset has its own (settle_calls.cc). Redis could not decide (errors.h): the
+  // policy does. A call's own error stays its own.
+  if (!result.ok() && IsStoreUnavailable(result.status()) &&
+      (call.mode == Call::Mode::kDecide || call.mode == Call::Mode::kCharge)) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     internal::ShareFellBack(call);  // A call taking a share: the policy decides the request.
     switch (options_.on_failure) {

@@ -157,6 +157,68 @@ void RedisStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t co
                       now, each, std::move(done));
 }
 
+// What the script can settle exactly in doubles: a bucket's debt bound, and charges with the
+// figures a charge of this store has (a time below 2^53 us, ahead within [0, B x P']).
+absl::Status RedisStore::CheckSettlements(std::span<const LimitedKey> requests,
+                                          std::span<const Settlement> settlements) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Limit& limit = *requests[i].limit;
+    const Settlement& s = settlements[i];
+    const Int128 capacity = Int128{limit.burst()} * limit.rate_period_us();
+    if (UsesBurst(limit.algorithm()) &&
+        (Int128{limit.burst()} + s.max_debt) * limit.rate_period_us() > kMaxExactProduct) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: max_debt {} is too large for the Redis store, which computes in doubles and "
+          "keeps (burst + max_debt) x period/gcd(limit, period) below 2^52",
+          limit.ToString(), s.max_debt));
+    }
+    const int64_t at = s.charge.at.time_since_epoch().count();
+    if (at < 0 || at >= kMaxExactProduct * 2 || s.charge.ahead < 0 ||
+        s.charge.ahead > (UsesBurst(limit.algorithm()) ? capacity : 0)) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}: the charge to settle has figures the Redis store cannot have given",
+                      limit.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RedisStore::SettleAllAsync(std::span<const LimitedKey> requests,
+                                std::span<const Settlement> settlements, std::string_view once,
+                                Timestamp once_until, Timestamp now, std::span<Settled> settled,
+                                StatusDone done) {
+  if (absl::Status s = ValidateSettleAll(requests.size(), settlements, once, settled.size());
+      !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  std::fill(settled.begin(), settled.end(), Settled{});
+  if (absl::Status s = CheckRequest(requests, 0); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  if (absl::Status s = CheckSettlements(requests, settlements); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  impl_->SubmitSettle(requests, settlements, once, once_until, now, settled, std::move(done));
+}
+
+void RedisStore::ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now,
+                               StatusDone done) {
+  if (requests.empty()) {
+    std::move(done)(absl::InvalidArgumentError("a reset needs at least one limit"));
+    return;
+  }
+  for (const LimitedKey& r : requests) {
+    if (absl::Status s = CheckLimit(*r.limit); !s.ok()) {
+      std::move(done)(s);
+      return;
+    }
+  }
+  impl_->SubmitReset(requests, now, std::move(done));
+}
+
 void RedisStore::GiveBackAllAsync(std::span<const LimitedKey> requests,
                                   std::span<const Charge> charges, Timestamp now,
                                   std::span<Decision> each, DecideDone done) {
@@ -172,14 +234,6 @@ void RedisStore::GiveBackAllAsync(std::span<const LimitedKey> requests,
 absl::StatusOr<Decision> RedisStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                                Timestamp now, std::span<Decision> each) {
   return Wait([&](DecideDone done) { DecideAllAsync(requests, cost, now, each, std::move(done)); });
-}
-
-absl::StatusOr<Decision> RedisStore::ChargeAll(std::span<const LimitedKey> requests, int64_t cost,
-                                               Timestamp now, std::span<Decision> each,
-                                               std::span<Charge> charges) {
-  return Wait([&](DecideDone done) {
-    ChargeAllAsync(requests, cost, now, each, charges, std::move(done));
-  });
 }
 
 absl::StatusOr<Decision> RedisStore::GiveBackAll(std::span<const LimitedKey> requests,

@@ -9,6 +9,8 @@
 //   connection.cc   one connection: handshake, pipelined script calls, replies, and what
 //                   they say of the server (errors.h, src/core/health_log.h);
 //   multislot.cc    a request over several cluster slots, decided slot by slot;
+//   settle_calls.cc settles and resets (Store::SettleAll, ResetAll): a call per slot, the
+//                   `once` claim first;
 //   sentinel.cc     Redis Sentinel: which server is the master, and following a failover;
 //   stream.cc       the bytes under a connection: TCP, a unix socket or TLS;
 //   deny_calls.cc   the denial cache's side (deny_cache.h): denials answered from memory;
@@ -88,10 +90,19 @@ class RedisStore::Impl {
   // multislot.cc: a request (mode kDecide) or leases whose keys are in several cluster slots,
   // decided slot by slot (multislot.h); from SubmitLimits and SubmitLeases. A charge or a
   // give-back over several slots is refused (InvalidArgument), as ever.
+  // A charge (mode kCharge) writes each limit's charge to `receipts` once every part allowed.
   void SubmitSplit(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                   std::span<Decision> each, DecideDone done);
+                   std::span<Decision> each, std::span<Charge> receipts, DecideDone done);
   void SubmitSplitLeases(LeaseOp op, std::span<const LeasedKey> keys, std::string_view id,
                          Micros ttl, Timestamp now, std::span<Decision> each, DecideDone done);
+  // settle_calls.cc: Store::SettleAll and ResetAll, checked by RedisStore (any thread).
+  void SubmitSettle(std::span<const LimitedKey> requests, std::span<const Settlement> settlements,
+                    std::string_view once, Timestamp once_until, Timestamp now,
+                    std::span<Settled> settled, StatusDone done);
+  void SubmitReset(std::span<const LimitedKey> requests, Timestamp now, StatusDone done);
+  struct SettlePart;  // settle_calls.cc
+  struct Settle;
+
   RedisStoreStats Stats() const;
 
   // The call path's steady clock: options_.steady_clock_for_testing's, or steady_clock's.
@@ -152,6 +163,14 @@ class RedisStore::Impl {
   void Unwind(SplitPtr split);
   void OnSettled(SplitPtr split, size_t part, PartAsk ask, absl::StatusOr<Decision> result);
   void AnswerSplit(internal::Split& split);
+
+  // settle_calls.cc: a settle's or a reset's steps (NewSettle and the first AskSettlePart on
+  // the caller's thread, the rest on the I/O thread).
+  std::shared_ptr<Settle> NewSettle(std::span<const LimitedKey> requests, Timestamp now);
+  void AskSettlePart(std::shared_ptr<Settle> settle, size_t part);
+  void OnSettlePart(std::shared_ptr<Settle> settle, size_t part, absl::Status status);
+  void SettleFailed(Settle& settle, size_t part, bool unavailable);
+  void AnswerSettle(Settle& settle);
 
   // redis_store.cc: nodes, routing and batching; I/O thread.
   Node& NodeAt(const RedisEndpoint& endpoint);
@@ -269,7 +288,8 @@ class RedisStore::Impl {
   std::atomic<uint64_t> split_requests_{0};  // multislot.cc's, on any thread.
   std::atomic<uint64_t> give_backs_{0};
   std::atomic<uint64_t> give_backs_failed_{0};
-  std::atomic<uint64_t> master_switches_{0};  // Sentinel: written by sentinel.cc.
+  std::atomic<uint64_t> settle_units_lost_{0};  // settle_calls.cc's, on the I/O thread.
+  std::atomic<uint64_t> master_switches_{0};    // Sentinel: written by sentinel.cc.
   std::atomic<int> ready_{0};
 };
 

@@ -1,5 +1,5 @@
--- sluice: the entry of RedisStore's script, after decide.lua and give_back.lua: the requests
--- of one call, each decided or given back in order.
+-- sluice: the entry of RedisStore's script, after decide.lua, give_back.lua and settle.lua:
+-- the requests of one call, each decided, given back, settled or reset in order.
 --
 -- KEYS: the Redis keys of every limit of every request, in order.
 -- ARGV: margin_ms, request count, expires, then per request:
@@ -12,6 +12,11 @@
 --   answers as if another limit of the request had denied it, and nothing is recorded
 --   (RedisStore asks it of the slots after the one that denied a request over several
 --   cluster slots, src/redis/multislot.h).
+--   mode 4 settles (settle.lua): after the head, once_until ('' for no `once`; else the
+--   request's first key is its once key, before its limits' keys), then per limit, after the
+--   seven: the charge's time, the units of it to give back and its ahead, the units to charge
+--   past the limit, and max_debt; the cost is unused. mode 5 resets: each limit's key is
+--   deleted.
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
@@ -21,8 +26,10 @@
 -- '' for none.
 -- Returns, per request: 1 followed by five numbers per limit (allowed 0/1, remaining,
 -- reset_after, retry_after, delay, in microseconds; mode 2: what a cost-0 query answers after
--- the give-back), in mode 1 seven (the five, then the charge's time and ahead), or 0 followed
--- by an error message.
+-- the give-back), in mode 1 seven (the five, then the charge's time and ahead), in mode 4
+-- seven (a cost-0 query's five after the settle, then the units given back and charged), in
+-- mode 5 none; or 0 followed by an error message (settle.lua's ONCE_CLAIMED for a settle whose
+-- `once` is claimed already).
 --
 
 -- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
@@ -93,6 +100,15 @@ for _ = 1, tonumber(ARGV[2]) do
   local mode = tonumber(ARGV[arg + 3])
   arg = arg + 4
   local keys, limits = {}, {}
+  local once_key, once_until
+  if mode == 4 then
+    once_until = tonumber(ARGV[arg])
+    arg = arg + 1
+    if once_until then
+      once_key = KEYS[key]
+      key = key + 1
+    end
+  end
   for i = 1, count do
     keys[i] = KEYS[key]
     key = key + 1
@@ -112,6 +128,13 @@ for _ = 1, tonumber(ARGV[2]) do
         at = tonumber(ARGV[arg]), units = tonumber(ARGV[arg + 1]), ahead = tonumber(ARGV[arg + 2]),
       }
       arg = arg + 3
+    elseif mode == 4 then
+      limits[i].settle = {
+        g = { at = tonumber(ARGV[arg]), units = tonumber(ARGV[arg + 1]), ahead = tonumber(ARGV[arg + 2]) },
+        x = tonumber(ARGV[arg + 3]),
+        debt = tonumber(ARGV[arg + 4]),
+      }
+      arg = arg + 5
     end
   end
   local mark = #out + 1
@@ -121,6 +144,10 @@ for _ = 1, tonumber(ARGV[2]) do
   local ok, err
   if mode == 2 then
     ok, err = pcall(give_back_request, keys, limits, now, out)
+  elseif mode == 4 then
+    ok, err = pcall(settle_request, keys, limits, now, once_key, once_until, out)
+  elseif mode == 5 then
+    ok, err = pcall(reset_request, keys)
   else
     ok, err = pcall(decide_request, keys, limits, now, cost, out, mode == 1, mode == 3)
   end

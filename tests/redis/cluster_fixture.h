@@ -29,6 +29,11 @@ class RedisClusterTest : public ::testing::Test {
       create += " 127.0.0.1:" + std::to_string(nodes_[i]->port());
     }
     ASSERT_EQ(std::system((create + " --cluster-replicas 0 --cluster-yes >/dev/null").c_str()), 0);
+    AwaitClusterOk();
+  }
+  // Until every node reports cluster_state:ok: after the creation, and after a test that froze
+  // a node for longer than the node timeout (the cluster is then down until it is seen back).
+  static void AwaitClusterOk() {
     for (int i = 0; i < 3; ++i) {
       testing::Client client(nodes_[i]->port());
       bool ok = false;

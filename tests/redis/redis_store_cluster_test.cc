@@ -298,8 +298,8 @@ TEST_F(RedisClusterTest, DecidesAsTheMemoryStoreWithKeysOnEveryNode) {
 }
 
 // Keys of different tags are decided slot by slot (redis_store_multislot_test.cc has the
-// rest); keys tagged alike in one call. A charge that must be given back later (ChargeAll)
-// keeps to one slot.
+// rest); keys tagged alike in one call. A charge (ChargeAll) is split alike; a give-back
+// (GiveBackAll) keeps to one slot.
 TEST_F(RedisClusterTest, KeysApartAreSplitByTagsAlikeAreNot) {
   std::unique_ptr<RedisStore> redis = MustStore(ClusterOptions());
   const Limit limit = MustLimit({.limit = 5, .period = 1h});
@@ -319,6 +319,11 @@ TEST_F(RedisClusterTest, KeysApartAreSplitByTagsAlikeAreNot) {
   EXPECT_EQ(redis->Stats().split_requests, 1u);
   Charge charges[2];
   d = redis->ChargeAll(apart, 1, At(kEpoch), each, charges);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(charges[0].units, 1);
+  EXPECT_EQ(charges[1].units, 1);
+  EXPECT_EQ(redis->Stats().split_requests, 2u);
+  d = redis->GiveBackAll(apart, charges, At(kEpoch), each);
   EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
   EXPECT_THAT(d.status().message(), ::testing::HasSubstr("same {tag}"));
 }

@@ -30,7 +30,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
 )";
 constexpr char kUser[] =
-    R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}])";
+    R"({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}]})";
 constexpr char kToken[] = "0123456789abcdef-admin";
 
 class AdminApiTest : public ::testing::Test {

@@ -176,7 +176,7 @@ TEST_F(SettleTest, ForgedChangedForeignAndExpiredReceiptsAreRefusedAndChangeNoth
   auto refused = [&](std::string receipt, std::string_view why) {
     absl::StatusOr<SettleResult> settled = service_.Settle({.receipt = receipt, .cost = 0});
     EXPECT_TRUE(absl::IsInvalidArgument(settled.status())) << settled.status();
-    EXPECT_NE(settled.status().message().find(why), std::string_view::npos)
+    EXPECT_NE(std::string(settled.status().message()).find(why), std::string::npos)
         << settled.status() << " should say " << why;
     EXPECT_EQ(Remaining({{"user", "x"}}), before);
   };
@@ -197,7 +197,7 @@ TEST_F(SettleTest, ForgedChangedForeignAndExpiredReceiptsAreRefusedAndChangeNoth
   // Expired: one µs after its last.
   clock_.Set(At(kStart) + call.receipt_ttl + Micros{1});
   absl::StatusOr<SettleResult> late = service_.Settle({.receipt = call.receipt, .cost = 0});
-  EXPECT_NE(late.status().message().find("expired"), std::string_view::npos) << late.status();
+  EXPECT_NE(std::string(late.status().message()).find("expired"), std::string::npos) << late.status();
   EXPECT_EQ(metrics_.settles(), 0U);
 }
 
@@ -220,7 +220,7 @@ TEST_F(SettleTest, SoftShadowAndPoolLimitsAreSettledWhereTheyWereCharged) {
   settled = service_.Settle({.receipt = borrowed.receipt, .cost = 0});
   ASSERT_TRUE(settled.ok()) << settled.status();
   ASSERT_EQ(settled->limits.size(), 1U);
-  EXPECT_EQ(settled->limits[0].name, "spare");
+  EXPECT_EQ(settled->limits[0].name, "api.pool_spare");
   EXPECT_EQ(settled->limits[0].settled.after.remaining, 2);
 }
 
