@@ -3,7 +3,8 @@
 with a receipt settled below, above and at 0; a receipt settling once and a forged one
 refused; the metered block settling what it set, keeping the estimate, refunding on an
 exception; the asyncio client; reset with no, a wrong and the right admin token, and with
-admin endpoints off; a sluiced that cannot be reached.
+admin endpoints off; a sluiced that cannot be reached; two sluiced sharing a secret and a
+redis-server, where a receipt one gave settles on the other, once for both.
 
     python3 tests/clients/python_settle_test.py --sluiced build/bin/sluiced
 
@@ -21,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(ROOT, "clients", "python"), os.path.join(ROOT, "tests", "integration")]
 
+import redis_test  # noqa: E402
 import sluice  # noqa: E402
 import sluiced  # noqa: E402
 
@@ -299,6 +301,44 @@ class ResetTest(unittest.TestCase):
             with self.assertRaisesRegex(sluice.Forbidden, "admin endpoints are off") as raised:
                 client.reset(admin_token=ADMIN_TOKEN, **user("reset-off"))
         self.assertEqual(raised.exception.status, 403)
+
+
+@unittest.skipUnless(shutil.which("redis-server"), "needs redis-server")
+class FleetTest(unittest.TestCase):
+    """Two sluiced on one redis-server with one secret: what `client.settle(receipt, cost)`
+    from another process meets in a fleet."""
+
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(prefix="sluice-settle-fleet-")
+        self.addCleanup(shutil.rmtree, self.workdir, True)
+        with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
+            f.write(RULES)
+        self.redis = redis_test.Redis(self.workdir)
+        self.addCleanup(self.redis.stop)
+        self.clients = []
+        for _ in range(2):
+            server = sluiced.Sluiced(self.workdir, "--store", self.redis.url, "--secret-file",
+                                     os.path.join(SECRETS, "secret"), "--admin-token-file",
+                                     os.path.join(SECRETS, "admin-token"),
+                                     *sluiced.with_redis_timeout([]))
+            self.addCleanup(server.stop)
+            client = sluice.Client(url(server), timeout=30)
+            self.addCleanup(client.close)
+            self.clients.append(client)
+
+    def test_a_receipt_settles_on_another_server_once_for_both(self):
+        one, other = self.clients
+        ask = user("fleet")
+        d = one.check(cost=40, receipt=True, **ask)
+        self.assertEqual(d.remaining, 60)
+        s = other.settle(d.receipt, 15)
+        self.assertEqual((s.given_back, s.limits[0].remaining), (25, 85))
+        self.assertEqual(one.check(cost=0, **ask).remaining, 85)
+        for client in (one, other):
+            with self.assertRaisesRegex(sluice.BadRequest, "settled already"):
+                client.settle(d.receipt, 0)
+        self.assertEqual(other.reset(admin_token=ADMIN_TOKEN, **ask), ["llm.user"])
+        self.assertEqual(one.check(cost=0, **ask).remaining, 100)
 
 
 if __name__ == "__main__":
