@@ -41,9 +41,8 @@ absl::Status CheckDebts(std::span<const LimitedKey> requests,
 
 }  // namespace
 
-Settled MemcachedStore::Impl::SettleFailed(const LimitedKey& request,
-                                           const Settlement& settlement, Timestamp now,
-                                           const absl::Status& error) {
+Settled MemcachedStore::Impl::SettleFailed(const LimitedKey& request, const Settlement& settlement,
+                                           Timestamp now, const absl::Status& error) {
   const int64_t extra = settlement.units - settlement.charge.units;
   if (extra <= 0) {
     return {};  // Nothing given back: the units stay charged, which admits less.
@@ -76,8 +75,7 @@ absl::Status MemcachedStore::Impl::Settle(MemcachedConnection& connection,
   calls_.fetch_add(1, std::memory_order_relaxed);
   // Fails every limit from `from` on with `error` (the failure policy's part), and answers it.
   auto fail = [&](size_t from, absl::Status error) {
-    failures_.fetch_add(internal::IsMemcachedUnavailable(error) ? 1 : 0,
-                        std::memory_order_relaxed);
+    failures_.fetch_add(internal::IsMemcachedUnavailable(error) ? 1 : 0, std::memory_order_relaxed);
     for (size_t i = from; i < requests.size(); ++i) {
       settled[i] = SettleFailed(requests[i], settlements[i], now, error);
     }
@@ -158,9 +156,9 @@ absl::Status MemcachedStore::Impl::Reset(MemcachedConnection& connection,
 }
 
 void MemcachedStore::SettleAllAsync(std::span<const LimitedKey> requests,
-                                    std::span<const Settlement> settlements,
-                                    std::string_view once, Timestamp once_until, Timestamp now,
-                                    std::span<Settled> settled, StatusDone done) {
+                                    std::span<const Settlement> settlements, std::string_view once,
+                                    Timestamp once_until, Timestamp now, std::span<Settled> settled,
+                                    StatusDone done) {
   if (absl::Status s = ValidateSettleAll(requests.size(), settlements, once, settled.size());
       !s.ok()) {
     std::move(done)(std::move(s));
@@ -194,9 +192,9 @@ void MemcachedStore::SettleAllAsync(std::span<const LimitedKey> requests,
 void MemcachedStore::ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now,
                                    StatusDone done) {
   auto shared_done = std::make_shared<StatusDone>(std::move(done));
-  const bool queued = impl_->workers().Post(
-      [impl = impl_.get(), owned = internal::OwnedRequests(requests), now,
-       shared_done](MemcachedConnection& connection) mutable {
+  const bool queued =
+      impl_->workers().Post([impl = impl_.get(), owned = internal::OwnedRequests(requests), now,
+                             shared_done](MemcachedConnection& connection) mutable {
         std::move (*shared_done)(impl->Reset(connection, owned.View(), now));
       });
   if (!queued) {

@@ -39,8 +39,7 @@ absl::Status CheckTime(Timestamp now);
 // time, each limit supported, no limit and key twice); `targets` gets the requests named as
 // items. Its errors are the call's own: they reach no server, so no policy applies.
 absl::Status CheckTargets(std::string_view prefix, std::span<const LimitedKey> requests,
-                          int64_t cost, Timestamp now,
-                          absl::InlinedVector<ItemTarget, 4>& targets);
+                          int64_t cost, Timestamp now, absl::InlinedVector<ItemTarget, 4>& targets);
 
 // A request's limits and keys copied, for a task that runs after its caller has returned.
 class OwnedRequests {

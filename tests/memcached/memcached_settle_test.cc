@@ -39,8 +39,8 @@ struct Charged {
 };
 
 // One request of `cost` on `key` under every limit of `limits`, with its charges.
-Charged ChargeOn(Store& store, const std::vector<Limit>& limits, std::string_view key,
-                 int64_t cost, int64_t t) {
+Charged ChargeOn(Store& store, const std::vector<Limit>& limits, std::string_view key, int64_t cost,
+                 int64_t t) {
   std::vector<LimitedKey> requests;
   for (const Limit& limit : limits) {
     requests.push_back({.limit = &limit, .key = key});
@@ -142,19 +142,23 @@ TEST(MemcachedSettleOnceTest, AReplayOnOneStoreOrAnotherIsRefusedAndChangesNothi
   const std::vector<Limit> limit = {MustLimit({.limit = 10, .period = 1h})};
   const Charged c = ChargeOn(*first, limit, "k", 6, kEpoch);
   const std::vector<Settlement> refund = {{.charge = c.charges[0], .units = 1}};
-  const SettleResult settled = SettleOn(*first, limit, "k", refund, kEpoch + 1, "r1", kEpoch + 60'000'000);
+  const SettleResult settled =
+      SettleOn(*first, limit, "k", refund, kEpoch + 1, "r1", kEpoch + 60'000'000);
   ASSERT_TRUE(settled.status.ok()) << settled.status;
   EXPECT_EQ(settled.settled[0].given_back, 5);
   EXPECT_TRUE(testing::Holds(server, "sluice:once:r1")) << "the claim is an item of its own";
   for (MemcachedStore* store : {first.get(), second.get()}) {
-    const SettleResult replay = SettleOn(*store, limit, "k", refund, kEpoch + 2, "r1", kEpoch + 60'000'000);
+    const SettleResult replay =
+        SettleOn(*store, limit, "k", refund, kEpoch + 2, "r1", kEpoch + 60'000'000);
     EXPECT_EQ(replay.status.code(), absl::StatusCode::kAlreadyExists) << replay.status;
     EXPECT_EQ(replay.status.message(), "receipt was settled already");
     EXPECT_EQ(Query(*store, limit[0], "k", kEpoch + 3).remaining, 9) << "a replay gave back";
   }
   // Another id settles; an id whose once_until has passed claims nothing (as MemoryStore).
-  EXPECT_TRUE(SettleOn(*second, limit, "k", {{.units = 1}}, kEpoch + 4, "r2", kEpoch + 60'000'000).status.ok());
-  EXPECT_TRUE(SettleOn(*second, limit, "k", {{.units = 1}}, kEpoch + 5, "r3", kEpoch + 5).status.ok());
+  EXPECT_TRUE(SettleOn(*second, limit, "k", {{.units = 1}}, kEpoch + 4, "r2", kEpoch + 60'000'000)
+                  .status.ok());
+  EXPECT_TRUE(
+      SettleOn(*second, limit, "k", {{.units = 1}}, kEpoch + 5, "r3", kEpoch + 5).status.ok());
   EXPECT_FALSE(testing::Holds(server, "sluice:once:r3"));
   EXPECT_EQ(Query(*first, limit[0], "k", kEpoch + 6).remaining, 7);
 }
@@ -172,7 +176,8 @@ TEST(MemcachedSettleOnceTest, TwoStoresRacingOneReceiptSettleItOnce) {
     std::future<SettleResult> a = std::async(std::launch::async, [&] {
       return SettleOn(*first, limit, key, refund, kEpoch + 1, once, kEpoch + 60'000'000);
     });
-    const SettleResult b = SettleOn(*second, limit, key, refund, kEpoch + 1, once, kEpoch + 60'000'000);
+    const SettleResult b =
+        SettleOn(*second, limit, key, refund, kEpoch + 1, once, kEpoch + 60'000'000);
     const SettleResult other = a.get();
     EXPECT_NE(b.status.ok(), other.status.ok()) << b.status << " / " << other.status;
     EXPECT_TRUE(b.status.ok() || absl::IsAlreadyExists(b.status)) << b.status;
@@ -202,8 +207,9 @@ TEST(MemcachedResetTest, AResetBySecondStoreIsSeenByTheFirst) {
   MemcachedServer server;
   auto first = MustMemcached(MemcachedOptionsFor({&server}));
   auto second = MustMemcached(MemcachedOptionsFor({&server}));
-  const std::vector<Limit> limits = {MustLimit({.limit = 3, .period = 1h}),
-                                     MustLimit({.algorithm = Algorithm::kGcra, .limit = 3, .period = 1h})};
+  const std::vector<Limit> limits = {
+      MustLimit({.limit = 3, .period = 1h}),
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 3, .period = 1h})};
   ASSERT_TRUE(ChargeOn(*first, limits, "k", 3, kEpoch).decision->allowed);
   EXPECT_FALSE(ChargeOn(*first, limits, "k", 1, kEpoch).decision->allowed);
   ASSERT_TRUE(ResetOn(*second, limits, "k", kEpoch + 1).ok());
@@ -251,9 +257,11 @@ TEST(MemcachedSettleFailuresTest, AServerKilledFailsTheSettleAndTheUnitsStayChar
   const Charged again = ChargeOn(*store, {limit}, on_up, 5, kEpoch + 2);
   const Limit& l = limit;
   const LimitedKey both[] = {{.limit = &l, .key = on_up}, {.limit = &l, .key = on_down}};
-  const Settlement refunds[] = {{.charge = again.charges[0], .units = 0}, {.charge = b.charges[0], .units = 0}};
+  const Settlement refunds[] = {{.charge = again.charges[0], .units = 0},
+                                {.charge = b.charges[0], .units = 0}};
   Settled settled[2];
-  const absl::Status s = store->SettleAll(both, refunds, "both", At(kEpoch + 60'000'000), At(kEpoch + 3), settled);
+  const absl::Status s =
+      store->SettleAll(both, refunds, "both", At(kEpoch + 60'000'000), At(kEpoch + 3), settled);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(Query(*store, limit, on_up, kEpoch + 4).remaining, 4) << "a failed settle gave back";
   EXPECT_FALSE(testing::Holds(up, "sluice:once:both") || testing::Holds(down, "sluice:once:both"));
@@ -272,8 +280,8 @@ TEST(MemcachedSettleFailuresTest, AnExtraChargeGoesToTheLocalPolicysStore) {
     const std::vector<Limit> limit = {MustLimit({.limit = 10, .period = 1h})};
     const Charged c = ChargeOn(*store, limit, "k", 2, kEpoch);
     server.Kill();
-    const SettleResult r = SettleOn(*store, limit, "k",
-                                    {{.charge = c.charges[0], .units = 14, .max_debt = 2}}, kEpoch + 1);
+    const SettleResult r = SettleOn(
+        *store, limit, "k", {{.charge = c.charges[0], .units = 14, .max_debt = 2}}, kEpoch + 1);
     EXPECT_TRUE(absl::IsUnavailable(r.status)) << r.status;
     if (policy == FailurePolicy::kLocal) {
       EXPECT_EQ(r.settled[0].charged, 12) << "10 + 2 in the local store: all 12 fit";
@@ -340,17 +348,17 @@ TEST_P(MemcachedSettleTraceTest, SettlesAsTheMemoryStoreFigureForFigure) {
         for (size_t i = 0; i < limits.size(); ++i) {
           const int64_t charged = last[k][i].units;
           const int64_t choice = rnd.Between(0, 3);  // Equal, below, above, anything.
-          const int64_t units =
-              choice == 0   ? charged
-              : choice == 1 ? rnd.Between(0, std::max<int64_t>(0, charged - 1))
-              : choice == 2 ? charged + rnd.Between(1, limits[i].burst())
-                            : rnd.Between(0, 2 * std::max(limits[i].burst(), charged));
-          settlements.push_back(
-              {.charge = last[k][i],
-               .units = units,
-               .max_debt = limits[i].algorithm() == Algorithm::kSlidingLog
-                               ? rnd.Between(0, MemoryStore::kMaxSlidingLogLimit - limits[i].limit())
-                               : rnd.Between(0, 2 * limits[i].limit())});
+          const int64_t units = choice == 0   ? charged
+                                : choice == 1 ? rnd.Between(0, std::max<int64_t>(0, charged - 1))
+                                : choice == 2
+                                    ? charged + rnd.Between(1, limits[i].burst())
+                                    : rnd.Between(0, 2 * std::max(limits[i].burst(), charged));
+          settlements.push_back({.charge = last[k][i],
+                                 .units = units,
+                                 .max_debt = limits[i].algorithm() == Algorithm::kSlidingLog
+                                                 ? rnd.Between(0, MemoryStore::kMaxSlidingLogLimit -
+                                                                      limits[i].limit())
+                                                 : rnd.Between(0, 2 * limits[i].limit())});
         }
         const std::string once = rnd.OneIn(3) ? fmt::format("r{}.{}", round, row) : "";
         const int64_t until = t + rnd.Between(1, 1'000'000'000);
@@ -366,7 +374,8 @@ TEST_P(MemcachedSettleTraceTest, SettlesAsTheMemoryStoreFigureForFigure) {
           last[k] = std::vector<Charge>(2);
         }
         if (!once.empty()) {  // Replayed at once: refused by both, changing nothing.
-          const SettleResult replay = SettleOn(*store, limits, keys[k], settlements, t, once, until);
+          const SettleResult replay =
+              SettleOn(*store, limits, keys[k], settlements, t, once, until);
           ASSERT_EQ(replay, SettleOn(memory, limits, keys[k], settlements, t, once, until));
           ASSERT_TRUE(!got.status.ok() || absl::IsAlreadyExists(replay.status)) << replay.status;
         }
