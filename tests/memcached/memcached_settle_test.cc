@@ -302,6 +302,28 @@ TEST(MemcachedSettleFailuresTest, AnExtraChargeGoesToTheLocalPolicysStore) {
   }
 }
 
+// Settlements of `charges` on `limits`: equal, below, above the charge or anything up to
+// twice the burst, with debts the store holds (sliding_log: N + D within its log's bound).
+std::vector<Settlement> RandomSettlements(testing::Random& rnd, const std::vector<Limit>& limits,
+                                          const std::vector<Charge>& charges) {
+  std::vector<Settlement> settlements;
+  for (size_t i = 0; i < limits.size(); ++i) {
+    const int64_t charged = charges[i].units;
+    const int64_t choice = rnd.Between(0, 3);
+    const int64_t units = choice == 0   ? charged
+                          : choice == 1 ? rnd.Between(0, std::max<int64_t>(0, charged - 1))
+                          : choice == 2 ? charged + rnd.Between(1, limits[i].burst())
+                                        : rnd.Between(0, 2 * std::max(limits[i].burst(), charged));
+    settlements.push_back(
+        {.charge = charges[i],
+         .units = units,
+         .max_debt = limits[i].algorithm() == Algorithm::kSlidingLog
+                         ? rnd.Between(0, MemoryStore::kMaxSlidingLogLimit - limits[i].limit())
+                         : rnd.Between(0, 2 * limits[i].limit())});
+  }
+  return settlements;
+}
+
 // Seeded random traces per algorithm: requests over two limits of the algorithm on three keys,
 // charged (costs 0 to past the burst), settled below, at and above the charge (debts of every
 // size the store holds), now and then with a `once` replayed at once, and reset; every figure
@@ -344,22 +366,7 @@ TEST_P(MemcachedSettleTraceTest, SettlesAsTheMemoryStoreFigureForFigure) {
         ASSERT_EQ(got.charges, want.charges);
         last[k] = got.charges;
       } else if (op < 9) {
-        std::vector<Settlement> settlements;
-        for (size_t i = 0; i < limits.size(); ++i) {
-          const int64_t charged = last[k][i].units;
-          const int64_t choice = rnd.Between(0, 3);  // Equal, below, above, anything.
-          const int64_t units = choice == 0   ? charged
-                                : choice == 1 ? rnd.Between(0, std::max<int64_t>(0, charged - 1))
-                                : choice == 2
-                                    ? charged + rnd.Between(1, limits[i].burst())
-                                    : rnd.Between(0, 2 * std::max(limits[i].burst(), charged));
-          settlements.push_back({.charge = last[k][i],
-                                 .units = units,
-                                 .max_debt = limits[i].algorithm() == Algorithm::kSlidingLog
-                                                 ? rnd.Between(0, MemoryStore::kMaxSlidingLogLimit -
-                                                                      limits[i].limit())
-                                                 : rnd.Between(0, 2 * limits[i].limit())});
-        }
+        const std::vector<Settlement> settlements = RandomSettlements(rnd, limits, last[k]);
         const std::string once = rnd.OneIn(3) ? fmt::format("r{}.{}", round, row) : "";
         const int64_t until = t + rnd.Between(1, 1'000'000'000);
         const SettleResult got = SettleOn(*store, limits, keys[k], settlements, t, once, until);

@@ -61,8 +61,8 @@ void Work(MemoryStore& store, const Limit& limit, Timestamp now, int thread, int
       const int64_t cost = between(1, 3);
       Decision each;
       Charge charge;
-      absl::StatusOr<Decision> d = store.ChargeAll({&request, 1}, cost, now, {&each, 1},
-                                                   {&charge, 1});
+      absl::StatusOr<Decision> d =
+          store.ChargeAll({&request, 1}, cost, now, {&each, 1}, {&charge, 1});
       ASSERT_TRUE(d.ok()) << d.status();
       if (d->allowed) {
         sums.admitted.fetch_add(cost, std::memory_order_relaxed);
