@@ -52,7 +52,7 @@ class OwnedRequests {
       keys_.emplace_back(r.key);
     }
   }
-  // Views of the copies, valid while this lives (and is not moved).
+  // Views of the copies, valid while this (or what it is moved to) lives.
   absl::InlinedVector<LimitedKey, 4> View() const {
     absl::InlinedVector<LimitedKey, 4> view;
     for (size_t i = 0; i < limits_.size(); ++i) {

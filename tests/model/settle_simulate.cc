@@ -169,8 +169,8 @@ absl::StatusOr<std::string> RunRow(Store& store, const Limit& limit,
   charges.emplace_back();
   if (cells[0] == "charge") {
     Decision each;
-    absl::StatusOr<Decision> d = store.ChargeAll({&request, 1}, *cost, now, {&each, 1},
-                                                 {&charges.back(), 1});
+    absl::StatusOr<Decision> d =
+        store.ChargeAll({&request, 1}, *cost, now, {&each, 1}, {&charges.back(), 1});
     if (!d.ok()) {
       return d.status();
     }
