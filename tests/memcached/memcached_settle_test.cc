@@ -240,8 +240,8 @@ TEST(MemcachedSettleFailuresTest, AServerKilledFailsTheSettleAndTheUnitsStayChar
   const Charged b = ChargeOn(*store, {limit}, on_down, 5, kEpoch);
   down.Kill();
   for (const std::string& key : {on_down, on_up}) {
-    // Refunds of both, settled one limit per call: the killed server's fails; the live one
-    // is settled (a limit of its own), and replayed after the failure with the same once.
+    // Refunds of both, settled one limit per call: the killed server's fails and gives
+    // nothing back; the live one's is settled as if nothing had happened.
     const Charged& c = key == on_up ? a : b;
     const SettleResult r =
         SettleOn(*store, {limit}, key, {{.charge = c.charges[0], .units = 0}}, kEpoch + 1);
