@@ -65,6 +65,32 @@
 // DecideAllAsync queues the call there and calls `done` from one of them; DecideAll and
 // Decide run the call on the caller's thread with a connection set of the store's pool.
 //
+// Settles (Store::ChargeAllAsync, SettleAllAsync, ResetAllAsync; sluice/settle.h):
+//   - ChargeAllAsync is DecideAllAsync that also says what each limit charged (units 0 when
+//     denied, for cost 0, and when the failure policy decided: nothing in Memcached then).
+//   - SettleAllAsync first claims its `once`, when there is one, with an `add` of the item
+//     "<prefix>once:<once>" (src/memcached/keys.h) expiring at once_until (plus
+//     expiry_margin, in whole seconds: relative up to 30 days, else a Unix time), so that the
+//     claim is fleet-wide: an `add` that finds the item answers AlreadyExists ("receipt was
+//     settled already") and changes nothing. It then reads every limit's item, and settles
+//     each in turn in its own gets/cas loop (sluice::Settle on the decoded state). Memcached
+//     has no multi-key transaction, so a settle over several limits is not all or nothing
+//     once the claim is made: a read that fails takes the claim back (delete, so the settle
+//     can be tried again: nothing was written) and changes nothing; a limit whose settle
+//     fails after that (unreachable, timed out, its cas retries exhausted) keeps its units
+//     charged (fewer admitted, never more) while the other limits are settled, the claim
+//     stays (a replay would give back twice elsewhere), and the call answers the first error.
+//     A max_debt past what the memory store's encoding holds (MemoryStore's bound) is
+//     InvalidArgument, as there: an item in debt must decode.
+//   - The failure policy's direction: a give-back Memcached cannot make is an error and gives
+//     nothing back (never admits more); an extra charge it cannot make goes to the `local`
+//     policy's store when that policy is on (which then denies more while the outage
+//     lasts), else it is lost (MemcachedStoreStats::settle_units_lost). No policy turns a
+//     failed settle into a success.
+//   - ResetAllAsync deletes every limit's item (a missing one is fine) and forgets what the
+//     `local` policy's store holds of them; a delete that fails answers its error, the other
+//     items deleted.
+//
 // Leases (LeaseAll) are not implemented: Unimplemented, naming the store.
 //
 // Thread-safe.
@@ -134,14 +160,17 @@ struct MemcachedStoreStats {
   // an operation on it is answered.
   int servers_lost = 0;
   int servers_refusing = 0;
-  uint64_t calls = 0;              // Decisions asked of the store.
-  uint64_t failures = 0;           // Decisions Memcached did not answer (error, timeout).
+  uint64_t calls = 0;              // Decisions (and settles, resets) asked of the store.
+  uint64_t failures = 0;           // Of those, the ones Memcached did not answer (error, timeout).
   uint64_t fallbacks = 0;          // Failures decided by the failure policy (allow or local).
   uint64_t cas_conflicts = 0;      // Writes that found their item changed, and retried.
   uint64_t cas_exhausted = 0;      // Calls that lost cas_retries rounds in a row.
   uint64_t give_backs = 0;         // Charges given back after a later limit denied or failed.
   uint64_t give_backs_failed = 0;  // Of those, not written: their units stay charged.
-  MemoryStoreStats local;          // The `local` policy's store.
+  // Extra units settles should have charged and could not (Memcached unreachable, and no
+  // `local` policy to charge them to): lost, as the failure policy loses what it admits.
+  uint64_t settle_units_lost = 0;
+  MemoryStoreStats local;  // The `local` policy's store.
 };
 
 class MemcachedStore final : public Store {
@@ -168,6 +197,14 @@ class MemcachedStore final : public Store {
                                      Timestamp now, std::span<Decision> each) override;
   void DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
                       std::span<Decision> each, DecideDone done) override;
+  // Settles (see "Settles" above). Each runs on the store's threads, as DecideAllAsync.
+  void ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
+                      std::span<Decision> each, std::span<Charge> charges,
+                      DecideDone done) override;
+  void SettleAllAsync(std::span<const LimitedKey> requests, std::span<const Settlement> settlements,
+                      std::string_view once, Timestamp once_until, Timestamp now,
+                      std::span<Settled> settled, StatusDone done) override;
+  void ResetAllAsync(std::span<const LimitedKey> requests, Timestamp now, StatusDone done) override;
   // Unimplemented: leases need a set of ids per key, which this store does not keep.
   absl::StatusOr<Decision> LeaseAll(LeaseOp op, std::span<const LeasedKey> keys,
                                     std::string_view id, Micros ttl, Timestamp now,

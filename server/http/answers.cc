@@ -309,9 +309,10 @@ HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request) {
 
 HttpResponse SettleAnswer(const SettleResult& result, const HttpRequest& request) {
   std::string out;
-  fmt::format_to(std::back_inserter(out),
-                 FMT_COMPILE(R"({{"settled":true,"cost":{},"given_back":{},"charged":{},"limits":[)"),
-                 result.cost, result.given_back, result.charged);
+  fmt::format_to(
+      std::back_inserter(out),
+      FMT_COMPILE(R"({{"settled":true,"cost":{},"given_back":{},"charged":{},"limits":[)"),
+      result.cost, result.given_back, result.charged);
   for (size_t i = 0; i < result.limits.size(); ++i) {
     const SettledLimit& limit = result.limits[i];
     out += i > 0 ? R"(,{"name":)" : R"({"name":)";

@@ -37,12 +37,10 @@ HttpResponse EnvoyJson(const EnvoyAnswer& answer, const HttpRequest& request,
                        const AnswerHeaders&) {
   return EnvoyJsonResponse(answer, request);
 }
-HttpResponse Settled(const SettleResult& result, const HttpRequest& request,
-                     const AnswerHeaders&) {
+HttpResponse Settled(const SettleResult& result, const HttpRequest& request, const AnswerHeaders&) {
   return SettleAnswer(result, request);
 }
-HttpResponse WasReset(const ResetResult& result, const HttpRequest& request,
-                      const AnswerHeaders&) {
+HttpResponse WasReset(const ResetResult& result, const HttpRequest& request, const AnswerHeaders&) {
   return ResetAnswer(result, request);
 }
 
@@ -248,8 +246,8 @@ std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request) con
       return response;
     }
     case AdminToken::Verdict::kWrong:
-      return ErrorResponse(http::status::forbidden, "the admin token is wrong",
-                           request.version(), request.keep_alive());
+      return ErrorResponse(http::status::forbidden, "the admin token is wrong", request.version(),
+                           request.keep_alive());
     case AdminToken::Verdict::kGranted:
       break;
   }

@@ -322,10 +322,9 @@ absl::Status ParseMaxWait(const Fields& fields, std::optional<Micros>* max_wait)
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields& fields,
                                                                     std::string_view also,
                                                                     std::optional<int64_t> cost) {
-  if (absl::Status s = fields.OnlyKnown(
-          {"key", "algorithm", "limit", "period", "burst", "buckets", "cost", "receipt",
-           "max_debt", "block"},
-          also);
+  if (absl::Status s = fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets",
+                                         "cost", "receipt", "max_debt", "block"},
+                                        also);
       !s.ok()) {
     return s;
   }
@@ -341,9 +340,9 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   absl::StatusOr<std::optional<std::string>> block = fields.String("block");
   absl::StatusOr<std::optional<int64_t>> max_debt =
       AtLeast(fields.Integer({"max_debt"}), fields, "max_debt", 0);
-  for (const absl::Status& s : {key.status(), algorithm.status(), period.status(), limit.status(),
-                                burst.status(), buckets.status(), receipt.status(),
-                                max_debt.status(), block.status()}) {
+  for (const absl::Status& s :
+       {key.status(), algorithm.status(), period.status(), limit.status(), burst.status(),
+        buckets.status(), receipt.status(), max_debt.status(), block.status()}) {
     if (!s.ok()) {
       return s;
     }
@@ -473,7 +472,8 @@ absl::StatusOr<SettleRequest> ParseSettle(const HttpRequest& request) {
     return s;
   }
   absl::StatusOr<std::optional<std::string>> receipt = fields.String("receipt");
-  absl::StatusOr<std::optional<int64_t>> cost = AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
+  absl::StatusOr<std::optional<int64_t>> cost =
+      AtLeast(fields.Integer({"cost"}), fields, "cost", 0);
   for (const absl::Status& s : {receipt.status(), cost.status()}) {
     if (!s.ok()) {
       return s;

@@ -16,8 +16,7 @@
 namespace sluice::server {
 
 Limit BlockLimit(Micros duration) {
-  return Limit::Create(
-             {.algorithm = Algorithm::kGcra, .limit = 1, .period = duration, .burst = 1})
+  return Limit::Create({.algorithm = Algorithm::kGcra, .limit = 1, .period = duration, .burst = 1})
       .value();
 }
 
@@ -94,6 +93,15 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   if (const YAML::Node share = node["share"]) {
     rule_limit.share = ParseShare(share, rule_limit);
   }
+  ParseAfterDecision(node, spec.limit, rule_limit);
+  rule_limit.counters = counters_.Get(rule_limit.name);
+  return rule_limit;
+}
+
+// The fields that act after a decision: `max_debt` (how far a settle may charge past the
+// limit) and `block` (a denial's penalty on the key).
+void FileParser::ParseAfterDecision(const YAML::Node& node, int64_t limit,
+                                    RuleLimit& rule_limit) const {
   if (const YAML::Node max_debt = node["max_debt"]) {
     rule_limit.max_debt = Integer(max_debt, "max_debt", 0, kMaxDebt);
   }
@@ -106,7 +114,7 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
       Fail(block, fmt::format("block must be {} to {}", FormatDuration(kMinBlock),
                               FormatDuration(kMaxBlock)));
     }
-    if (spec.limit == 0) {
+    if (limit == 0) {
       Fail(block, "'block' needs a limit that can deny: requests_per_unit is 0");
     }
     rule_limit.block = BlockLimit(*duration);
@@ -114,8 +122,6 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
       Fail(block, fmt::format("block: {}", internal::Message(s)));
     }
   }
-  rule_limit.counters = counters_.Get(rule_limit.name);
-  return rule_limit;
 }
 
 SharePolicy FileParser::ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const {

@@ -10,13 +10,15 @@ namespace sluice::server {
 
 std::string BlockKey(std::string_view key) {
   std::string block(key);
-  block += "\x1b" "block";
+  block +=
+      "\x1b"
+      "block";
   return block;
 }
 
 internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
-                                                                std::vector<LimitedKey> blocks,
-                                                                Timestamp now) {
+                                                               std::vector<LimitedKey> blocks,
+                                                               Timestamp now) {
   std::vector<Decision> each(blocks.size());
   const absl::StatusOr<Decision> asked = co_await StoreDecision(store, blocks, 0, now, each);
   if (!asked.ok()) {
@@ -54,8 +56,8 @@ internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
     co_return left.status();
   }
   block_left = *std::move(left);
-  blocked = std::any_of(block_left.begin(), block_left.end(),
-                        [](Micros m) { return m > Micros{0}; });
+  blocked =
+      std::any_of(block_left.begin(), block_left.end(), [](Micros m) { return m > Micros{0}; });
   if (blocked) {
     admitted = false;
   }

@@ -35,8 +35,8 @@ std::string BlockKey(std::string_view key);
 // The time left of the block on each of `blocks` at `now` (0 where none runs), asked of the
 // store in one call. The limits and keys `blocks` points to must outlive the task.
 internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
-                                                                std::vector<LimitedKey> blocks,
-                                                                Timestamp now);
+                                                               std::vector<LimitedKey> blocks,
+                                                               Timestamp now);
 
 // Starts the block `block` at `now`, unless one runs there already.
 internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestamp now);

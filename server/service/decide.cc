@@ -114,7 +114,6 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, i
 
 }  // namespace
 
-
 RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& planned, int64_t cost,
                                                      Timestamp now, bool denied_elsewhere,
                                                      bool count, bool receipt) {
@@ -227,7 +226,8 @@ void RateLimitService::Deciding::Classify(int64_t cost) {
     }
     // A shadow limit never blocks: it never changes an answer.
     if (rule_limit.block && p.mode != Mode::kShadow && !rule_limit.unlimited &&
-        (rule_limit.limit || p.counting) && (earlier == planned.begin() + static_cast<ptrdiff_t>(i))) {
+        (rule_limit.limit || p.counting) &&
+        (earlier == planned.begin() + static_cast<ptrdiff_t>(i))) {
       blocking.push_back(i);
     }
   }
@@ -286,10 +286,10 @@ void RateLimitService::Deciding::Keep(const std::vector<size_t>& outcomes,
     const RuleLimit& rule_limit =
         j < outcomes.size() ? *planned[outcomes[j]].rule_limit : pools[j - outcomes.size()]->limit;
     receipt_limits.push_back({.name = rule_limit.name,
-                    .limit = *keys[j].limit,
-                    .key = std::string(keys[j].key),
-                    .charge = charges[j],
-                    .max_debt = rule_limit.max_debt.value_or(rule_limit.nominal)});
+                              .limit = *keys[j].limit,
+                              .key = std::string(keys[j].key),
+                              .charge = charges[j],
+                              .max_debt = rule_limit.max_debt.value_or(rule_limit.nominal)});
   }
 }
 

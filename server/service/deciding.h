@@ -89,7 +89,7 @@ struct RateLimitService::Deciding {
   std::vector<size_t> blocking;
   std::vector<std::string> block_keys;
   std::vector<Micros> block_left;  // The time left of each one's block (0: none runs).
-  bool blocked = false;  // A block runs on one of them: denied, nothing charged.
+  bool blocked = false;            // A block runs on one of them: denied, nothing charged.
 };
 
 }  // namespace sluice::server

@@ -64,8 +64,8 @@ absl::StatusOr<ParsedLease> ParseLeaseToken(std::string_view token) {
 
 RateLimitService::CheckTask RateLimitService::DecideLeased(std::vector<Planned>& planned,
                                                            std::vector<PlannedLease>& leases,
-                                                           int64_t cost, Timestamp now,
-                                                           bool count, bool receipt) {
+                                                           int64_t cost, Timestamp now, bool count,
+                                                           bool receipt) {
   std::vector<LeasedKey> keys;
   // One lease over every key, living as long as the shortest lease_ttl of their rules: each
   // rule's promise (a crashed holder's slot comes back within lease_ttl) holds.

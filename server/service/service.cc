@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "sluice/duration.h"
 #include "spdlog/spdlog.h"
 
 #include "server/service/blocks.h"
 #include "server/service/service_internal.h"
 #include "server/service/store_answer.h"
+#include "sluice/duration.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -335,9 +335,8 @@ absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
         fmt::format("max_debt must be 0 to {}, not {}", kMaxDebt, *request.max_debt));
   }
   if (request.block != Micros{0} && (request.block < kMinBlock || request.block > kMaxBlock)) {
-    return absl::InvalidArgumentError(fmt::format("block must be {} to {}",
-                                                  FormatDuration(kMinBlock),
-                                                  FormatDuration(kMaxBlock)));
+    return absl::InvalidArgumentError(fmt::format(
+        "block must be {} to {}", FormatDuration(kMinBlock), FormatDuration(kMaxBlock)));
   }
   return Limit::Create(request.spec);
 }

@@ -93,9 +93,9 @@ struct AdHocRequest {
   std::string key;
   LimitSpec spec;
   int64_t cost = 1;
-  bool receipt = false;               // As CheckRequest's.
-  std::optional<int64_t> max_debt;    // A settle's bound past the limit; default the limit.
-  Micros block{0};                    // A rule's `block` (blocks.h); 0: none.
+  bool receipt = false;             // As CheckRequest's.
+  std::optional<int64_t> max_debt;  // A settle's bound past the limit; default the limit.
+  Micros block{0};                  // A rule's `block` (blocks.h); 0: none.
 };
 
 // What one limit said about a request.

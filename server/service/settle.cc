@@ -42,8 +42,7 @@ void RateLimitService::IssueReceipt(std::vector<ReceiptLimit> limits, Timestamp 
   result.receipt_ttl = receipt.expires - now;
 }
 
-internal::Task<absl::StatusOr<SettleResult>> RateLimitService::DecideSettle(
-    SettleRequest request) {
+internal::Task<absl::StatusOr<SettleResult>> RateLimitService::DecideSettle(SettleRequest request) {
   if (request.cost < 0 || request.cost > Limit::kMaxCount) {
     co_return absl::InvalidArgumentError(
         fmt::format("cost must be 0 to {}, not {}", Limit::kMaxCount, request.cost));
@@ -160,8 +159,7 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
   co_return std::move(result);
 }
 
-void RateLimitService::SettleAsync(SettleRequest request,
-                                   Done<absl::StatusOr<SettleResult>> done) {
+void RateLimitService::SettleAsync(SettleRequest request, Done<absl::StatusOr<SettleResult>> done) {
   Run(DecideSettle(std::move(request)), std::move(done));
 }
 

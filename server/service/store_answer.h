@@ -24,9 +24,9 @@
 namespace sluice::server {
 
 // Awaits a store call that answers a `Result` (absl::StatusOr<Decision> through a DecideDone,
-// absl::Status through a StatusDone): `start` makes the call. The store may answer before the call returns (the memory store) or
-// later on its own thread (Redis): whichever of the answer and the suspension comes second
-// resumes the coroutine, so an answer at once costs no suspension at all.
+// absl::Status through a StatusDone): `start` makes the call. The store may answer before the call
+// returns (the memory store) or later on its own thread (Redis): whichever of the answer and the
+// suspension comes second resumes the coroutine, so an answer at once costs no suspension at all.
 template <typename Start, typename Result = absl::StatusOr<Decision>>
 class StoreAnswer {
  public:
@@ -66,8 +66,8 @@ inline auto StoreDecision(Store& store, std::span<const LimitedKey> keys, int64_
 }
 
 // co_await StoreCharge(...): Store::ChargeAllAsync's answer.
-inline auto StoreCharge(Store& store, std::span<const LimitedKey> keys, int64_t cost,
-                        Timestamp now, std::span<Decision> each, std::span<Charge> charges) {
+inline auto StoreCharge(Store& store, std::span<const LimitedKey> keys, int64_t cost, Timestamp now,
+                        std::span<Decision> each, std::span<Charge> charges) {
   return StoreAnswer([&store, keys, cost, now, each, charges](DecideDone done) {
     store.ChargeAllAsync(keys, cost, now, each, charges, std::move(done));
   });

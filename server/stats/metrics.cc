@@ -49,6 +49,42 @@ void Metrics::RecordLatency(Micros latency) {
 std::string Metrics::Render(std::string_view extra) const {
   std::string out;
   auto emit = std::back_inserter(out);
+  AppendRuleFamilies(out);
+  auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& value) {
+    fmt::format_to(emit, "# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name,
+                   value.load(std::memory_order_relaxed));
+  };
+  counter("sluice_store_errors_total", "Decisions the store failed to make.", store_errors_);
+  counter("sluice_config_reloads_total", "Rule files reloaded successfully.", reloads_);
+  counter("sluice_config_reload_failures_total",
+          "Reloads refused because the new rules were broken (the last good rules stay).",
+          reload_failures_);
+  counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
+  counter("sluice_global_shadow_mode_total",
+          "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
+  counter("sluice_caller_limits_refused_total",
+          "Requests refused: callers had 1,024 limits in use.", caller_limits_refused_);
+  counter("sluice_unknown_domain_total",
+          "Requests to a domain no rule knows (admitted; the log says which at debug level).",
+          unknown_domain_);
+  counter("sluice_settles_total", "Receipts settled (POST /v1/settle).", settles_);
+  counter("sluice_settles_refused_total",
+          "Settles refused for their receipt: forged, changed, expired, settled already or "
+          "malformed.",
+          settles_refused_);
+  counter("sluice_resets_total", "Resets made (POST /v1/reset).", resets_);
+  counter("sluice_admin_refused_total",
+          "Requests to admin endpoints without the right token (401, 403).", admin_refused_);
+  out += BuildInfo();
+
+  AppendLatency(out);
+  out.append(extra);
+  return out;
+}
+
+// One family per rule counter, a series per rule limit.
+void Metrics::AppendRuleFamilies(std::string& out) const {
+  auto emit = std::back_inserter(out);
   struct Family {
     const char* name;
     const char* help;
@@ -90,33 +126,10 @@ std::string Metrics::Render(std::string_view extra) const {
                      (counters->*family.member).load(std::memory_order_relaxed));
     }
   }
-  auto counter = [&](const char* name, const char* help, const std::atomic<uint64_t>& value) {
-    fmt::format_to(emit, "# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name,
-                   value.load(std::memory_order_relaxed));
-  };
-  counter("sluice_store_errors_total", "Decisions the store failed to make.", store_errors_);
-  counter("sluice_config_reloads_total", "Rule files reloaded successfully.", reloads_);
-  counter("sluice_config_reload_failures_total",
-          "Reloads refused because the new rules were broken (the last good rules stay).",
-          reload_failures_);
-  counter("sluice_bad_requests_total", "Requests refused as malformed (HTTP 400).", bad_requests_);
-  counter("sluice_global_shadow_mode_total",
-          "Envoy answers over the limit made OK by the global shadow mode.", global_shadow_mode_);
-  counter("sluice_caller_limits_refused_total",
-          "Requests refused: callers had 1,024 limits in use.", caller_limits_refused_);
-  counter("sluice_unknown_domain_total",
-          "Requests to a domain no rule knows (admitted; the log says which at debug level).",
-          unknown_domain_);
-  counter("sluice_settles_total", "Receipts settled (POST /v1/settle).", settles_);
-  counter("sluice_settles_refused_total",
-          "Settles refused for their receipt: forged, changed, expired, settled already or "
-          "malformed.",
-          settles_refused_);
-  counter("sluice_resets_total", "Resets made (POST /v1/reset).", resets_);
-  counter("sluice_admin_refused_total",
-          "Requests to admin endpoints without the right token (401, 403).", admin_refused_);
-  out += BuildInfo();
+}
 
+void Metrics::AppendLatency(std::string& out) const {
+  auto emit = std::back_inserter(out);
   const char* const histogram = "sluice_decision_latency_seconds";
   fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);
   fmt::format_to(emit, "# TYPE {} histogram\n", histogram);
@@ -133,8 +146,6 @@ std::string Metrics::Render(std::string_view extra) const {
   fmt::format_to(emit, "{}_sum {}\n{}_count {}\n", histogram,
                  static_cast<double>(latency_sum_us_.load(std::memory_order_relaxed)) / 1e6,
                  histogram, cumulative);
-  out.append(extra);
-  return out;
 }
 
 }  // namespace sluice::server

@@ -66,6 +66,10 @@ class Metrics {
   std::string Render(std::string_view extra = {}) const;
 
  private:
+  // Render's parts: the rules' counters, and the latency histogram.
+  void AppendRuleFamilies(std::string& out) const;
+  void AppendLatency(std::string& out) const;
+
   CounterRegistry rules_;
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> reloads_{0};

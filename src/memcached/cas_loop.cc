@@ -145,4 +145,36 @@ absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& ta
   return Exhausted(target, settings);
 }
 
+absl::StatusOr<Settled> SettleState(MemcachedConnection& connection, const ItemTarget& target,
+                                    const Settlement& settlement, Timestamp now, ReadItem first,
+                                    const CasSettings& settings) {
+  ReadItem read = std::move(first);
+  for (int attempt = 0; attempt <= settings.retries; ++attempt) {
+    if (attempt > 0) {
+      if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<ReadItem> again = ReadState(connection, target);
+      if (!again.ok()) {
+        return again.status();
+      }
+      read = *std::move(again);
+    }
+    AnyState state = read.state;
+    const Settled settled = Settle(*target.limit, state, now, settlement);
+    if (state == read.state) {
+      return settled;  // Nothing to give back nor to charge: nothing to write.
+    }
+    absl::StatusOr<bool> written =
+        WriteState(connection, target, read, state, settled.after.reset_after, settings);
+    if (!written.ok()) {
+      return written.status();
+    }
+    if (*written) {
+      return settled;
+    }
+  }
+  return Exhausted(target, settings);
+}
+
 }  // namespace sluice::internal

@@ -1,10 +1,11 @@
 #pragma once
 
 // The gets/cas loops a MemcachedStore decision is made of, one limit and one key each: read
-// the item, run the algorithm (sluice/algorithms.h) or the give-back (sluice/give_back.h) on
-// its state here, and write the new state back only if the item is as it was read (cas; add
-// for a key with no item). A write that loses to another writer reads and tries again, at most
-// `retries` times and until the call's deadline, then fails with ResourceExhausted
+// the item, run the algorithm (sluice/algorithms.h), the give-back (sluice/give_back.h) or the
+// settle (sluice/settle.h) on its state here, and write the new state back only if the item is as
+// it was read (cas; add for a key with no item). A write that loses to another writer reads and
+// tries again, at most `retries` times and until the call's deadline, then fails with
+// ResourceExhausted
 // ("contention"), naming the limit and the key: no outage, so no failure policy decides it.
 //
 // Thread-compatible, as the MemcachedConnection they are given; the counters are atomic.
@@ -21,6 +22,7 @@
 #include "sluice/algorithms.h"
 #include "sluice/give_back.h"
 #include "sluice/limit.h"
+#include "sluice/settle.h"
 #include "src/memcached/connection.h"
 
 namespace sluice::internal {
@@ -64,5 +66,14 @@ absl::StatusOr<Decision> ChargeState(MemcachedConnection& connection, const Item
 // went with it).
 absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& target,
                            const Charge& charge, Timestamp now, const CasSettings& settings);
+
+// Settles `settlement` on the target at `now` (sluice::Settle on the item's state), starting
+// from `first` (a read already made), and writes the state when the settle changed it (a key
+// with no item and nothing to give back writes nothing). REQUIRES: ValidateSettlement is OK
+// and max_debt is at most MaxDebt(limit) (src/memory/compact_state.h), so that the state in
+// debt is one DecodeItem reads back.
+absl::StatusOr<Settled> SettleState(MemcachedConnection& connection, const ItemTarget& target,
+                                    const Settlement& settlement, Timestamp now, ReadItem first,
+                                    const CasSettings& settings);
 
 }  // namespace sluice::internal

@@ -196,6 +196,15 @@ absl::StatusOr<bool> MemcachedConnection::Cas(std::string_view key, std::string_
   return Failed(rc, "cas", key);
 }
 
+absl::Status MemcachedConnection::Delete(std::string_view key) {
+  const memcached_return_t rc = memcached_delete(mc_, key.data(), key.size(), 0);
+  if (rc == MEMCACHED_SUCCESS || rc == MEMCACHED_DELETED || rc == MEMCACHED_NOTFOUND) {
+    Answered(key);
+    return absl::OkStatus();
+  }
+  return Failed(rc, "delete", key);
+}
+
 void MemcachedConnection::Probe(std::string_view key) {
   const char* keys[] = {key.data()};
   const size_t lengths[] = {key.size()};

@@ -1,7 +1,7 @@
 #pragma once
 
-// One set of connections to the Memcached servers (a memcached_st of libmemcached): the three
-// operations the store's gets/cas loops need, with libmemcached's answers turned into
+// One set of connections to the Memcached servers (a memcached_st of libmemcached): the
+// operations the store's gets/cas loops and resets need, with libmemcached's answers turned into
 // statuses. The servers, ketama hashing and the timeouts are set once on a prototype
 // (MakePrototype); each thread of the store uses a clone of its own.
 //
@@ -51,6 +51,8 @@ class MemcachedConnection {
   // changed or removed since it was read.
   absl::StatusOr<bool> Cas(std::string_view key, std::string_view value, int64_t exptime_s,
                            uint64_t cas);
+  // Removes the item at `key`: OK also when there is none.
+  absl::Status Delete(std::string_view key);
 
   // Reads `key` (a probe: src/memcached/watcher.h) and tells the health what it found of the
   // key's server: connected when it answers, lost when it cannot (why). (Not `version`, which

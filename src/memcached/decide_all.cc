@@ -1,5 +1,6 @@
 #include "src/memcached/decide_all.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -34,8 +35,11 @@ void GiveBackBefore(MemcachedConnection& connection, std::span<const ItemTarget>
 absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
                                        std::span<const ItemTarget> targets, int64_t cost,
                                        Timestamp now, std::span<Decision> each,
-                                       const CasSettings& settings, GiveBackCounters& give_backs) {
+                                       std::span<Charge> charges, const CasSettings& settings,
+                                       GiveBackCounters& give_backs) {
   assert(each.size() == targets.size());
+  assert(charges.empty() || charges.size() == targets.size());
+  std::fill(charges.begin(), charges.end(), Charge{});
   absl::InlinedVector<ReadItem, 4> reads;
   bool all_allowed = true;
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -56,17 +60,17 @@ absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
     }
     return Combine(each);
   }
-  absl::InlinedVector<Charge, 4> charges(targets.size());
+  absl::InlinedVector<Charge, 4> made(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     absl::StatusOr<Decision> charged =
-        ChargeState(connection, targets[i], cost, now, reads[i], settings, charges[i]);
+        ChargeState(connection, targets[i], cost, now, reads[i], settings, made[i]);
     if (charged.ok() && charged->allowed) {
       each[i] = *charged;
       continue;
     }
     // Another writer came between the dry run and this charge (or the charge failed): the
     // request is not admitted, and what it charged before this limit goes back.
-    GiveBackBefore(connection, targets, charges, i, now, settings, give_backs);
+    GiveBackBefore(connection, targets, made, i, now, settings, give_backs);
     if (!charged.ok()) {
       return charged.status();
     }
@@ -80,6 +84,9 @@ absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
       each[j] = Query(targets[j], read.ok() ? *read : reads[j], now);
     }
     return Combine(each);
+  }
+  if (!charges.empty()) {
+    std::copy(made.begin(), made.end(), charges.begin());
   }
   return Combine(each);
 }

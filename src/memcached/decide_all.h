@@ -25,12 +25,15 @@ struct GiveBackCounters {
 };
 
 // Decides `cost` on every target at `now`, writing each limit's decision to `each` and
-// returning their Combine, as Store::DecideAll says. Errors: the first a read or charge
-// returned (the charges before it given back).
-// REQUIRES: each.size() == targets.size(); no target twice.
+// returning their Combine, as Store::DecideAll says, and to `charges` (when not empty) what
+// each limit charged, as Store::ChargeAllAsync says (units 0 on every limit unless the
+// request was admitted with a cost). Errors: the first a read or charge returned (the charges
+// before it given back).
+// REQUIRES: each.size() == targets.size(); charges empty or of that size; no target twice.
 absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
                                        std::span<const ItemTarget> targets, int64_t cost,
                                        Timestamp now, std::span<Decision> each,
-                                       const CasSettings& settings, GiveBackCounters& give_backs);
+                                       std::span<Charge> charges, const CasSettings& settings,
+                                       GiveBackCounters& give_backs);
 
 }  // namespace sluice::internal

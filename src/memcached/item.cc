@@ -1,5 +1,6 @@
 #include "src/memcached/item.h"
 
+#include <algorithm>
 #include <variant>
 
 #include "fmt/format.h"
@@ -48,6 +49,21 @@ int64_t ExptimeOf(Micros reset_after, Micros margin) {
   const int64_t total = us + std::min<int64_t>(margin.count(), kMaxRelativeExptime * kSecond);
   const int64_t seconds = std::max<int64_t>(1, (total + kSecond - 1) / kSecond);
   return seconds > kMaxRelativeExptime ? 0 : seconds;
+}
+
+std::optional<int64_t> OnceExptime(Timestamp once_until, Timestamp now, Micros margin) {
+  constexpr int64_t kSecond = 1'000'000;
+  if (once_until <= now) {
+    return std::nullopt;
+  }
+  // Times below kLatest (2200) and a margin of at most 30 days: no overflow.
+  const Micros m = std::min(margin, Micros(kMaxRelativeExptime * kSecond));
+  const int64_t relative = (once_until - now + m).count();
+  if (relative <= kMaxRelativeExptime * kSecond) {
+    return (relative + kSecond - 1) / kSecond;
+  }
+  const int64_t absolute = (once_until + m).time_since_epoch().count();
+  return (absolute + kSecond - 1) / kSecond;
 }
 
 }  // namespace sluice::internal

@@ -8,6 +8,7 @@
 // Pure functions: thread-safe.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,5 +32,11 @@ inline constexpr int64_t kMaxRelativeExptime = 30LL * 86'400;
 // The exptime of an item whose state resets after `reset_after`: reset_after + margin in
 // whole seconds, rounded up, at least 1 (0 would mean "never"); 0 (never) past 30 days.
 int64_t ExptimeOf(Micros reset_after, Micros margin);
+
+// The exptime of a settle's `once` claim, kept until `once_until` (plus `margin`, as every
+// item) as seen at `now`: whole seconds rounded up, relative when at most 30 days, else the
+// absolute Unix time in seconds (which Memcached reads on its own clock, as it reads every
+// time: the fleet's clocks must agree). nullopt when once_until <= now: nothing to keep.
+std::optional<int64_t> OnceExptime(Timestamp once_until, Timestamp now, Micros margin);
 
 }  // namespace sluice::internal

@@ -33,4 +33,8 @@ std::string ItemKey(std::string_view prefix, const Limit& limit, std::string_vie
   return out;
 }
 
+std::string OnceKey(std::string_view prefix, std::string_view once) {
+  return fmt::format("{}once:{}", prefix, once);
+}
+
 }  // namespace sluice::internal

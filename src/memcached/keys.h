@@ -8,6 +8,10 @@
 // "%#" and the key's SHA-256 in hex: "%#" never comes out of the escaping, so no escaped key
 // can take a hashed one's name.
 //
+// A settle's `once` claim (Store::SettleAllAsync) is an item of its own, "<prefix>once:<id>":
+// no limit's item takes that name, for Limit::ToString() always holds a space (escaped %20)
+// before its ':'.
+//
 // Pure functions: thread-safe.
 
 #include <string>
@@ -21,6 +25,9 @@ namespace sluice::internal {
 inline constexpr size_t kMaxItemKeyBytes = 250;
 
 std::string ItemKey(std::string_view prefix, const Limit& limit, std::string_view key);
+
+// The claim of a settle's `once` id (printable ASCII without spaces, at most kMaxOnceBytes).
+std::string OnceKey(std::string_view prefix, std::string_view once);
 
 // `text` escaped as above, appended to `out`.
 void AppendEscaped(std::string& out, std::string_view text);

@@ -11,108 +11,12 @@
 #include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
 
-#include "src/memcached/cas_loop.h"
-#include "src/memcached/connection.h"
-#include "src/memcached/decide_all.h"
 #include "src/memcached/keys.h"
-#include "src/memcached/watcher.h"
-#include "src/memcached/workers.h"
+#include "src/memcached/store_impl.h"
 
 namespace sluice {
 
-using internal::ItemTarget;
-using internal::MemcachedConnection;
-
-// The store's parts: the options, the connection sets (the workers' own, and a pool for the
-// callers of the synchronous calls), the `local` policy's store and the counters.
-class MemcachedStore::Impl {
- public:
-  using SteadyClock = std::chrono::steady_clock;
-  using SteadyTime = SteadyClock::time_point;
-
-  Impl(MemcachedStoreOptions options, std::unique_ptr<internal::ServerHealth> health,
-       std::unique_ptr<MemcachedConnection> prototype)
-      : options_(std::move(options)),
-        health_(std::move(health)),
-        prototype_(std::move(prototype)),
-        local_(options_.local),
-        settings_{.retries = options_.cas_retries,
-                  .expiry_margin = options_.expiry_margin,
-                  .counters = &cas_counters_},
-        workers_(options_.threads, *prototype_) {}
-
-  const MemcachedStoreOptions& options() const { return options_; }
-  internal::Workers& workers() { return workers_; }
-
-  // Decides on `connection` (the caller's thread) by `deadline` (the call's timeout from when
-  // it was asked, queued or not), the failure policy deciding what Memcached could not.
-  absl::StatusOr<Decision> Run(MemcachedConnection& connection,
-                               std::span<const LimitedKey> requests, int64_t cost, Timestamp now,
-                               std::span<Decision> each, SteadyTime deadline);
-  // What the failure policy answers for `error`: the servers could not decide.
-  absl::StatusOr<Decision> Fallback(absl::Status error, std::span<const LimitedKey> requests,
-                                    int64_t cost, Timestamp now, std::span<Decision> each);
-
-  // A connection set for a synchronous call, from the pool (a new clone when none is free).
-  std::unique_ptr<MemcachedConnection> Borrow() {
-    {
-      std::lock_guard lock(pool_mu_);
-      if (!pool_.empty()) {
-        std::unique_ptr<MemcachedConnection> c = std::move(pool_.back());
-        pool_.pop_back();
-        return c;
-      }
-    }
-    std::unique_ptr<MemcachedConnection> c = prototype_->Clone();
-    if (c == nullptr) {
-      std::abort();  // libmemcached could not allocate: out of memory is fatal (STYLE.md 2.4).
-    }
-    return c;
-  }
-  void Return(std::unique_ptr<MemcachedConnection> c) {
-    std::lock_guard lock(pool_mu_);
-    pool_.push_back(std::move(c));
-  }
-
-  MemoryStore& local() { return local_; }
-
-  MemcachedStoreStats Stats() const {
-    const internal::HealthLog::Counts lost = health_->counts();
-    return {.servers = static_cast<int>(options_.servers.size()),
-            .servers_lost = lost.lost,
-            .servers_refusing = lost.refusing,
-            .calls = calls_.load(std::memory_order_relaxed),
-            .failures = failures_.load(std::memory_order_relaxed),
-            .fallbacks = fallbacks_.load(std::memory_order_relaxed),
-            .cas_conflicts = cas_counters_.conflicts.load(std::memory_order_relaxed),
-            .cas_exhausted = cas_counters_.exhausted.load(std::memory_order_relaxed),
-            .give_backs = give_backs_.given.load(std::memory_order_relaxed),
-            .give_backs_failed = give_backs_.failed.load(std::memory_order_relaxed),
-            .local = local_.Stats()};
-  }
-
- private:
-  const MemcachedStoreOptions options_;
-  const std::unique_ptr<internal::ServerHealth> health_;  // Before the connections that use it.
-  const std::unique_ptr<MemcachedConnection> prototype_;
-  internal::Watcher watcher_{options_, *health_};  // Probes the servers lost.
-  MemoryStore local_;
-  internal::CasCounters cas_counters_;
-  internal::GiveBackCounters give_backs_;
-  const internal::CasSettings settings_;
-  // Counters: relaxed, for monitoring; no decision reads them.
-  std::atomic<uint64_t> calls_{0};
-  std::atomic<uint64_t> failures_{0};
-  std::atomic<uint64_t> fallbacks_{0};
-  std::mutex pool_mu_;
-  std::vector<std::unique_ptr<MemcachedConnection>> pool_;  // Guarded by pool_mu_.
-  // Last: its threads use the members above, so it is destroyed (joined) first.
-  internal::Workers workers_;
-};
-
-namespace {
-
-absl::Status CheckTime(Timestamp now) {
+absl::Status internal::CheckTime(Timestamp now) {
   if (now < MemoryStore::kEarliest || now >= MemoryStore::kLatest) [[unlikely]] {
     return absl::InvalidArgumentError(
         fmt::format("time {}us is outside the memcached store's range, 1970 to 2200",
@@ -121,9 +25,9 @@ absl::Status CheckTime(Timestamp now) {
   return absl::OkStatus();
 }
 
-// The checks every call makes before it asks Memcached; the targets named as items.
-absl::Status Check(std::string_view prefix, std::span<const LimitedKey> requests, int64_t cost,
-                   Timestamp now, absl::InlinedVector<ItemTarget, 4>& targets) {
+absl::Status internal::CheckTargets(std::string_view prefix, std::span<const LimitedKey> requests,
+                                    int64_t cost, Timestamp now,
+                                    absl::InlinedVector<ItemTarget, 4>& targets) {
   if (absl::Status s = ValidateRequest(requests.size(), cost); !s.ok()) {
     return s;
   }
@@ -147,17 +51,18 @@ absl::Status Check(std::string_view prefix, std::span<const LimitedKey> requests
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connection,
                                                    std::span<const LimitedKey> requests,
                                                    int64_t cost, Timestamp now,
-                                                   std::span<Decision> each, SteadyTime deadline) {
+                                                   std::span<Decision> each,
+                                                   std::span<Charge> charges, SteadyTime deadline) {
   assert(each.size() == requests.size());
+  std::fill(charges.begin(), charges.end(), Charge{});  // Nothing charged, until it is.
   calls_.fetch_add(1, std::memory_order_relaxed);
   absl::InlinedVector<ItemTarget, 4> targets;
   // Check's errors are the call's own: they reach no server, so no policy applies.
-  if (absl::Status s = Check(options_.key_prefix, requests, cost, now, targets); !s.ok()) {
+  if (absl::Status s = internal::CheckTargets(options_.key_prefix, requests, cost, now, targets);
+      !s.ok()) {
     return s;
   }
   if (SteadyClock::now() >= deadline) {  // It waited its whole timeout in the queue.
@@ -170,7 +75,7 @@ absl::StatusOr<Decision> MemcachedStore::Impl::Run(MemcachedConnection& connecti
   internal::CasSettings settings = settings_;
   settings.deadline = deadline;
   absl::StatusOr<Decision> result =
-      internal::DecideTargets(connection, targets, cost, now, each, settings, give_backs_);
+      internal::DecideTargets(connection, targets, cost, now, each, charges, settings, give_backs_);
   if (!result.ok() && internal::IsMemcachedUnavailable(result.status())) {
     return Fallback(result.status(), requests, cost, now, each);
   }
@@ -247,7 +152,7 @@ absl::StatusOr<Decision> MemcachedStore::DecideAll(std::span<const LimitedKey> r
                                                    int64_t cost, Timestamp now,
                                                    std::span<Decision> each) {
   std::unique_ptr<MemcachedConnection> connection = impl_->Borrow();
-  absl::StatusOr<Decision> result = impl_->Run(*connection, requests, cost, now, each,
+  absl::StatusOr<Decision> result = impl_->Run(*connection, requests, cost, now, each, {},
                                                Impl::SteadyClock::now() + impl_->options().timeout);
   impl_->Return(std::move(connection));
   return result;
@@ -255,28 +160,25 @@ absl::StatusOr<Decision> MemcachedStore::DecideAll(std::span<const LimitedKey> r
 
 void MemcachedStore::DecideAllAsync(std::span<const LimitedKey> requests, int64_t cost,
                                     Timestamp now, std::span<Decision> each, DecideDone done) {
-  // The requests are the caller's until this returns: the task keeps copies.
-  std::vector<Limit> limits;
-  std::vector<std::string> keys;
-  limits.reserve(requests.size());
-  keys.reserve(requests.size());
-  for (const LimitedKey& r : requests) {
-    limits.push_back(*r.limit);
-    keys.emplace_back(r.key);
-  }
+  ChargeAllAsync(requests, cost, now, each, {}, std::move(done));
+}
+
+void MemcachedStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t cost,
+                                    Timestamp now, std::span<Decision> each,
+                                    std::span<Charge> charges, DecideDone done) {
+  assert(charges.empty() || charges.size() == requests.size());
   // `done` is shared with the refusal below: a task the queue refuses is never run.
   auto shared_done = std::make_shared<DecideDone>(std::move(done));
   const Impl::SteadyTime deadline = Impl::SteadyClock::now() + impl_->options().timeout;
-  const bool queued = impl_->workers().Post([impl = impl_.get(), limits = std::move(limits),
-                                             keys = std::move(keys), cost, now, each, deadline,
-                                             shared_done](MemcachedConnection& connection) mutable {
-    absl::InlinedVector<LimitedKey, 4> owned;
-    for (size_t i = 0; i < limits.size(); ++i) {
-      owned.push_back({.limit = &limits[i], .key = keys[i]});
-    }
-    std::move (*shared_done)(impl->Run(connection, owned, cost, now, each, deadline));
-  });
+  // The requests are the caller's until this returns: the task keeps copies.
+  const bool queued = impl_->workers().Post(
+      [impl = impl_.get(), owned = internal::OwnedRequests(requests), cost, now, each, charges,
+       deadline, shared_done](MemcachedConnection& connection) mutable {
+        std::move (*shared_done)(
+            impl->Run(connection, owned.View(), cost, now, each, charges, deadline));
+      });
   if (!queued) {
+    std::fill(charges.begin(), charges.end(), Charge{});
     std::move (*shared_done)(impl_->Fallback(
         absl::UnavailableError(fmt::format(
             "memcached: {} calls wait for the store's threads already: the servers answer too "

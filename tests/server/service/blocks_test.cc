@@ -2,13 +2,14 @@
 // key, kept in the store, lifted by a reset; shadow limits never block, a pool that lends
 // prevents one. On the memory store and a manual clock.
 
+#include "server/service/blocks.h"
+
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-#include "server/service/blocks.h"
 #include "server/service/service.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/rules.h"

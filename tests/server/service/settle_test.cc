@@ -68,8 +68,8 @@ class SettleTest : public ::testing::Test {
     return request;
   }
 
-  CheckResult Check(std::vector<std::pair<std::string, std::string>> descriptors,
-                    int64_t cost = 1, bool receipt = true) {
+  CheckResult Check(std::vector<std::pair<std::string, std::string>> descriptors, int64_t cost = 1,
+                    bool receipt = true) {
     absl::StatusOr<CheckResult> result =
         service_.Check(Request(std::move(descriptors), cost, receipt));
     EXPECT_TRUE(result.ok()) << result.status();
@@ -197,7 +197,8 @@ TEST_F(SettleTest, ForgedChangedForeignAndExpiredReceiptsAreRefusedAndChangeNoth
   // Expired: one µs after its last.
   clock_.Set(At(kStart) + call.receipt_ttl + Micros{1});
   absl::StatusOr<SettleResult> late = service_.Settle({.receipt = call.receipt, .cost = 0});
-  EXPECT_NE(std::string(late.status().message()).find("expired"), std::string::npos) << late.status();
+  EXPECT_NE(std::string(late.status().message()).find("expired"), std::string::npos)
+      << late.status();
   EXPECT_EQ(metrics_.settles(), 0U);
 }
 
@@ -240,7 +241,8 @@ TEST_F(SettleTest, AdHocReceiptsCarryTheirOwnMaxDebt) {
 
 TEST_F(SettleTest, ACostOutOfRangeIsRefused) {
   const CheckResult call = Check({{"user", "c"}});
-  EXPECT_TRUE(absl::IsInvalidArgument(service_.Settle({.receipt = call.receipt, .cost = -1}).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(service_.Settle({.receipt = call.receipt, .cost = -1}).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
       service_.Settle({.receipt = call.receipt, .cost = Limit::kMaxCount + 1}).status()));
   EXPECT_TRUE(service_.Settle({.receipt = call.receipt, .cost = 0}).ok());  // Still unsettled.
