@@ -104,14 +104,23 @@ absl::Status Daemon::Open() {
       EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
                     .quota_mode = flags_.quota_mode,
                     .shadow_mode = flags_.shadow_mode});
+  ReceiptSigner signer = ReceiptSigner::Random();
   if (!flags_.secret_file.empty()) {
-    absl::StatusOr<ReceiptSigner> signer = ReceiptSigner::FromFile(flags_.secret_file);
-    if (!signer.ok()) {
+    absl::StatusOr<ReceiptSigner> from_file = ReceiptSigner::FromFile(flags_.secret_file);
+    if (!from_file.ok()) {
       return absl::InvalidArgumentError(
-          fmt::format("--secret-file: {}", internal::Message(signer.status())));
+          fmt::format("--secret-file: {}", internal::Message(from_file.status())));
     }
-    service_->SetReceiptSigner(*std::move(signer));
+    signer = *std::move(from_file);
   }
+  // Receipts settle only on the store that charged them (ReceiptSigner::ForStore): a shared
+  // store is named by --store and the key prefix, which a fleet's servers share; a memory
+  // store is this process's alone, and its receipts die with it.
+  const std::string store_name =
+      flags_.store == "memory"
+          ? "memory " + NewReceiptId()
+          : fmt::format("{} {}", flags_.store, flags_.cache_key_prefix.value_or("sluice:"));
+  service_->SetReceiptSigner(signer.ForStore(store_name));
   if (!flags_.config.empty()) {
     absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
     if (!rules.ok()) {

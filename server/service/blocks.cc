@@ -26,9 +26,11 @@ internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
   }
   std::vector<Micros> left(blocks.size(), Micros{0});
   for (size_t i = 0; i < each.size(); ++i) {
-    // Remaining 0: the block's one unit is taken, until reset_after from now.
-    if (each[i].remaining == 0) {
-      left[i] = std::max(each[i].reset_after, Micros{1});
+    // Remaining 0: the block's one unit is taken, until reset_after from now. The `allow`
+    // failure policy's answer (every figure 0, no reset_after) is no block: fail-open stays
+    // open.
+    if (each[i].remaining == 0 && each[i].reset_after > Micros{0}) {
+      left[i] = each[i].reset_after;
     }
   }
   co_return left;
@@ -38,7 +40,8 @@ internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestam
   Decision decision;
   const absl::StatusOr<Decision> taken =
       co_await StoreDecision(store, {&block, 1}, 1, now, {&decision, 1});
-  co_return taken.status();  // Denied: a block runs there already, and goes on as it is.
+  // Denied: a block runs there already, and goes on as it is.
+  co_return taken.status();
 }
 
 internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
@@ -87,7 +90,9 @@ internal::Task<absl::Status> RateLimitService::Deciding::StartBlocks(int64_t cos
   }
   for (size_t j = 0; j < blocking.size(); ++j) {
     LimitOutcome& outcome = result.limits[blocking[j]];
-    if (outcome.decision.allowed || outcome.borrowed) {
+    // A request that can never be admitted (its cost above the limit) charged nothing and
+    // says so; it is no breach to punish.
+    if (outcome.decision.allowed || outcome.borrowed || outcome.decision.never_allowed()) {
       continue;
     }
     const Limit& block = *planned[blocking[j]].rule_limit->block;

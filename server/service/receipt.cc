@@ -352,6 +352,11 @@ ReceiptSigner ReceiptSigner::Random() {
   return ReceiptSigner(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
+ReceiptSigner ReceiptSigner::ForStore(std::string_view store) const {
+  const auto mac = Mac(secret_, store);
+  return ReceiptSigner(std::string(reinterpret_cast<const char*>(mac.data()), mac.size()));
+}
+
 std::string ReceiptSigner::Sign(const Receipt& receipt) const {
   std::string token(kPrefix);
   token += Base64Url(Encode(receipt));

@@ -73,6 +73,13 @@ class ReceiptSigner {
   // A random secret: for a server alone (its receipts do not outlive it).
   static ReceiptSigner Random();
 
+  // This secret bound to the store that keeps the charges (--store and its key prefix, or the
+  // memory store of one process): HMAC-SHA-256 of `store` under this secret. A receipt names
+  // keys and charges in one store only; given back in another (a second memory store, a
+  // restarted one, another Redis) it would return units that store never charged. Signed
+  // under the bound secret, it fails the signature check there, and changes nothing.
+  ReceiptSigner ForStore(std::string_view store) const;
+
   std::string Sign(const Receipt& receipt) const;
 
   // The receipt `token` holds, when this secret signed it and it has not expired at `now`.

@@ -330,9 +330,12 @@ absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
   if (absl::Status s = CheckCost(request.cost, "cost"); !s.ok()) {
     return s;
   }
-  if (request.max_debt && (*request.max_debt < 0 || *request.max_debt > kMaxDebt)) {
-    return absl::InvalidArgumentError(
-        fmt::format("max_debt must be 0 to {}, not {}", kMaxDebt, *request.max_debt));
+  // An ad hoc key is shared by every caller who names it: one caller's debt must not deny the
+  // others for longer than one limit's worth would.
+  const int64_t most = std::max(request.spec.limit, request.spec.burst.value_or(0));
+  if (request.max_debt && (*request.max_debt < 0 || *request.max_debt > most)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "max_debt must be 0 to the limit ({}), not {}", most, *request.max_debt));
   }
   if (request.block != Micros{0} && (request.block < kMinBlock || request.block > kMaxBlock)) {
     return absl::InvalidArgumentError(fmt::format(
@@ -385,7 +388,7 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
     if (!decision->never_allowed()) {
       decision->retry_after = std::max(decision->retry_after, block_left);
     }
-  } else if (block && !decision->allowed && request.cost > 0) {
+  } else if (block && !decision->allowed && !decision->never_allowed() && request.cost > 0) {
     if (absl::Status s = co_await StartBlock(store_, {.limit = &*block, .key = block_key}, now);
         !s.ok()) {
       CountStoreFailure(s);  // Denied all the same; the next request meets the limit alone.

@@ -57,8 +57,12 @@ internal::Task<absl::StatusOr<SettleResult>> RateLimitService::DecideSettle(Sett
   std::vector<Settlement> settlements;
   for (const ReceiptLimit& limit : receipt->limits) {
     keys.push_back({.limit = &limit.limit, .key = limit.key});
-    settlements.push_back(
-        {.charge = limit.charge, .units = request.cost, .max_debt = limit.max_debt});
+    // A settle that charges nothing more needs no debt: a store that cannot hold this debt
+    // (ChargePast's bounds) must still give back.
+    const bool extra = request.cost > limit.charge.units;
+    settlements.push_back({.charge = limit.charge,
+                           .units = request.cost,
+                           .max_debt = extra ? limit.max_debt : 0});
   }
   std::vector<Settled> settled(keys.size());
   const absl::Status status = co_await StoreSettle(store_, keys, settlements, receipt->id,

@@ -82,7 +82,9 @@ class Client:
         asked, the Settlement is falsy, with `error` set (and a warning logged): the check's
         charge then stands."""
         if not isinstance(receipt, str):
-            raise TypeError("receipt is the token of Decision.receipt, not %r" % (receipt,))
+            # The type alone: the value may be a token, which errors and logs must not hold.
+            raise TypeError("receipt is the token of Decision.receipt, not a %s"
+                            % type(receipt).__name__)
         cost = request.settle_cost(cost)
         status, answer, error = self._post("/v1/settle", {"receipt": receipt, "cost": cost},
                                            self.timeout)
@@ -114,7 +116,7 @@ class Client:
         the token (none, a wrong one, or admin endpoints off), BadRequest for a malformed
         request, SluiceError when sluiced cannot be asked."""
         if admin_token is not None and not isinstance(admin_token, str):
-            raise TypeError("admin_token is a string, not %r" % (admin_token,))
+            raise TypeError("admin_token is a string, not a %s" % type(admin_token).__name__)
         headers = {} if admin_token is None else {"Authorization": "Bearer " + admin_token}
         status, answer, error = self._post("/v1/reset", request.keys(**kwargs), self.timeout,
                                            headers)
