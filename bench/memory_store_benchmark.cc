@@ -5,6 +5,7 @@
 // counted in a mutex-guarded std::unordered_map, the obvious hand-written limiter.
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <mutex>
@@ -340,6 +341,125 @@ BENCHMARK(BM_LeaseTakeAndRelease)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
+
+// Settles (issue 33): a check that leaves a receipt (ChargeAllAsync: DecideAll, and what it
+// charged), then that receipt settled (SettleAllAsync) at a random real cost, against the
+// check alone (DecideAll). One limit, gcra or fixed_window (range(0): its Algorithm), of 1,000
+// an hour as GcraLimit, on keys spread over a million, each decided once before timing; each
+// check charges 4 and its settle finds a real cost of 0 to 8 (given back, unchanged or
+// charged past the limit, up to 1,000 units of debt), with a `once` id of its own claimed for
+// a minute (NoOnce: without, to see what the claim costs). An iteration is one decision (with
+// its settle); store_calls counts the store's calls per decision. The asynchronous forms, as a
+// server calls them: MemoryStore answers before they return.
+struct SettleShared {
+  explicit SettleShared(Algorithm algorithm)
+      : limit(*Limit::Create(
+            {.algorithm = algorithm, .limit = 1000, .period = std::chrono::hours(1)})) {}
+  // Room for every claim a run makes (a minute each): the default million could be reached.
+  MemoryStore store{{.max_once_claims = 16'000'000}};
+  Limit limit;
+};
+SettleShared* settle_shared = nullptr;
+std::atomic<uint64_t> settle_runs{0};  // Each thread's run: its `once` ids' prefix.
+
+constexpr int64_t kSettleCharged = 4;
+
+void SettleSetUp(const benchmark::State& bench) {
+  if (bench.thread_index() != 0) {
+    return;
+  }
+  settle_shared = new SettleShared(static_cast<Algorithm>(bench.range(0)));
+  char buf[32] = {'u', 's', 'e', 'r', ':'};
+  const Timestamp now = SystemClock().Now();
+  for (int64_t n = 0; n < kKeys; ++n) {
+    char* const end = std::to_chars(buf + 5, buf + sizeof(buf), n).ptr;
+    (void)settle_shared->store.Decide(
+        settle_shared->limit, std::string_view(buf, static_cast<size_t>(end - buf)), 1, now);
+  }
+}
+void SettleTearDown(const benchmark::State& bench) {
+  if (bench.thread_index() == 0) {
+    delete settle_shared;
+    settle_shared = nullptr;
+  }
+}
+
+enum class SettleStep : uint8_t { kDecide, kCharge, kChargeAndSettle, kChargeAndSettleNoOnce };
+
+void RunSettles(benchmark::State& bench, SettleStep step) {
+  SettleShared& s = *settle_shared;
+  bench.SetLabel(std::string(AlgorithmName(s.limit.algorithm())));
+  KeyMaker keys(static_cast<uint64_t>(bench.thread_index()) + 1);
+  uint64_t x = static_cast<uint64_t>(bench.thread_index()) * 0x9E3779B97F4A7C15ULL + 11;
+  char once[32] = {'r'};
+  char* const once_at = std::to_chars(once + 1, once + 16, settle_runs.fetch_add(1) + 1).ptr;
+  *once_at = ':';
+  BatchClock clock;
+  Decision each;
+  Charge charge;
+  Settled settled;
+  absl::StatusOr<Decision> decided;
+  absl::Status status;
+  uint64_t n = 0;
+  for (auto _ : bench) {
+    const Timestamp now = clock.Now();
+    const LimitedKey request{.limit = &s.limit, .key = keys.Next()};
+    if (step == SettleStep::kDecide) {
+      decided = s.store.DecideAll({&request, 1}, kSettleCharged, now, {&each, 1});
+    } else {
+      s.store.ChargeAllAsync({&request, 1}, kSettleCharged, now, {&each, 1}, {&charge, 1},
+                             [&](absl::StatusOr<Decision> d) { decided = std::move(d); });
+    }
+    if (!Admitted(bench, decided)) {
+      break;
+    }
+    if (step == SettleStep::kDecide || step == SettleStep::kCharge) {
+      continue;
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const Settlement settlement{
+        .charge = charge, .units = static_cast<int64_t>(x % 9), .max_debt = 1000};
+    char* const end = std::to_chars(once_at + 1, once + sizeof(once), ++n).ptr;
+    const size_t once_size =
+        step == SettleStep::kChargeAndSettle ? static_cast<size_t>(end - once) : 0;
+    s.store.SettleAllAsync({&request, 1}, {&settlement, 1}, std::string_view(once, once_size),
+                           now + std::chrono::minutes(1), now, {&settled, 1},
+                           [&](absl::Status st) { status = std::move(st); });
+    benchmark::DoNotOptimize(settled);
+    if (!status.ok()) [[unlikely]] {
+      bench.SkipWithError(status.ToString().c_str());
+      break;
+    }
+  }
+  bench.SetItemsProcessed(bench.iterations());
+  bench.counters["store_calls"] =
+      benchmark::Counter(step == SettleStep::kDecide || step == SettleStep::kCharge ? 1 : 2,
+                         benchmark::Counter::kAvgThreads);
+}
+
+void BM_SettleBaselineDecideAll(benchmark::State& bench) { RunSettles(bench, SettleStep::kDecide); }
+void BM_SettleChargeAll(benchmark::State& bench) { RunSettles(bench, SettleStep::kCharge); }
+void BM_SettleChargeAllThenSettleAll(benchmark::State& bench) {
+  RunSettles(bench, SettleStep::kChargeAndSettle);
+}
+void BM_SettleChargeAllThenSettleAllNoOnce(benchmark::State& bench) {
+  RunSettles(bench, SettleStep::kChargeAndSettleNoOnce);
+}
+void SettleArgs(benchmark::internal::Benchmark* b) {
+  b->Setup(SettleSetUp)
+      ->Teardown(SettleTearDown)
+      ->Arg(static_cast<int64_t>(Algorithm::kGcra))
+      ->Arg(static_cast<int64_t>(Algorithm::kFixedWindow))
+      ->Threads(1)
+      ->Threads(2)
+      ->UseRealTime();
+}
+BENCHMARK(BM_SettleBaselineDecideAll)->Apply(SettleArgs);
+BENCHMARK(BM_SettleChargeAll)->Apply(SettleArgs);
+BENCHMARK(BM_SettleChargeAllThenSettleAll)->Apply(SettleArgs);
+BENCHMARK(BM_SettleChargeAllThenSettleAllNoOnce)->Apply(SettleArgs);
 
 // Baseline: a counter per key in one std::unordered_map behind one mutex.
 void BM_BaselineUnorderedMapMillionKeys(benchmark::State& bench) {

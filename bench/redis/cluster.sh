@@ -2,19 +2,23 @@
 # Requests over two slots against requests over one, on a Redis Cluster of 3 masters made
 # here on free loopback ports: sluice_redis_load with two limits per request, their keys
 # tagged alike (one slot: one script call) or apart (two slots: charged one after the other,
-# src/redis/multislot.h), in alternating rounds, and the ratio per round.
+# src/redis/multislot.h), in alternating rounds, and the ratio per round. With --settle, each
+# request is a check and then its settle (sluice_redis_load --settle: one script call per slot,
+# the first slot's before the others).
 #
-#   bench/redis/cluster.sh [--duration 5] [--rounds 3] [--inflight 64]
+#   bench/redis/cluster.sh [--duration 5] [--rounds 3] [--inflight 64] [--settle]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 duration=5
 rounds=3
 inflight=64
+settle=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --inflight) inflight=$2; shift 2 ;;
+    --settle) settle=(--settle); shift ;;
     *) echo "cluster.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -57,8 +61,8 @@ for port in "${ports[@]}"; do
 done
 url="redis+cluster://127.0.0.1:${ports[0]}"
 common=(--url "$url" --connections 2 --pipeline 16 --batch 32 --inflight "$inflight"
-        --limits 2 --duration "$duration")
-echo "# $inflight requests in flight, two limits each, ${duration}s per run"
+        --limits 2 --duration "$duration" "${settle[@]}")
+echo "# $inflight requests in flight, two limits each, ${duration}s per run${settle:+, each a check then its settle}"
 for round in $(seq 1 "$rounds"); do
   one=$("$load" "${common[@]}")
   two=$("$load" "${common[@]}" --apart)

@@ -1,8 +1,9 @@
 // sluice_redis_load: decisions through RedisStore with a fixed number of calls in flight
-// (a closed loop: each answer starts the next call), for bench/redis/run.sh and shares.sh. One
-// gcra limit, high enough that every call is admitted, on keys drawn from `--keys`; through
-// `--stores` stores (standing for as many servers), with quota leasing when `--share-max` is
-// set. Prints decisions per second, script calls per second and latency percentiles.
+// (a closed loop: each answer starts the next call), for bench/redis/run.sh, shares.sh,
+// cluster.sh and settle.sh. One gcra limit, high enough that every call is admitted, on keys
+// drawn from `--keys`; through `--stores` stores (standing for as many servers), with quota
+// leasing when `--share-max` is set. Prints decisions per second, script calls per second,
+// latency percentiles, and script calls and store calls (RedisStoreStats::calls) per decision.
 // `--limits 2` puts two limits on each request, on a key and on a second key of the same hash
 // tag (one slot), or with `--apart` of its own (two slots: on a cluster, decided slot by slot).
 //
@@ -10,8 +11,15 @@
 // threads each waiting for its answer, at --rate decisions per second in all (0: as fast as
 // they can), with the denial cache of --deny-cache entries (0: none). Prints decisions and
 // script calls per second, script calls per decision, and how many were allowed.
+//
+// With --settle: each slot's call is a check that leaves a receipt (ChargeAllAsync, cost 4)
+// and, once answered, that receipt's settle (SettleAllAsync) at a random real cost of 0 to 8
+// (given back, unchanged, or charged past the limit up to 1,000 units of debt), with a `once`
+// id of its own claimed for a minute: a decision is the check with its settle. Issue 33's
+// benchmark (bench/redis/settle.sh): the settle must cost at most one more script call.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -47,7 +56,12 @@ struct Load {
   std::vector<double> latencies_us;  // Guarded by mu.
   std::atomic<uint64_t> errors{0};
   std::atomic<int> running{0};
+
+  bool settle = false;  // --settle: a check, then its settle.
+  uint64_t nonce = 0;   // --settle: what makes this run's `once` ids its own on the server.
 };
+
+constexpr int64_t kSettleCharged = 4;  // --settle: each check's cost; the settle's is 0 to 8.
 
 // One slot of the loop: a call in flight, whose answer starts the next. An answer given
 // before DecideAllAsync returns (from a share) is not followed by a nested call, which would
@@ -57,6 +71,12 @@ struct Slot {
   uint64_t seed;
   std::mt19937_64 rng{seed};
   sluice::Decision each[2];
+  // --settle: the check's charges, and what its settle did.
+  sluice::Charge charges[2];
+  sluice::Settled settled[2];
+  size_t at = 0;      // The key of the call in flight.
+  size_t limits = 1;  // Its limits.
+  uint64_t settles = 0;
   SteadyClock::time_point started;
   std::vector<double> latencies_us;
   // 0: a call is being made; 1: made, its answer still to come; 2: answered.
@@ -73,29 +93,66 @@ struct Slot {
         load->running.fetch_sub(1);
         return;
       }
-      const size_t at = rng() % load->keys.size();
-      const size_t limits = load->seconds.empty() ? 1 : 2;
-      const sluice::LimitedKey requests[] = {
-          {.limit = load->limit, .key = load->keys[at], .share = load->share},
-          {.limit = load->limit, .key = limits == 1 ? std::string_view() : load->seconds[at]}};
+      at = rng() % load->keys.size();
+      limits = load->seconds.empty() ? 1 : 2;
+      const std::array<sluice::LimitedKey, 2> requests = Requests();
       started = SteadyClock::now();
       state = 0;
-      load->stores[seed % load->stores.size()]->DecideAllAsync(
-          {requests, limits}, 1, sluice::SystemClock().Now(), {each, limits},
-          [this](absl::StatusOr<sluice::Decision> d) {
-            if (!d.ok() || !d->allowed) {
-              load->errors.fetch_add(1);
-            }
-            load->decisions.fetch_add(1, std::memory_order_relaxed);
-            latencies_us.push_back(
-                std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
-            if (state.exchange(2) == 1) {
-              Next();
-            }
-          });
+      sluice::RedisStore& store = *load->stores[seed % load->stores.size()];
+      if (load->settle) {
+        store.ChargeAllAsync({requests.data(), limits}, kSettleCharged, sluice::SystemClock().Now(),
+                             {each, limits}, {charges, limits},
+                             [this](absl::StatusOr<sluice::Decision> d) {
+                               if (d.ok() && d->allowed) {
+                                 Settle();
+                               } else {
+                                 Answered(false);
+                               }
+                             });
+      } else {
+        store.DecideAllAsync(
+            {requests.data(), limits}, 1, sluice::SystemClock().Now(), {each, limits},
+            [this](absl::StatusOr<sluice::Decision> d) { Answered(d.ok() && d->allowed); });
+      }
       if (state.exchange(1) != 2) {
         return;  // Answered later: the answer goes on.
       }
+    }
+  }
+
+  // The call in flight's limits: its key's, and with --limits 2 its partner's.
+  std::array<sluice::LimitedKey, 2> Requests() const {
+    return {sluice::LimitedKey{.limit = load->limit, .key = load->keys[at], .share = load->share},
+            sluice::LimitedKey{.limit = load->limit,
+                               .key = limits == 1 ? std::string_view() : load->seconds[at]}};
+  }
+
+  // --settle: the check answered, allowed; its settle, at a random real cost.
+  void Settle() {
+    const std::array<sluice::LimitedKey, 2> requests = Requests();
+    sluice::Settlement settlements[2];
+    for (size_t i = 0; i < limits; ++i) {
+      settlements[i] = {
+          .charge = charges[i], .units = static_cast<int64_t>(rng() % 9), .max_debt = 1000};
+    }
+    const std::string once = fmt::format("{}.{}.{}", load->nonce, seed, ++settles);
+    const sluice::Timestamp now = sluice::SystemClock().Now();
+    load->stores[seed % load->stores.size()]->SettleAllAsync(
+        {requests.data(), limits}, {settlements, limits}, once, now + std::chrono::minutes(1), now,
+        {settled, limits}, [this](absl::Status status) { Answered(status.ok()); });
+  }
+
+  // The decision answered (with its settle): counted, and the next one started unless the
+  // call that started it has not returned yet (Next's loop then goes on).
+  void Answered(bool ok) {
+    if (!ok) {
+      load->errors.fetch_add(1);
+    }
+    load->decisions.fetch_add(1, std::memory_order_relaxed);
+    latencies_us.push_back(
+        std::chrono::duration<double, std::micro>(SteadyClock::now() - started).count());
+    if (state.exchange(2) == 1) {
+      Next();
     }
   }
 };
@@ -117,6 +174,7 @@ struct Flags {
   int64_t abuse_limit = 0;
   double rate = 0;
   int64_t deny_cache = 0;
+  bool settle = false;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -139,6 +197,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--abuse-limit", f.abuse_limit, "one key under this many per second (0: off)");
   app.add_option("--rate", f.rate, "--abuse-limit: decisions per second in all (0: unpaced)");
   app.add_option("--deny-cache", f.deny_cache, "denial cache entries (0: off)");
+  app.add_flag("--settle", f.settle, "each decision a check (cost 4), then its settle (0 to 8)");
 }
 
 // `f.stores` stores on `f.url`, or the reason why not.
@@ -165,10 +224,14 @@ absl::StatusOr<std::vector<std::unique_ptr<sluice::RedisStore>>> MakeStores(cons
   return stores;
 }
 
-uint64_t ScriptCalls(const std::vector<std::unique_ptr<sluice::RedisStore>>& stores) {
-  uint64_t n = 0;
+// The stores' script calls and store calls (RedisStoreStats::calls: checks, settles, ...).
+std::pair<uint64_t, uint64_t> Calls(
+    const std::vector<std::unique_ptr<sluice::RedisStore>>& stores) {
+  std::pair<uint64_t, uint64_t> n{0, 0};
   for (const auto& s : stores) {
-    n += s->Stats().script_calls;
+    const sluice::RedisStoreStats stats = s->Stats();
+    n.first += stats.script_calls;
+    n.second += stats.calls;
   }
   return n;
 }
@@ -288,6 +351,8 @@ int main(int argc, char** argv) {
   }
   load.limit = &limit;
   load.share = f.share_max > 0 ? &share : nullptr;
+  load.settle = f.settle;
+  load.nonce = static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count());
   AddKeys(load, f.keys, f.limits, f.apart);
   // Warm up: connect, load the script.
   for (auto& s : *stores) {
@@ -295,9 +360,11 @@ int main(int argc, char** argv) {
       (void)s->Decide(limit, load.keys[static_cast<size_t>(i) % load.keys.size()], 1, {});
     }
   }
-  const uint64_t scripts_before = ScriptCalls(*stores);
+  const std::pair<uint64_t, uint64_t> before = Calls(*stores);
   const double seconds = Run(load, f.inflight, f.duration);
-  const double scripts = static_cast<double>(ScriptCalls(*stores) - scripts_before);
+  const std::pair<uint64_t, uint64_t> after = Calls(*stores);
+  const double scripts = static_cast<double>(after.first - before.first);
+  const double store_calls = static_cast<double>(after.second - before.second);
   std::vector<double>& lat = load.latencies_us;
   std::sort(lat.begin(), lat.end());
   auto percentile = [&](double p) {
@@ -306,8 +373,10 @@ int main(int argc, char** argv) {
   const double calls = static_cast<double>(load.decisions.load());
   std::printf(
       "%.0f decisions/s  %.0f script calls/s (%.1f decisions each)  p50 %.0f us  p99 %.0f us  "
-      "errors %llu\n",
+      "errors %llu  %.3f script calls per decision  %.3f store calls per decision  "
+      "%.0f decisions\n",
       calls / seconds, scripts / seconds, scripts > 0 ? calls / scripts : 0.0, percentile(0.5),
-      percentile(0.99), static_cast<unsigned long long>(load.errors.load()));
+      percentile(0.99), static_cast<unsigned long long>(load.errors.load()),
+      calls > 0 ? scripts / calls : 0.0, calls > 0 ? store_calls / calls : 0.0, calls);
   return load.errors.load() == 0 ? 0 : 1;
 }

@@ -28,7 +28,7 @@ load="$root/build/bin/sluice_redis_load"
 # shellcheck source=bench/redis/redis_server.sh
 source "$root/bench/redis/redis_server.sh"
 
-sha=$(cat "$root"/src/redis/{decide,give_back,requests}.lua | redis-cli -p "$port" -x script load)
+sha=$(cat "$root"/src/redis/{decide,give_back,settle,requests}.lua | redis-cli -p "$port" -x script load)
 # One gcra limit of 1,000,000 per second (every call admitted), keys k0..k99999, as
 # sluice_redis_load sends them: margin, requests, expires (none: ''), time (Redis's), cost, limits,
 # mode, then the limit's algorithm code, N, P, B, K, N', P'.
