@@ -334,8 +334,8 @@ absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
   // others for longer than one limit's worth would.
   const int64_t most = std::max(request.spec.limit, request.spec.burst.value_or(0));
   if (request.max_debt && (*request.max_debt < 0 || *request.max_debt > most)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "max_debt must be 0 to the limit ({}), not {}", most, *request.max_debt));
+    return absl::InvalidArgumentError(
+        fmt::format("max_debt must be 0 to the limit ({}), not {}", most, *request.max_debt));
   }
   if (request.block != Micros{0} && (request.block < kMinBlock || request.block > kMaxBlock)) {
     return absl::InvalidArgumentError(fmt::format(
@@ -371,10 +371,14 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   const int64_t cost = block_left > Micros{0} ? 0 : request.cost;
   Decision each;
   Charge charge;
-  absl::StatusOr<Decision> decision =
-      request.receipt
-          ? co_await StoreCharge(store_, {&limited, 1}, cost, now, {&each, 1}, {&charge, 1})
-          : co_await StoreDecision(store_, {&limited, 1}, cost, now, {&each, 1});
+  // Two statements, not a conditional over two co_awaits: GCC 12 destroys the awaiter of
+  // such a conditional before the store answers it (a crash on a store's late answer).
+  absl::StatusOr<Decision> decision = absl::UnknownError("not decided");
+  if (request.receipt) {
+    decision = co_await StoreCharge(store_, {&limited, 1}, cost, now, {&each, 1}, {&charge, 1});
+  } else {
+    decision = co_await StoreDecision(store_, {&limited, 1}, cost, now, {&each, 1});
+  }
   if (!decision.ok()) {
     CountStoreFailure(decision.status());
     co_return decision.status();

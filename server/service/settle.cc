@@ -60,9 +60,8 @@ internal::Task<absl::StatusOr<SettleResult>> RateLimitService::DecideSettle(Sett
     // A settle that charges nothing more needs no debt: a store that cannot hold this debt
     // (ChargePast's bounds) must still give back.
     const bool extra = request.cost > limit.charge.units;
-    settlements.push_back({.charge = limit.charge,
-                           .units = request.cost,
-                           .max_debt = extra ? limit.max_debt : 0});
+    settlements.push_back(
+        {.charge = limit.charge, .units = request.cost, .max_debt = extra ? limit.max_debt : 0});
   }
   std::vector<Settled> settled(keys.size());
   const absl::Status status = co_await StoreSettle(store_, keys, settlements, receipt->id,

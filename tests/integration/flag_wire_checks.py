@@ -2,8 +2,12 @@
 scene.world), and asserts what one row's setting changes on the wire. Python 3's standard
 library, and gRPC through rls_client.py (Debian's python3-grpcio)."""
 
+import base64
+import hashlib
+import hmac
 import http.client
 import itertools
+import json
 import os
 import signal
 import socket
@@ -38,6 +42,38 @@ def envoy_json(s, *descriptors, hits=None):
 def check(s, value, key="user"):
     return s.request("POST", "/v1/check", {"domain": "wire", "descriptors": [
         descriptor(key, value)]})
+
+
+SECRET = "a receipt secret of the wire test, 32+ bytes long"
+ADMIN_TOKEN = "wire-test-admin-token"
+
+
+def receipt_signed_with(secret, prefix):
+    """A receipt's signature is HMAC-SHA-256 under the secret of --secret-file bound to the
+    store (its --store and --cache-key-prefix): computed here from the file's secret."""
+    def check_(t, s):
+        response = s.request("POST", "/v1/check", {"key": "receipt", "limit": 5, "period": "1m",
+                                                  "receipt": True})
+        t.assertEqual(response.status, 200)
+        token = json.loads(response.body)["receipt"]
+        signed, _, signature = token.rpartition(".")
+        key = hmac.new(secret.encode(), f"{s.world.store} {prefix}".encode(),
+                       hashlib.sha256).digest()
+        expected = hmac.new(key, signed.encode(), hashlib.sha256).digest()
+        t.assertEqual(base64.urlsafe_b64encode(expected).rstrip(b"=").decode(), signature)
+    return check_
+
+
+def admin_token(token):
+    """POST /v1/reset answers 401 without the file's token, 403 with another, 200 with it."""
+    def check_(t, s):
+        body = {"key": "reset", "limit": 5, "period": "1m"}
+        t.assertEqual(s.request("POST", "/v1/reset", body).status, 401)
+        t.assertEqual(s.request("POST", "/v1/reset", body,
+                                {"Authorization": "Bearer wrong-token-0123456"}).status, 403)
+        t.assertEqual(s.request("POST", "/v1/reset", body,
+                                {"Authorization": "Bearer " + token}).status, 200)
+    return check_
 
 
 def refused(t, call):

@@ -28,7 +28,7 @@ import unittest
 
 import sluiced
 from flag_wire_checks import *  # noqa: F403 (the checks the table names)
-from flag_wire_checks import CORRUPT, HEADERS
+from flag_wire_checks import ADMIN_TOKEN, CORRUPT, HEADERS, SECRET
 from flag_wire_world import PASSWORD, RULES, Scene, World
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -72,10 +72,14 @@ def envoy_variables(w):
 
 def redis_flags(w):
     redis = w.redis("flags")
+    w.store = f"redis://:{PASSWORD}@127.0.0.1:{redis.port}"
+    w.secret_file = w.write("secret", SECRET + "\n")
+    w.admin_file = w.write("admin.token", ADMIN_TOKEN + "\n")
 
     def build(s, port):
         return [*s.listeners(port), "--config", w.rules, "--log-level", "info",
-                "--store", f"redis://:{PASSWORD}@127.0.0.1:{redis.port}",
+                "--store", w.store, "--secret-file", w.secret_file,
+                "--admin-token-file", w.admin_file,
                 "--redis-connections", "3", "--redis-deny-cache", "100",
                 "--redis-deny-cache-ttl", "1d", "--redis-timeout", "30s", "--redis-shares",
                 "--cache-key-prefix", "flagp:", "--quota-mode",
@@ -295,6 +299,8 @@ ROWS = [
     Row("--redis-shares", RF, shares),
     Row("--redis-timeout", RF, logged("timeout 30s")),  # Nothing else says it.
     Row("--quota-mode", RF, quota_mode),
+    Row("--secret-file", RF, receipt_signed_with(SECRET, "flagp:")),
+    Row("--admin-token-file", RF, admin_token(ADMIN_TOKEN)),
     Row("--ratelimit-headers", RF, x_ratelimit),
     Row("HOST", TE, http_listens),  # 127.0.0.1, not their 0.0.0.0.
     Row("PORT", TE, http_listens),
