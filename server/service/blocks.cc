@@ -36,6 +36,19 @@ internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
   co_return left;
 }
 
+void DenyForBlock(Decision& decision, Micros left) {
+  decision.allowed = false;
+  decision.remaining = 0;
+  WaitOutBlock(decision, left);
+}
+
+void WaitOutBlock(Decision& decision, Micros duration) {
+  decision.reset_after = std::max(decision.reset_after, duration);
+  if (!decision.never_allowed()) {
+    decision.retry_after = std::max(decision.retry_after, duration);
+  }
+}
+
 internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestamp now) {
   Decision decision;
   const absl::StatusOr<Decision> taken =
@@ -73,13 +86,7 @@ void RateLimitService::Deciding::ApplyBlocks() {
       continue;
     }
     LimitOutcome& outcome = result.limits[blocking[j]];
-    Decision& d = outcome.decision;
-    d.allowed = false;
-    d.remaining = 0;
-    d.reset_after = std::max(d.reset_after, block_left[j]);
-    if (!d.never_allowed()) {
-      d.retry_after = std::max(d.retry_after, block_left[j]);
-    }
+    DenyForBlock(outcome.decision, block_left[j]);
     outcome.blocked = true;
   }
 }
@@ -105,11 +112,7 @@ internal::Task<absl::Status> RateLimitService::Deciding::StartBlocks(int64_t cos
       service.CountStoreFailure(started);
       continue;
     }
-    Decision& d = outcome.decision;
-    d.reset_after = std::max(d.reset_after, block.period());
-    if (!d.never_allowed()) {
-      d.retry_after = std::max(d.retry_after, block.period());
-    }
+    WaitOutBlock(outcome.decision, block.period());
   }
   co_return absl::OkStatus();
 }

@@ -38,6 +38,13 @@ internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
                                                                std::vector<LimitedKey> blocks,
                                                                Timestamp now);
 
+// `decision`, of a request a block denies with `left` still to run: denied, nothing left,
+// until the block's end.
+void DenyForBlock(Decision& decision, Micros left);
+// `decision`, of a request whose denial started a block of `duration`: told to come back no
+// sooner than the block's end.
+void WaitOutBlock(Decision& decision, Micros duration);
+
 // Starts the block `block` at `now`, unless one runs there already.
 internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestamp now);
 

@@ -383,24 +383,15 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
     CountStoreFailure(decision.status());
     co_return decision.status();
   }
-  bool blocked = false;
-  if (block_left > Micros{0}) {
-    blocked = true;
-    decision->allowed = false;
-    decision->remaining = 0;
-    decision->reset_after = std::max(decision->reset_after, block_left);
-    if (!decision->never_allowed()) {
-      decision->retry_after = std::max(decision->retry_after, block_left);
-    }
+  const bool blocked = block_left > Micros{0};
+  if (blocked) {
+    DenyForBlock(*decision, block_left);
   } else if (block && !decision->allowed && !decision->never_allowed() && request.cost > 0) {
     if (absl::Status s = co_await StartBlock(store_, {.limit = &*block, .key = block_key}, now);
         !s.ok()) {
       CountStoreFailure(s);  // Denied all the same; the next request meets the limit alone.
     } else {
-      decision->reset_after = std::max(decision->reset_after, block->period());
-      if (!decision->never_allowed()) {
-        decision->retry_after = std::max(decision->retry_after, block->period());
-      }
+      WaitOutBlock(*decision, block->period());
     }
   }
   CheckResult result;
