@@ -50,8 +50,11 @@ simulate: build
 
 # Every test: the release build with the lint (label lint: clang-format, scripts/sizes, and every
 # program a preset's tests run built by that preset), then the unit tests under ASan+UBSan (with
-# a short run of each fuzz target, fuzz/), then the concurrent tests under TSan.
-test: test-release test-asan test-tsan
+# a short run of each fuzz target, fuzz/), then the concurrent tests under TSan. scripts/test-all
+# compiles each preset while the one before it is tested; test-release, test-asan and test-tsan
+# run one preset alone.
+test: deps
+	@JOBS=$(JOBS) scripts/test-all
 
 test-release: build
 	@ctest --preset release -j $(JOBS)
