@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "src/core/integers.h"
+#include "src/core/sliding_window.h"
 #include "src/core/tat.h"
 
 namespace sluice {
@@ -215,19 +216,11 @@ Decision Decide(const Limit& limit, SlidingWindowState& state, Timestamp now, in
   assert(cost >= 0);
   const int64_t n = limit.limit();
   const int64_t p = limit.period().count();
-  const int64_t t = std::max(Us(now), state.last);
-  const Int128 window = FloorDiv(t, p);
-  const Int128 last_window = FloorDiv(state.last, p);
-  int64_t cur = state.cur;
-  int64_t prev = state.prev;
-  if (window == last_window + 1) {
-    prev = cur;
-    cur = 0;
-  } else if (window > last_window + 1) {
-    prev = 0;
-    cur = 0;
-  }
-  const int64_t r = Narrow(t - window * p);  // 0 <= r < P
+  const internal::SlidingWindowAt at = internal::MoveSlidingWindow(state, p, now);
+  const int64_t t = at.t;
+  const int64_t r = at.r;
+  int64_t cur = at.cur;
+  const int64_t prev = at.prev;
   const Int128 np = Int128{n} * p;
   // The sliding count at t, times P: the previous window weighs the part of it, (P - elapsed)/P,
   // that the window (t - P, t] still covers.

@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 
 #include "src/core/integers.h"
+#include "src/core/sliding_window.h"
 
 namespace sluice {
 namespace {
@@ -45,23 +46,12 @@ int64_t ChargePastTo(const Limit& limit, FixedWindowState& s, Timestamp now, int
 int64_t ChargePastTo(const Limit& limit, SlidingWindowState& s, Timestamp now, int64_t x,
                      int64_t debt) {
   const int64_t p = limit.period().count();
-  const int64_t t = std::max(Us(now), s.last);
-  const Int128 window = FloorDiv(t, p);
-  const Int128 last_window = FloorDiv(s.last, p);
-  int64_t cur = s.cur;
-  int64_t prev = s.prev;
-  if (window == last_window + 1) {
-    prev = cur;
-    cur = 0;
-  } else if (window > last_window + 1) {
-    prev = 0;
-    cur = 0;
-  }
-  const Int128 r = t - window * p;
-  const Int128 room = (Int128{limit.limit()} + debt) * p - Int128{prev} * (p - r) - Int128{cur} * p;
+  const internal::SlidingWindowAt at = internal::MoveSlidingWindow(s, p, now);
+  const Int128 room =
+      (Int128{limit.limit()} + debt) * p - Int128{at.prev} * (p - at.r) - Int128{at.cur} * p;
   const int64_t c = Fits(FloorDiv(room, p), x);
   if (c > 0) {
-    s = {.last = t, .cur = cur + c, .prev = prev};
+    s = {.last = at.t, .cur = at.cur + c, .prev = at.prev};
   }
   return c;
 }

@@ -126,26 +126,29 @@ local function fixed_window(key, l, now, cost, apply)
   return allowed, math.max(0, n - count), count > 0 and to_end or 0, retry, 0, t, 0
 end
 
-local function sliding_window(key, l, now, cost, apply)
-  local n, p = l.n, l.p
+-- sliding_window's state at t (max of now and the key's last time), before anything is
+-- charged: t, r = t - floor(t/P)*P, cur and prev, moved on by the windows passed since (the
+-- next window makes cur the new prev; further clears both). Decisions and settles read it here.
+local function sliding_window_at(key, p, now)
   local t, cur, prev = now, 0, 0
   local s = redis.call('GET', key)
-  local w
   if s then
     local a, b, c = string.match(s, '^(%S+) (%S+) (%S+)$')
     local last = tonumber(a)
     t = math.max(now, last)
-    w = floor_div(t, p)
-    local lw = floor_div(last, p)
+    local w, lw = floor_div(t, p), floor_div(last, p)
     if w == lw then
       cur, prev = tonumber(b), tonumber(c)
     elseif w == lw + 1 then
       prev = tonumber(b)
     end
-  else
-    w = floor_div(t, p)
   end
-  local r = t - w * p
+  return t, t - floor_div(t, p) * p, cur, prev
+end
+
+local function sliding_window(key, l, now, cost, apply)
+  local n, p = l.n, l.p
+  local t, r, cur, prev = sliding_window_at(key, p, now)
   -- The previous window weighs (P - r)/P; the C++ tests prev*(P-r) + (cur+c)*P <= N*P, which
   -- is prev - floor(prev*r/P) <= N - cur - c in numbers that stay small.
   local prev_left = prev - mul_div(prev, r, p, prev + 1) -- ceil(prev * (P - r) / P)

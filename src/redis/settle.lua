@@ -34,20 +34,7 @@ end
 -- formed as decide's sliding_window forms it, without the product.
 local function charge_past_sliding_window(key, l, now, x, debt)
   local p = l.p
-  local t, cur, prev = now, 0, 0
-  local s = redis.call('GET', key)
-  if s then
-    local a, b, c = string.match(s, '^(%S+) (%S+) (%S+)$')
-    local last = tonumber(a)
-    t = math.max(now, last)
-    local w, lw = floor_div(t, p), floor_div(last, p)
-    if w == lw then
-      cur, prev = tonumber(b), tonumber(c)
-    elseif w == lw + 1 then
-      prev = tonumber(b)
-    end
-  end
-  local r = t - floor_div(t, p) * p
+  local t, r, cur, prev = sliding_window_at(key, p, now)
   local prev_left = prev - mul_div(prev, r, p, prev + 1)
   local c = math.min(x, math.max(0, l.n + debt - cur - prev_left))
   if c > 0 then
