@@ -77,104 +77,110 @@ absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTa
   return ReadItem{.state = *std::move(state), .cas = (*item)->cas};
 }
 
-absl::StatusOr<Decision> ChargeState(MemcachedConnection& connection, const ItemTarget& target,
-                                     int64_t cost, Timestamp now, ReadItem first,
-                                     const CasSettings& settings, Charge& charge) {
-  charge = Charge{};
-  ReadItem read = std::move(first);
+namespace {
+
+// What one round of a read-modify-write makes of the state it read: its answer, the state to
+// write and the horizon that sets the item's exptime. A state equal to the one read writes
+// nothing: the answer stands as it is.
+template <typename Answer>
+struct Change {
+  AnyState state;
+  Answer answer{};
+  Micros reset_after{0};
+};
+
+// The loop every change of an item runs: read it (or take `first`, the read the caller made),
+// compute the Change, write it with cas (add for an item not there), and on a lost write wait
+// (BeforeRetry) and go round again from a fresh read, up to settings.retries times.
+template <typename Answer, typename Compute>
+absl::StatusOr<Answer> ReadModifyWrite(MemcachedConnection& connection, const ItemTarget& target,
+                                       std::optional<ReadItem> first, const CasSettings& settings,
+                                       Compute compute) {
   for (int attempt = 0; attempt <= settings.retries; ++attempt) {
     if (attempt > 0) {
       if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
         return s;
       }
-      absl::StatusOr<ReadItem> again = ReadState(connection, target);
-      if (!again.ok()) {
-        return again.status();
-      }
-      read = *std::move(again);
     }
-    AnyState state = read.state;
-    const Decision decision = Decide(*target.limit, state, now, cost);
-    if (!decision.allowed || cost == 0) {
-      return decision;
+    if (attempt > 0 || !first) {
+      absl::StatusOr<ReadItem> read = ReadState(connection, target);
+      if (!read.ok()) {
+        return read.status();
+      }
+      first = *std::move(read);
+    }
+    Change<Answer> change = compute(*first);
+    if (change.state == first->state) {
+      return std::move(change.answer);
     }
     absl::StatusOr<bool> written =
-        WriteState(connection, target, read, state, decision.reset_after, settings);
+        WriteState(connection, target, *first, change.state, change.reset_after, settings);
     if (!written.ok()) {
       return written.status();
     }
     if (*written) {
-      charge = ChargeOf(*target.limit, state, now, cost);
-      return decision;
+      return std::move(change.answer);
     }
   }
   return Exhausted(target, settings);
 }
 
+}  // namespace
+
+absl::StatusOr<Decision> ChargeState(MemcachedConnection& connection, const ItemTarget& target,
+                                     int64_t cost, Timestamp now, ReadItem first,
+                                     const CasSettings& settings, Charge& charge) {
+  charge = Charge{};
+  absl::StatusOr<std::pair<Decision, Charge>> charged =
+      ReadModifyWrite<std::pair<Decision, Charge>>(
+          connection, target, std::move(first), settings, [&](const ReadItem& read) {
+            Change<std::pair<Decision, Charge>> change{.state = read.state};
+            AnyState state = read.state;
+            const Decision decision = Decide(*target.limit, state, now, cost);
+            change.answer.first = decision;
+            if (decision.allowed && cost > 0) {  // Else nothing to write, as in every store.
+              change.state = state;
+              change.answer.second = ChargeOf(*target.limit, state, now, cost);
+              change.reset_after = decision.reset_after;
+            }
+            return change;
+          });
+  if (!charged.ok()) {
+    return charged.status();
+  }
+  charge = charged->second;
+  return charged->first;
+}
+
 absl::Status GiveBackState(MemcachedConnection& connection, const ItemTarget& target,
                            const Charge& charge, Timestamp now, const CasSettings& settings) {
-  for (int attempt = 0; attempt <= settings.retries; ++attempt) {
-    if (attempt > 0) {
-      if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
-        return s;
-      }
-    }
-    absl::StatusOr<ReadItem> read = ReadState(connection, target);
-    if (!read.ok()) {
-      return read.status();
-    }
-    if (!read->cas) {
-      return absl::OkStatus();  // Expired or evicted: the charge went with the item.
-    }
-    AnyState state = read->state;
-    GiveBack(*target.limit, state, now, charge);
-    if (state == read->state) {
-      return absl::OkStatus();
-    }
-    AnyState query = state;  // Its horizon after the give-back, for the item's exptime.
-    const Decision after = Decide(*target.limit, query, now, 0);
-    absl::StatusOr<bool> written =
-        WriteState(connection, target, *read, state, after.reset_after, settings);
-    if (!written.ok()) {
-      return written.status();
-    }
-    if (*written) {
-      return absl::OkStatus();
-    }
-  }
-  return Exhausted(target, settings);
+  // No first read: the charge being given back was written after any read the caller holds.
+  return ReadModifyWrite<bool>(connection, target, std::nullopt, settings,
+                               [&](const ReadItem& read) {
+                                 Change<bool> change{.state = read.state};
+                                 if (!read.cas) {
+                                   return change;  // Expired or evicted: the charge went with it.
+                                 }
+                                 GiveBack(*target.limit, change.state, now, charge);
+                                 // Its horizon after the give-back, for the item's exptime.
+                                 AnyState query = change.state;
+                                 change.reset_after =
+                                     Decide(*target.limit, query, now, 0).reset_after;
+                                 return change;
+                               })
+      .status();
 }
 
 absl::StatusOr<Settled> SettleState(MemcachedConnection& connection, const ItemTarget& target,
                                     const Settlement& settlement, Timestamp now, ReadItem first,
                                     const CasSettings& settings) {
-  ReadItem read = std::move(first);
-  for (int attempt = 0; attempt <= settings.retries; ++attempt) {
-    if (attempt > 0) {
-      if (absl::Status s = BeforeRetry(target, settings, attempt); !s.ok()) {
-        return s;
-      }
-      absl::StatusOr<ReadItem> again = ReadState(connection, target);
-      if (!again.ok()) {
-        return again.status();
-      }
-      read = *std::move(again);
-    }
-    AnyState state = read.state;
-    const Settled settled = Settle(*target.limit, state, now, settlement);
-    if (state == read.state) {
-      return settled;  // Nothing to give back nor to charge: nothing to write.
-    }
-    absl::StatusOr<bool> written =
-        WriteState(connection, target, read, state, settled.after.reset_after, settings);
-    if (!written.ok()) {
-      return written.status();
-    }
-    if (*written) {
-      return settled;
-    }
-  }
-  return Exhausted(target, settings);
+  return ReadModifyWrite<Settled>(
+      connection, target, std::move(first), settings, [&](const ReadItem& read) {
+        Change<Settled> change{.state = read.state};
+        change.answer = Settle(*target.limit, change.state, now, settlement);
+        change.reset_after = change.answer.after.reset_after;
+        return change;
+      });
 }
 
 }  // namespace sluice::internal
