@@ -296,6 +296,21 @@ class ResetTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.client.reset(admin_token=ADMIN_TOKEN, cost=1, **ask)
 
+    def test_an_ad_hoc_block_and_the_reset_that_lifts_it(self):
+        # gcra 2 per second: its own wait after a denial is half a second; the block's an hour.
+        ask = dict(key="py-block", algorithm="gcra", limit=2, period="1s", block=3600)
+        self.client.check(cost=2, **ask)
+        denied = self.client.check(**ask)
+        self.assertFalse(denied.allowed)
+        self.assertGreater(denied.retry_after, 60)  # The block's wait, not gcra's.
+        without_block = {k: v for k, v in ask.items() if k != "block"}
+        self.client.reset(admin_token=ADMIN_TOKEN, **without_block)  # Another limit.
+        self.assertGreater(self.client.check(**ask).retry_after, 60)
+        self.client.reset(admin_token=ADMIN_TOKEN, **ask)
+        self.assertTrue(self.client.check(**ask).allowed)
+        with self.assertRaisesRegex(TypeError, "block are for ad hoc"):
+            self.client.check(block="1h", **user("x"))
+
     def test_admin_endpoints_off_without_the_flag(self):
         with sluice.Client(url(NO_ADMIN), timeout=30) as client:
             with self.assertRaisesRegex(sluice.Forbidden, "admin endpoints are off") as raised:

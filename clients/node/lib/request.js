@@ -65,9 +65,11 @@ function keys(options) {
     }
     Object.assign(out, { key: o.key, limit: o.limit, period: duration(o.period, 'period') });
     for (const name of ['algorithm', 'burst', 'buckets']) if (o[name] !== undefined) out[name] = o[name];
+    // An ad hoc limit's block is part of it: a reset lifts the block of the limit it names.
+    if (o.block !== undefined) out.block = duration(o.block, 'block');
   } else {
-    if (['algorithm', 'limit', 'period', 'burst', 'buckets'].some((n) => o[n] !== undefined)) {
-      throw new TypeError('algorithm, limit, period, burst and buckets are for ad hoc checks');
+    if (['algorithm', 'limit', 'period', 'burst', 'buckets', 'block'].some((n) => o[n] !== undefined)) {
+      throw new TypeError('algorithm, limit, period, burst, buckets and block are for ad hoc checks');
     }
     if (!Array.isArray(o.descriptors)) throw new TypeError('descriptors is an array of descriptors');
     Object.assign(out, { domain: o.domain, descriptors: o.descriptors.map(entries) });

@@ -36,12 +36,13 @@ def _entries(descriptor):
 
 
 def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None, cost=None,
-         domain=None, descriptors=None, max_wait=None, receipt=False, max_debt=None):
+         domain=None, descriptors=None, max_wait=None, receipt=False, max_debt=None, block=None):
     """The JSON object of /v1/check or, with max_wait, /v1/acquire: ad hoc when `key` is given,
     rules mode when `domain` is. `receipt`: ask for a receipt to settle later; `max_debt`
-    (ad hoc): how far past the limit a settle may charge the key."""
+    (ad hoc): how far past the limit a settle may charge the key; `block` (ad hoc): how long a
+    denial shuts the key out."""
     out = keys(key=key, algorithm=algorithm, limit=limit, period=period, burst=burst,
-               buckets=buckets, domain=domain, descriptors=descriptors)
+               buckets=buckets, domain=domain, descriptors=descriptors, block=block)
     if max_debt is not None:
         if key is None:
             raise TypeError("max_debt is for ad hoc checks; rules mode takes it from the rules")
@@ -58,9 +59,10 @@ def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=
 
 
 def keys(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None,
-         domain=None, descriptors=None):
+         domain=None, descriptors=None, block=None):
     """The part of a body that names the keys and their limits (that of POST /v1/reset): ad
-    hoc when `key` is given, rules mode when `domain` is."""
+    hoc when `key` is given, rules mode when `domain` is. An ad hoc limit's `block` is part of
+    it: a reset lifts the block of the limit it names."""
     if (key is None) == (domain is None):
         raise TypeError("give either key= (an ad hoc limit) or domain= and descriptors= (rules)")
     if key is not None:
@@ -70,10 +72,12 @@ def keys(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=
         for name, value in (("algorithm", algorithm), ("burst", burst), ("buckets", buckets)):
             if value is not None:
                 out[name] = value
+        if block is not None:
+            out["block"] = duration(block, "block")
     else:
-        if any(v is not None for v in (algorithm, limit, period, burst, buckets)):
-            raise TypeError("algorithm, limit, period, burst and buckets are for ad hoc checks; "
-                            "rules mode takes its limits from the rules")
+        if any(v is not None for v in (algorithm, limit, period, burst, buckets, block)):
+            raise TypeError("algorithm, limit, period, burst, buckets and block are for ad hoc "
+                            "checks; rules mode takes its limits from the rules")
         if descriptors is None or isinstance(descriptors, (str, bytes)) or hasattr(descriptors, "items"):
             raise TypeError("descriptors= is a list of descriptors, each a dict")
         out = {"domain": domain, "descriptors": [_entries(d) for d in descriptors]}

@@ -142,6 +142,22 @@ test('reset needs the admin token; off without --admin-token-file', async () => 
     { name: 'Forbidden', status: 403, message: /admin endpoints are off/ });
 });
 
+test('an ad hoc block shuts the key out; a reset that names the same block lifts it', async () => {
+  // gcra 2 per second: its own wait after a denial is half a second; the block's is an hour.
+  const key = { key: 'node-block', algorithm: 'gcra', limit: 2, period: '1s', block: 3600 };
+  await client.check({ ...key, cost: 2 });
+  const denied = await client.check(key);
+  assert.equal(denied.allowed, false);
+  assert.ok(denied.retryAfter > 60, `retryAfter ${denied.retryAfter}: the block's, not gcra's`);
+  const { block, ...withoutBlock } = key;
+  assert.equal(block, 3600);
+  await client.reset(withoutBlock, { adminToken: ADMIN_TOKEN }); // Another limit: block stays.
+  assert.ok((await client.check(key)).retryAfter > 60);
+  await client.reset(key, { adminToken: ADMIN_TOKEN });
+  assert.equal((await client.check(key)).allowed, true);
+  assert.throws(() => client.check({ ...user('x'), block: '1h' }), /block are for ad hoc/);
+});
+
 test('a sluiced that cannot be reached settles nothing and resets nothing', async () => {
   const gone = new sluice.Client({ url: `http://127.0.0.1:${await gonePort()}` });
   const s = await gone.settle('r1.some.receipt', 0);
