@@ -25,8 +25,8 @@ struct SlidingWindowAt {
 
 // Moving to the next window makes `cur` the new `prev`; moving further clears both.
 inline SlidingWindowAt MoveSlidingWindow(const SlidingWindowState& s, int64_t p, Timestamp now) {
-  SlidingWindowAt at{.t = std::max(Us(now), s.last), .window = 0, .r = 0, .cur = s.cur,
-                     .prev = s.prev};
+  SlidingWindowAt at{
+      .t = std::max(Us(now), s.last), .window = 0, .r = 0, .cur = s.cur, .prev = s.prev};
   at.window = FloorDiv(at.t, p);
   const Int128 last_window = FloorDiv(s.last, p);
   if (at.window == last_window + 1) {
