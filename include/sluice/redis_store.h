@@ -230,8 +230,9 @@ absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 std::string RedactRedisUrl(std::string_view url);
 
 struct RedisStoreStats {
-  uint64_t calls = 0;         // Calls asked of the store: decisions (those answered locally too),
-                              // give-backs, settles and resets.
+  // Calls asked of the store: decisions (those answered locally too), give-backs, settles,
+  // resets, leases and share takes; a call split over Cluster slots counts once per slot.
+  uint64_t calls = 0;
   uint64_t script_calls = 0;  // Script calls sent (fewer than calls when batched).
   uint64_t failures = 0;      // Decisions Redis did not answer (error, timeout, no connection).
   uint64_t fallbacks = 0;     // Failures decided by the failure policy (allow or local).

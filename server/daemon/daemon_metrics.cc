@@ -40,7 +40,8 @@ std::string Daemon::StoreMetrics() const {
   if (redis_ != nullptr) {
     const RedisStoreStats stats = redis_->Stats();
     return fmt::format(
-               "# HELP sluice_redis_calls_total Decisions asked of the Redis store.\n"
+               "# HELP sluice_redis_calls_total Calls asked of the Redis store (decisions, "
+               "give-backs, settles, resets, leases, share takes).\n"
                "# TYPE sluice_redis_calls_total counter\nsluice_redis_calls_total {}\n"
                "# HELP sluice_redis_script_calls_total Script calls sent (fewer when batched).\n"
                "# TYPE sluice_redis_script_calls_total counter\nsluice_redis_script_calls_total "

@@ -42,7 +42,7 @@ class Client {
     this._warned = new Set(); // The unmatched warnings given (see _warnUnmatched).
   }
 
-  /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost, maxDebt})
+  /** POST /v1/check: ad hoc ({key, limit, period, algorithm, burst, buckets, cost, maxDebt, block})
    * or rules ({domain, descriptors: [{user: 'bob'}], cost}). With `receipt: true`, the
    * decision's `settle(cost)` settles the real cost later. */
   check(options) {

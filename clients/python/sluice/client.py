@@ -57,7 +57,7 @@ class Client:
 
     def check(self, **kwargs):
         """POST /v1/check: ad hoc (key=, limit=, period=, algorithm=, burst=, buckets=, cost=,
-        max_debt=) or rules (domain=, descriptors=[{"user": "bob"}], cost=). Returns a
+        max_debt=, block=) or rules (domain=, descriptors=[{"user": "bob"}], cost=). Returns a
         Decision; with receipt=True, one whose settle() settles the real cost later."""
         decision = self._decide("/v1/check", request.body(**kwargs), self.timeout)
         return self._settleable(decision, kwargs)
