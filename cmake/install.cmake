@@ -19,7 +19,7 @@ set_target_properties(sluice_core PROPERTIES EXPORT_NAME core)
 set_target_properties(sluice_memory PROPERTIES EXPORT_NAME memory)
 
 set(SLUICE_PUBLIC_HEADERS algorithms.h clock.h decision.h direct_limiter.h duration.h
-    failure_policy.h give_back.h limit.h limiter.h memory_store.h settle.h store.h
+    convert.h failure_policy.h give_back.h limit.h limiter.h memory_store.h settle.h store.h
     store_log.h)
 list(TRANSFORM SLUICE_PUBLIC_HEADERS PREPEND ${PROJECT_SOURCE_DIR}/include/sluice/)
 install(FILES ${SLUICE_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sluice
