@@ -54,6 +54,13 @@ struct LimitedKey {
   // Set: the key may be decided from a share under this policy (see SharePolicy), when it is
   // the request's only limit. Null: every decision is the store's own.
   const SharePolicy* share = nullptr;
+  // The figures this limit had before, newest first: a rule whose limit a reload changed
+  // (docs/algorithms.md, "A change of limit"). A key that holds no state under `limit` but
+  // holds some under one of these is moved to `limit`, its state converted
+  // (sluice/convert.h), before the call acts on it; a reset forgets it under these too. Empty:
+  // the state is found by `limit` alone. MemoryStore honours it; RedisStore and
+  // MemcachedStore do not yet (their keys under new figures start afresh).
+  std::span<const Limit> before = {};
 };
 
 // A concurrency limit on one key: at most `capacity` leases held there at once, as Stripe's

@@ -439,12 +439,25 @@ std::string Daemon::StoreDescription() const {
       flags_.redis_shares ? ", shares on" : "");
 }
 
+std::shared_ptr<const LimitHistory> Daemon::Previous() const {
+  // A reload: the rules it replaces. The first load: those the snapshot was written under.
+  if (const std::shared_ptr<const RuleSet> rules = service_->rules(); !rules->domains().empty()) {
+    return std::make_shared<const LimitHistory>(HistoryOf(*rules));
+  }
+  if (!flags_.snapshot.empty()) {
+    return std::make_shared<const LimitHistory>(LoadLimitHistory(flags_.snapshot));
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
   return RuleSet::Load(
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
       RuleLoadOptions{.merge_domains = flags_.merge_domains,
-                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : ""});
+                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
+                      // A reload's limits carry their keys' state across a change of figures.
+                      .previous = Previous()});
 }
 
 std::string Daemon::Version() const {
@@ -530,6 +543,11 @@ bool Daemon::SaveSnapshot() {
   if (absl::Status s = memory_->SaveSnapshot(flags_.snapshot); !s.ok()) {
     spdlog::error("snapshot failed: {}", internal::Message(s));
     return false;
+  }
+  // Beside it, the figures its states are kept under, by limit: rules changed before the next
+  // start carry them (a failure loses only that, and is logged).
+  if (absl::Status s = SaveLimitHistory(flags_.snapshot, HistoryOf(*service_->rules())); !s.ok()) {
+    spdlog::error("snapshot's limits not written: {}", internal::Message(s));
   }
   spdlog::debug("snapshot written to {}", flags_.snapshot);
   return true;

@@ -126,6 +126,8 @@ class Daemon {
   void PublishHealth();  // gRPC's health service says what /healthcheck says, every second.
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
+  // The limits the rules LoadRules loads replace (RuleLoadOptions::previous).
+  std::shared_ptr<const LimitHistory> Previous() const;
   std::string Version() const;          // What identifies the rules' files as they are now.
   void RequestReload(std::string why);  // On the control loop: the reload runs elsewhere.
   void ApplyRules(Reloader::Rules rules, const std::string& why);  // On the reloader's thread.

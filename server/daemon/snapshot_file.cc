@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <system_error>
 
 #include "fmt/format.h"
@@ -47,6 +48,13 @@ std::string UtcStamp(Timestamp now) {
                      utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec);
 }
 
+// The first line of a limits file, and the most it may hold.
+constexpr char kHistoryHeader[] = "sluice limits 1\n";
+constexpr size_t kMaxHistoryBytes = size_t{1} << 28;
+
+// The limits' history beside the snapshot at `snapshot_path`.
+std::string HistoryPath(const std::string& snapshot_path) { return snapshot_path + ".limits"; }
+
 }  // namespace
 
 absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool discard_corrupt,
@@ -82,6 +90,67 @@ absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool disc
   }
   spdlog::warn("{}: moved it aside to {} (--snapshot-discard-corrupt); starting empty", why, aside);
   return absl::OkStatus();
+}
+
+absl::Status SaveLimitHistory(const std::string& snapshot_path, const LimitHistory& history) {
+  // As the snapshot is written: a temporary file beside it, flushed, renamed over the old one,
+  // so that a crash leaves the old history or the new, never half of one.
+  const std::string path = HistoryPath(snapshot_path);
+  std::string temp = path + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) {
+    return absl::UnavailableError(
+        fmt::format("cannot create a file beside {}: {}", path, Reason()));
+  }
+  const std::string text = kHistoryHeader + FormatHistory(history);
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n <= 0) {
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool ok = written == text.size() && ::fsync(fd) == 0;
+  const std::string why = ok ? "" : Reason();
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = ok ? Reason() : why;
+    ::unlink(temp.c_str());
+    return absl::UnavailableError(fmt::format("cannot write {}: {}", path, reason));
+  }
+  return absl::OkStatus();
+}
+
+LimitHistory LoadLimitHistory(const std::string& snapshot_path) {
+  const std::string path = HistoryPath(snapshot_path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno != ENOENT) {
+      spdlog::warn("cannot read {}: {}; limits changed since it was written start afresh", path,
+                   Reason());
+    }
+    return {};
+  }
+  // Bounded: a rules file holds at most a million limits (RuleFileLimits::max_limits).
+  std::string body(kMaxHistoryBytes + 1, '\0');
+  in.read(body.data(), static_cast<std::streamsize>(body.size()));
+  body.resize(static_cast<size_t>(in.gcount()));
+  if (body.size() > kMaxHistoryBytes || !body.starts_with(kHistoryHeader)) {
+    spdlog::warn(
+        "{} is not a sluice limits file of this version (or is over {} bytes); limits "
+        "changed since it was written start afresh",
+        path, kMaxHistoryBytes);
+    return {};
+  }
+  absl::StatusOr<LimitHistory> history =
+      ParseHistory(std::string_view(body).substr(std::string_view(kHistoryHeader).size()));
+  if (!history.ok()) {
+    spdlog::warn("{}: {}; limits changed since it was written start afresh", path,
+                 internal::Message(history.status()));
+    return {};
+  }
+  return *std::move(history);
 }
 
 }  // namespace sluice::server

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 
+#include "server/rules/rules.h"
 #include "sluice/clock.h"
 #include "sluice/memory_store.h"
 
@@ -22,5 +23,15 @@ namespace sluice::server {
 // Errors (InvalidArgument) name the flag.
 absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool discard_corrupt,
                           Timestamp now);
+
+// The limits of the rules in force when a snapshot is written, beside it in `<path>.limits`
+// (replaced whole, as the snapshot is), so that rules changed while the server was down
+// still carry the state the snapshot keeps under the figures they had (docs/server.md,
+// "Changing a limit"). SaveLimitHistory's errors name the file. LoadLimitHistory returns what
+// the file holds, or nothing when there is none; a file that cannot be read or parsed is
+// logged and ignored: its limits then start afresh under changed figures, the worst a lost
+// history can do.
+absl::Status SaveLimitHistory(const std::string& snapshot_path, const LimitHistory& history);
+LimitHistory LoadLimitHistory(const std::string& snapshot_path);
 
 }  // namespace sluice::server

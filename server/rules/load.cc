@@ -179,6 +179,9 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Parse(
           fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
     }
   }
+  if (options.previous != nullptr) {
+    InheritLimits(*options.previous, *rules);
+  }
   return rules;
 }
 

@@ -135,4 +135,8 @@ class FileParser {
   const std::string no_leases_;  // Why a concurrency rule is refused; empty: it is not.
 };
 
+// Sets RuleLimit::before in `next` from the limits `previous` held under the same identity
+// (lineage.cc). RuleSet::Parse calls it when RuleLoadOptions::previous is set.
+void InheritLimits(const LimitHistory& previous, RuleSet& next);
+
 }  // namespace sluice::server

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 #include "sluice/limit.h"
@@ -109,7 +110,16 @@ struct RuleLimit {
   // (server/service/blocks.h); the limit that keeps such blocks, empty without one.
   std::optional<Limit> block;
   RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
+  // The figures this limit had under earlier rules, newest first, when a reload changed them
+  // (docs/server.md, "Changing a limit"): a key's state under them carries to `limit`
+  // (LimitedKey::before). A limit is the same limit across reloads when its rule's path and
+  // its name are the same; a renamed one, or another rule's, starts afresh.
+  std::vector<Limit> before;
 };
+
+// The most earlier figures a limit remembers (RuleLimit::before): a key untouched through more
+// changes than this starts afresh.
+inline constexpr size_t kMaxBefore = 4;
 
 // The counter of a fixed window of `period` in envoyproxy/ratelimit's manner: Limit::kMaxCount
 // hits per period, so that every hit is counted. Every limit of one period shares it, as their
@@ -281,6 +291,20 @@ struct RuleFileLimits {
   uint64_t max_limits = 1'000'000;  // Rule limits: a rate_limit, an entry of `limits`, a pool.
 };
 
+class RuleSet;
+
+// The figures each limit of a RuleSet is known by (lineage.cc): its identity (the rule's path
+// and the limit's name; a pool's domain and name) to the figures in force, then its earlier
+// ones (RuleLimit::before), newest first. What a reload, or a restart with a snapshot, carries
+// from the rules before to those after.
+using LimitHistory = absl::flat_hash_map<std::string, std::vector<Limit>>;
+LimitHistory HistoryOf(const RuleSet& rules);
+// One line per limit: the identity C-escaped, then each set of figures as
+// " algorithm:N:P:B:K"; ParseHistory reads it back, refusing (InvalidArgument, naming the line)
+// anything else.
+std::string FormatHistory(const LimitHistory& history);
+absl::StatusOr<LimitHistory> ParseHistory(std::string_view text);
+
 // How a set of rules files is loaded.
 struct RuleLoadOptions {
   // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: a file naming a domain that an earlier file
@@ -292,6 +316,10 @@ struct RuleLoadOptions {
   // Not empty: the store keeps no leases (Memcached), so a `concurrency:` rule is refused at
   // load, naming the rule and this reason, rather than failing every request it matches.
   std::string no_leases;
+  // The limits in force before this load (HistoryOf the rules a reload replaces, or what a
+  // snapshot kept of them), if any: each limit they hold under the same identity with other
+  // figures takes them as its RuleLimit::before.
+  std::shared_ptr<const LimitHistory> previous;
 };
 
 class RuleSet {

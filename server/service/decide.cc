@@ -256,13 +256,15 @@ auto RateLimitService::Deciding::StoreCall(const std::vector<size_t>& group, int
     const RuleLimit& rule_limit = *planned[i].rule_limit;
     keys.push_back({.limit = &*rule_limit.limit,
                     .key = planned[i].key,
-                    .share = rule_limit.share ? &*rule_limit.share : nullptr});
+                    .share = rule_limit.share ? &*rule_limit.share : nullptr,
+                    .before = rule_limit.before});
   }
   pool_keys.clear();
   pool_keys.reserve(pools.size());
   for (const Pool* pool : pools) {
     pool_keys.push_back(PoolKey(planned.front().domain->name, pool->name));
-    keys.push_back({.limit = &*pool->limit.limit, .key = pool_keys.back()});
+    keys.push_back(
+        {.limit = &*pool->limit.limit, .key = pool_keys.back(), .before = pool->limit.before});
   }
   each.assign(keys.size(), Decision{});
   // A receipt's calls charge, so that what they took can be given back; ChargeAllAsync

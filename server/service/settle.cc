@@ -127,18 +127,20 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
   std::vector<std::string> block_keys;
   block_keys.reserve(plan->size());  // No reallocation: `keys` points into it.
   ResetResult result{.unmatched = !matched};
-  auto add = [&keys](const Limit& limit, const std::string& key) {
+  // `before`: a reset forgets the key under the limit's earlier figures too (RuleLimit::before).
+  auto add = [&keys](const Limit& limit, const std::string& key,
+                     std::span<const Limit> before = {}) {
     const bool seen = std::any_of(keys.begin(), keys.end(), [&](const LimitedKey& k) {
       return *k.limit == limit && k.key == key;
     });
     if (!seen) {
-      keys.push_back({.limit = &limit, .key = key});
+      keys.push_back({.limit = &limit, .key = key, .before = before});
     }
   };
   for (const Planned& p : *plan) {
     const RuleLimit& rule_limit = *p.rule_limit;
     if (rule_limit.limit) {
-      add(*rule_limit.limit, p.key);
+      add(*rule_limit.limit, p.key, rule_limit.before);
     }
     if (rule_limit.counter) {
       add(*rule_limit.counter, p.key);

@@ -127,6 +127,14 @@ void MemoryStore::DecideBatch(const Limit& limit, std::span<const KeyCost> reque
 absl::StatusOr<Decision> MemoryStore::DecideAll(std::span<const LimitedKey> requests, int64_t cost,
                                                 Timestamp now, std::span<Decision> each) {
   assert(each.size() == requests.size());
+  if (AnyEarlier(requests)) [[unlikely]] {
+    if (absl::Status s = CheckTime(now); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = tables_->AdoptEarlier(requests, now); !s.ok()) {
+      return s;
+    }
+  }
   if (requests.size() == 1) {
     // One limit is all or nothing by itself: decided in one pass, as Decide does, rather than
     // a dry run and then the change (the server's usual request has one limit).

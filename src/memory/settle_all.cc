@@ -66,6 +66,12 @@ void MemoryStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t c
     std::move(done)(std::move(s));
     return;
   }
+  if (absl::Status s =
+          AnyEarlier(requests) ? tables_->AdoptEarlier(requests, now) : absl::OkStatus();
+      !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
   std::move(done)(WithHeld(
       *tables_, requests, now,
       [&](const Registry::View& view, std::span<const Target> targets) -> absl::StatusOr<Decision> {
@@ -106,6 +112,12 @@ void MemoryStore::SettleAllAsync(std::span<const LimitedKey> requests,
       std::move(done)(std::move(s));
       return;
     }
+  }
+  if (absl::Status s =
+          AnyEarlier(requests) ? tables_->AdoptEarlier(requests, now) : absl::OkStatus();
+      !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
   }
   // Claimed before the keys' locks, and taken back if the settle fails: a replay racing the
   // first settle finds the claim and is refused, whichever thread gets the locks first.
@@ -167,6 +179,11 @@ void MemoryStore::ResetAllAsync(std::span<const LimitedKey> requests, Timestamp 
     return;
   }
   if (absl::Status s = CheckTime(now); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  // The earlier figures first: once they are forgotten, nothing can be adopted back.
+  if (absl::Status s = tables_->ForgetEarlier(requests, now); !s.ok()) {
     std::move(done)(std::move(s));
     return;
   }

@@ -149,6 +149,14 @@ class MemoryStore::Tables {
     return true;
   }
 
+  // Before a call on `requests` (LimitedKey::before, adopt.cc): each key that holds no state
+  // under its limit but holds some under one of its earlier figures is moved to its limit,
+  // converted. Errors: the store full, as for a new key; a table churning.
+  absl::Status AdoptEarlier(std::span<const LimitedKey> requests, Timestamp now);
+  // Before a reset of `requests`: each key is forgotten under its limit's earlier figures too,
+  // so that no later call adopts what the reset forgot.
+  absl::Status ForgetEarlier(std::span<const LimitedKey> requests, Timestamp now);
+
   size_t KeyCount() {
     size_t n = 0;
     ForEach([&](Table& table) { n += table.KeyCount(); });
@@ -181,6 +189,13 @@ inline absl::Status Churning(const Limit& limit) {
   return absl::UnavailableError(
       fmt::format("the memory store's table for {} was retired {} times in a row; try again",
                   limit.ToString(), kMaxLookups));
+}
+
+// Whether any of `requests` names earlier figures (LimitedKey::before): then the call first
+// adopts its keys' states from them (Tables::AdoptEarlier). Inline: it runs on every call.
+inline bool AnyEarlier(std::span<const LimitedKey> requests) {
+  return std::any_of(requests.begin(), requests.end(),
+                     [](const LimitedKey& r) { return !r.before.empty(); });
 }
 
 // A request's key, with its limit's table.

@@ -20,13 +20,12 @@ namespace {
 using namespace std::chrono_literals;
 using testing::At;
 using testing::kEpoch;
+using testing::kHourStart;
 using testing::MustLimit;
 using testing::Random;
 
 constexpr int64_t kMinute = 60'000'000;
-constexpr int64_t kHour = 60 * kMinute;
-// The start of an hour, for examples whose windows are hours.
-constexpr int64_t kHourStart = (kEpoch / kHour + 1) * kHour;
+constexpr int64_t kHour = testing::kHourUs;
 
 // Charges `units` one at a time at `t` under `limit`; how many were admitted.
 int64_t Take(const Limit& limit, AnyState& state, int64_t t, int64_t units) {

@@ -135,6 +135,42 @@ class ReloadTest(SluicedTest):
         finally:
             server.cleanup()
 
+    def test_a_reload_that_changes_a_limit_keeps_what_each_key_used(self):
+        # docs/server.md, "Changing a limit": lowered, a key over the new limit stays denied;
+        # raised, a key gets only the difference; renamed and changed, a limit starts afresh.
+        rules = ("domain: snap\ndescriptors:\n  - key: user\n"
+                 "    rate_limit: {name: %s, unit: hour, requests_per_unit: %d}\n")
+        server = sluiced_with_rules(rules % ("users", 10), watch_interval="0")
+        try:
+            server.start()
+            for _ in range(8):
+                self.assertEqual(server.check("ann")[0], 200)
+
+            def reload(name, n):
+                before = server.metric("sluice_config_reloads_total")
+                write_atomically(server.config, rules % (name, n))
+                server.proc.send_signal(signal.SIGHUP)
+                took = wait_for(
+                    lambda: server.metric("sluice_config_reloads_total") == before + 1, 60.0)
+                self.assertIsNotNone(took, "SIGHUP did not reload the rules")
+
+            reload("users", 5)
+            status, answer = server.check("ann")
+            self.assertEqual(status, 429, "8 used of the new 5: %s" % answer)
+            self.assertEqual(server.check("bob")[1]["remaining"], 4)
+            reload("users", 12)
+            status, answer = server.check("ann")
+            self.assertEqual((status, answer["remaining"]), (200, 3), "8 + 1 used of 12")
+            # Renamed with other figures: nothing carries. (Renamed with the same figures, a
+            # key's state is where it was: counts are stored by descriptor and figures.)
+            reload("people", 20)
+            status, answer = server.check("ann")
+            self.assertEqual((status, answer["remaining"]), (200, 19), "a renamed limit")
+            self.assertEqual(server.stop(), 0, server.output())
+        finally:
+            server.cleanup()
+
+
 
 # ----------------------------------------------------------------------------------------------
 # Process: start-up and shutdown

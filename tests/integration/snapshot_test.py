@@ -65,6 +65,36 @@ class SnapshotTest(unittest.TestCase):
         finally:
             self.assertEqual(second.stop(), 0)
 
+    def restart_with_a_changed_limit(self, keep_history):
+        """ann uses 3 of 3 and bob 1; sluiced restarts with 5 an hour: their answers."""
+        first = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
+        self.use_up(first, "ann")
+        first.check("bob")
+        self.assertEqual(first.stop(), 0)
+        self.assertTrue(os.path.exists(self.snapshot + ".limits"))
+        if not keep_history:
+            os.remove(self.snapshot + ".limits")
+        with open(os.path.join(self.workdir, "rules.yaml"), "w") as f:
+            f.write(RULES.replace("requests_per_unit: 3", "requests_per_unit: 5"))
+        second = sluiced.Sluiced(self.workdir, "--snapshot", self.snapshot)
+        try:
+            return [second.check(user) for user in ("ann", "bob", "carl")]
+        finally:
+            self.assertEqual(second.stop(), 0)
+
+    def test_a_restart_with_a_changed_limit_keeps_what_each_key_used(self):
+        # The limits in force at the snapshot are written beside it (FILE.limits), so rules
+        # changed while the server was down carry the counts (docs/server.md).
+        (ann, bob, carl) = self.restart_with_a_changed_limit(keep_history=True)
+        self.assertEqual((ann[0], ann[1]["remaining"]), (200, 1), "3 + 1 used of 5")
+        self.assertEqual((bob[0], bob[1]["remaining"]), (200, 3), "1 + 1 used of 5")
+        self.assertEqual((carl[0], carl[1]["remaining"]), (200, 4), "a key never seen")
+
+    def test_without_the_snapshots_limits_a_changed_limit_starts_afresh(self):
+        # The control for the test above: what every restart with changed rules did before.
+        (ann, _, _) = self.restart_with_a_changed_limit(keep_history=False)
+        self.assertEqual((ann[0], ann[1]["remaining"]), (200, 4))
+
     def test_without_a_snapshot_a_restart_forgets(self):
         # The control for the test above: the same steps without --snapshot.
         first = sluiced.Sluiced(self.workdir)

@@ -15,14 +15,17 @@
 namespace sluice::testing {
 
 // The rules in `text` (named `file` in errors); a text that does not load fails the test and
-// gives no rules.
-inline std::shared_ptr<const server::RuleSet> MustParseRules(std::string_view text,
-                                                             server::CounterRegistry& counters,
-                                                             const Store& store,
-                                                             std::string file = "rules.yaml") {
+// gives no rules. `previous`: the rules they replace, as a reload loads them.
+inline std::shared_ptr<const server::RuleSet> MustParseRules(
+    std::string_view text, server::CounterRegistry& counters, const Store& store,
+    std::string file = "rules.yaml", std::shared_ptr<const server::RuleSet> previous = nullptr) {
+  auto history = previous != nullptr
+                     ? std::make_shared<const server::LimitHistory>(server::HistoryOf(*previous))
+                     : nullptr;
   absl::StatusOr<std::shared_ptr<const server::RuleSet>> rules =
       server::RuleSet::Parse({{std::move(file), std::string(text)}}, counters,
-                             [&store](const Limit& limit) { return store.CheckLimit(limit); });
+                             [&store](const Limit& limit) { return store.CheckLimit(limit); },
+                             {.previous = std::move(history)});
   EXPECT_TRUE(rules.ok()) << rules.status();
   return rules.ok() ? *rules : std::make_shared<const server::RuleSet>();
 }

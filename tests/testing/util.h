@@ -48,6 +48,11 @@ inline std::string AlgorithmTestName(const ::testing::TestParamInfo<Algorithm>& 
 // A realistic epoch time (2023-11-14T22:13:20Z), aligned to every period up to a second.
 inline constexpr int64_t kEpoch = 1'700'000'000'000'000;
 
+// An hour in us, and the first start of an hour after kEpoch: for examples whose windows are
+// hours.
+inline constexpr int64_t kHourUs = 3'600'000'000;
+inline constexpr int64_t kHourStart = (kEpoch / kHourUs + 1) * kHourUs;
+
 inline Timestamp At(int64_t us) { return Timestamp(Micros(us)); }
 
 // A Limit that the test knows to be valid; a failure to create it fails the test.
