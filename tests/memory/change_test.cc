@@ -1,14 +1,21 @@
 // A change of limit in the memory store (LimitedKey::before, docs/algorithms.md "A change of
 // limit"): a key decided under new figures takes its state from the earlier figures' table,
 // converted, and the state moves (it is found in one table only); a reset forgets it under the
-// earlier figures too; a change back carries the units again.
+// earlier figures too; a change back carries the units again; and on random changes under
+// random traffic, the store decides as a model of those rules.
 
+#include <algorithm>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
+#include "sluice/convert.h"
 #include "sluice/memory_store.h"
 #include "sluice/settle.h"
+#include "src/memory/compact_state.h"
+#include "tests/testing/random.h"
 #include "tests/testing/util.h"
 
 namespace sluice {
@@ -104,6 +111,69 @@ TEST_F(ChangeTest, AChargeAndASettleAdoptFirst) {
   Settled settled[1];
   ASSERT_TRUE(store_.SettleAll({&bob, 1}, extra, "", At(kStart), At(kStart + 2), settled).ok());
   EXPECT_EQ(Admit(store_, hundred_, before, "bob", kStart + 3, 100), 5);
+}
+
+// Random limits changing under random traffic on a few keys: the store decides every request
+// as a model of its tables does (a state per figures and key; a key missing under the figures
+// of a request moved from the first of its earlier figures that holds it, converted by
+// ConvertState). The seed is printed; replay with SLUICE_SEED=...
+TEST(ChangePropertyTest, TheStoreDecidesAsAModelOfItsTablesThroughRandomChanges) {
+  testing::Random random(testing::Seed(3400));
+  for (int run = 0; run < 40; ++run) {
+    MemoryStore store;
+    std::map<std::pair<std::string, std::string>, AnyState> tables;  // (figures, key): state.
+    std::vector<Limit> history;  // Newest first: the figures in force, then those before.
+    int64_t t = kStart;
+    for (int change = 0; change < 8; ++change) {
+      const auto algorithm = static_cast<Algorithm>(random.Between(0, 6));
+      const Limit limit = MustLimit({.algorithm = algorithm,
+                                     .limit = random.Between(1, 6),
+                                     .period = Micros{random.Between(1, 6) * 1000},
+                                     .burst = random.Between(1, 6),
+                                     .buckets = 2});
+      std::vector<Limit> before;
+      for (const Limit& l : history) {
+        if (l != limit && before.size() < 4 &&
+            std::find(before.begin(), before.end(), l) == before.end()) {
+          before.push_back(l);
+        }
+      }
+      history.insert(history.begin(), limit);
+      for (int request = 0; request < 60; ++request) {
+        t += random.Between(0, 400);
+        const std::string key = "k" + std::to_string(random.Between(0, 3));
+        const int64_t cost = random.Between(0, 3);
+        const auto here = std::make_pair(limit.ToString(), key);
+        if (!tables.contains(here)) {
+          for (const Limit& earlier : before) {
+            const auto there = tables.find({earlier.ToString(), key});
+            if (there == tables.end()) {
+              continue;
+            }
+            const AnyState moved =
+                ConvertState(earlier, there->second, limit, At(t), internal::MaxDebt(limit));
+            tables.erase(there);
+            if (moved != InitialState(limit.algorithm())) {
+              tables[here] = moved;
+            }
+            break;
+          }
+        }
+        const auto found = tables.find(here);
+        AnyState state = found != tables.end() ? found->second : InitialState(limit.algorithm());
+        const Decision want = Decide(limit, state, At(t), cost);
+        if (found != tables.end() || (want.allowed && cost > 0)) {
+          tables[here] = state;
+        }
+        const LimitedKey r{.limit = &limit, .key = key, .before = before};
+        Decision each[1];
+        const absl::StatusOr<Decision> got = store.DecideAll({&r, 1}, cost, At(t), each);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(*got, want) << "run " << run << ", change " << change << ", " << limit.ToString()
+                              << ", key " << key << " at " << t - kStart;
+      }
+    }
+  }
 }
 
 }  // namespace
