@@ -105,8 +105,7 @@ absl::Status MemoryStore::Tables::AdoptEarlier(std::span<const LimitedKey> reque
   return absl::OkStatus();
 }
 
-absl::Status MemoryStore::Tables::ForgetEarlier(std::span<const LimitedKey> requests,
-                                                Timestamp /*now*/) {
+void MemoryStore::Tables::ForgetEarlier(std::span<const LimitedKey> requests) {
   for (const LimitedKey& r : requests) {
     for (const Limit& earlier : r.before) {
       const Registry::View& view = registry_.Pin();
@@ -119,7 +118,6 @@ absl::Status MemoryStore::Tables::ForgetEarlier(std::span<const LimitedKey> requ
       from->EraseHeld(key);  // A retired table holds no key: erasing there changes nothing.
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace sluice

@@ -66,9 +66,7 @@ void MemoryStore::ChargeAllAsync(std::span<const LimitedKey> requests, int64_t c
     std::move(done)(std::move(s));
     return;
   }
-  if (absl::Status s =
-          AnyEarlier(requests) ? tables_->AdoptEarlier(requests, now) : absl::OkStatus();
-      !s.ok()) {
+  if (absl::Status s = tables_->AdoptEarlier(requests, now); !s.ok()) {
     std::move(done)(std::move(s));
     return;
   }
@@ -113,9 +111,7 @@ void MemoryStore::SettleAllAsync(std::span<const LimitedKey> requests,
       return;
     }
   }
-  if (absl::Status s =
-          AnyEarlier(requests) ? tables_->AdoptEarlier(requests, now) : absl::OkStatus();
-      !s.ok()) {
+  if (absl::Status s = tables_->AdoptEarlier(requests, now); !s.ok()) {
     std::move(done)(std::move(s));
     return;
   }
@@ -183,10 +179,7 @@ void MemoryStore::ResetAllAsync(std::span<const LimitedKey> requests, Timestamp 
     return;
   }
   // The earlier figures first: once they are forgotten, nothing can be adopted back.
-  if (absl::Status s = tables_->ForgetEarlier(requests, now); !s.ok()) {
-    std::move(done)(std::move(s));
-    return;
-  }
+  tables_->ForgetEarlier(requests);
   std::move(done)(WithHeld(*tables_, requests, now,
                            [&](const Registry::View&, std::span<const Target> targets) {
                              for (const Target& target : targets) {

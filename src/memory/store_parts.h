@@ -151,11 +151,12 @@ class MemoryStore::Tables {
 
   // Before a call on `requests` (LimitedKey::before, adopt.cc): each key that holds no state
   // under its limit but holds some under one of its earlier figures is moved to its limit,
-  // converted. Errors: the store full, as for a new key; a table churning.
+  // converted; nothing for requests without earlier figures. Errors: the store full, as for a
+  // new key; a table churning; a converted state the table cannot hold.
   absl::Status AdoptEarlier(std::span<const LimitedKey> requests, Timestamp now);
   // Before a reset of `requests`: each key is forgotten under its limit's earlier figures too,
   // so that no later call adopts what the reset forgot.
-  absl::Status ForgetEarlier(std::span<const LimitedKey> requests, Timestamp now);
+  void ForgetEarlier(std::span<const LimitedKey> requests);
 
   size_t KeyCount() {
     size_t n = 0;
