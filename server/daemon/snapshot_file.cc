@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
@@ -133,10 +134,13 @@ LimitHistory LoadLimitHistory(const std::string& snapshot_path) {
     return {};
   }
   // Bounded: a rules file holds at most a million limits (RuleFileLimits::max_limits).
-  std::string body(kMaxHistoryBytes + 1, '\0');
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(std::max<std::streamoff>(0, in.tellg()));
+  in.seekg(0, std::ios::beg);
+  std::string body(std::min(size, kMaxHistoryBytes + 1), '\0');
   in.read(body.data(), static_cast<std::streamsize>(body.size()));
   body.resize(static_cast<size_t>(in.gcount()));
-  if (body.size() > kMaxHistoryBytes || !body.starts_with(kHistoryHeader)) {
+  if (size > kMaxHistoryBytes || !body.starts_with(kHistoryHeader)) {
     spdlog::warn(
         "{} is not a sluice limits file of this version (or is over {} bytes); limits "
         "changed since it was written start afresh",

@@ -52,12 +52,16 @@ void ForEachLimit(const Domains& domains, F f) {
 LimitHistory HistoryOf(const RuleSet& rules) {
   LimitHistory history;
   ForEachLimit(rules.domains(), [&](std::string identity, const RuleLimit& limit) {
-    if (!limit.limit) {
-      return;  // Denies every request: it holds no state to carry.
+    // A limit that denies every request (requests_per_unit 0) holds no state of its own, but
+    // passes on the figures before it: a change to 0 and back keeps what keys used.
+    std::vector<Limit> figures;
+    if (limit.limit) {
+      figures.push_back(*limit.limit);
     }
-    std::vector<Limit>& figures = history[std::move(identity)];
-    figures.push_back(*limit.limit);
     figures.insert(figures.end(), limit.before.begin(), limit.before.end());
+    if (!figures.empty()) {
+      history.emplace(std::move(identity), std::move(figures));
+    }
   });
   return history;
 }
@@ -68,12 +72,12 @@ void InheritLimits(const LimitHistory& previous, RuleSet& next) {
   }
   ForEachLimit(next.domains(), [&](const std::string& identity, RuleLimit& limit) {
     const auto found = previous.find(identity);
-    if (found == previous.end() || !limit.limit) {
-      return;  // A new limit (or one that denies everything, with no state): nothing to carry.
+    if (found == previous.end()) {
+      return;  // A new limit: nothing to carry.
     }
     std::vector<Limit> before;
     for (const Limit& l : found->second) {
-      if (l != *limit.limit && before.size() < kMaxBefore &&
+      if ((!limit.limit || l != *limit.limit) && before.size() < kMaxBefore &&
           std::find(before.begin(), before.end(), l) == before.end()) {
         before.push_back(l);
       }
@@ -87,7 +91,7 @@ std::string FormatHistory(const LimitHistory& history) {
   for (const auto& [identity, figures] : history) {
     out += absl::CEscape(identity);
     for (const Limit& l : figures) {
-      fmt::format_to(std::back_inserter(out), " {}:{}:{}:{}:{}", AlgorithmName(l.algorithm()),
+      fmt::format_to(std::back_inserter(out), "\t{}:{}:{}:{}:{}", AlgorithmName(l.algorithm()),
                      l.limit(), l.period().count(), l.burst(), l.buckets());
     }
     out += '\n';
@@ -104,7 +108,7 @@ absl::StatusOr<LimitHistory> ParseHistory(std::string_view text) {
     auto bad = [&](std::string_view why) {
       return absl::InvalidArgumentError(fmt::format("line {}: {}", line_number, why));
     };
-    const std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    const std::vector<absl::string_view> parts = absl::StrSplit(line, '\t');
     std::string identity;
     if (parts.size() < 2 || !absl::CUnescape(parts[0], &identity)) {
       return bad("expected an escaped identity and at least one limit");

@@ -300,8 +300,8 @@ class RuleSet;
 using LimitHistory = absl::flat_hash_map<std::string, std::vector<Limit>>;
 LimitHistory HistoryOf(const RuleSet& rules);
 // One line per limit: the identity C-escaped, then each set of figures as
-// " algorithm:N:P:B:K"; ParseHistory reads it back, refusing (InvalidArgument, naming the line)
-// anything else.
+// "<tab>algorithm:N:P:B:K"; ParseHistory reads it back, refusing (InvalidArgument, naming the
+// line) anything else.
 std::string FormatHistory(const LimitHistory& history);
 absl::StatusOr<LimitHistory> ParseHistory(std::string_view text);
 

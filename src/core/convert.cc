@@ -227,7 +227,10 @@ AnyState Carry(const Limit& from, const AnyState& state, const Limit& to, Timest
   const Int128 p1 = from.rate_period_us();
   const Int128 p2 = to.rate_period_us();
   const Int128 used1 = Int128{from.burst()} * p1 - BucketLevel(from, state, t);
-  const Int128 used2 = std::min(CeilDiv(used1 * p2, p1), Int128{ceiling} * p2);
+  // ceil(used1 * P2' / P1'), with used1 = q*P1' + r so that no product passes 128 bits:
+  // used1 can reach (B + D)*P1', and times P2' that would be 10^45 for absurd but valid limits.
+  const Int128 q = FloorDiv(used1, p1);
+  const Int128 used2 = std::min(q * p2 + CeilDiv((used1 - q * p1) * p2, p1), Int128{ceiling} * p2);
   if (used2 <= 0) {
     return InitialState(to.algorithm());
   }

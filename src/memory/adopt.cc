@@ -3,8 +3,9 @@
 // table of its figures now, converted, the first time a call finds it missing there.
 //
 // The state is moved, not copied: were it copied, a reload that changed the limit back would
-// find the stale copy first. The move holds both shard locks (a key's hash, and so its shard
-// index, is the same in every table), so no call sees the key in neither table or in both.
+// find the stale copy first. The move holds both tables' shard locks for the key, so no call
+// sees the key in neither table or in both; a copy some call left under the earlier figures
+// after the move is dropped when found.
 
 #include <algorithm>
 #include <optional>
@@ -25,35 +26,43 @@ enum class Step { kDone, kLookAgain };
 absl::StatusOr<Step> AdoptOne(const Registry::View& view, Table& to, const LimitedKey& r,
                               Timestamp now, size_t max_keys) {
   const HashedKey key{r.key, to.KeyHash(r.key)};
-  const size_t shard = ShardOf(key.hash);
   for (const Limit& earlier : r.before) {
     Table* from = view.Find(earlier);
     if (from == nullptr || from == &to) {
       continue;  // No table: every key of those figures has reset (or none was ever made).
     }
-    absl::InlinedVector<SpinLock*, 4> locks = {&to.ShardLock(shard), &from->ShardLock(shard)};
+    // Each table hashes the key its own way (with compact keys, some keep fingerprints and
+    // some do not): the two shards may differ. Held takes them in its global order.
+    const HashedKey old_key{r.key, from->KeyHash(r.key)};
+    absl::InlinedVector<SpinLock*, 4> locks = {&to.ShardLock(ShardOf(key.hash)),
+                                               &from->ShardLock(ShardOf(old_key.hash))};
     const Held held(locks);
     if (to.retired() || from->retired()) [[unlikely]] {
       return Step::kLookAgain;
     }
     if (to.StateHeld(key).has_value()) {
-      return Step::kDone;  // Decided under these figures already: nothing to adopt.
+      // Decided under these figures already. A copy under the earlier ones was left by a call
+      // that still used them (a request in flight across the reload, a receipt settled on the
+      // figures it was issued under): the state in force wins, and the copy goes, so that a
+      // change back to those figures cannot find it.
+      from->EraseHeld(old_key);
+      continue;
     }
-    const std::optional<AnyState> state = from->StateHeld(key);
+    const std::optional<AnyState> state = from->StateHeld(old_key);
     if (!state) {
       continue;
     }
     const AnyState moved =
         ConvertState(earlier, *state, *r.limit, now, internal::MaxDebt(*r.limit));
-    // Erased first, so that the key it frees makes the room for the move in a full store; put
-    // back where it was if none is found even so.
-    from->EraseHeld(key);
+    // Erased first, so that the key it frees can make the room for the move in a full store;
+    // put back where it was if none is found even so.
+    from->EraseHeld(old_key);
     if (moved == InitialState(r.limit->algorithm())) {
       return Step::kDone;  // It had reset: the key is new under these figures.
     }
     if (!internal::Storable(*r.limit, moved) ||
         to.MakeRoomHeld(key, now, /*claimed=*/0, view.tables) == Table::Room::kNone) [[unlikely]] {
-      from->PutHeld(key, *state);
+      from->PutHeld(old_key, *state);
       return internal::Storable(*r.limit, moved)
                  ? StoreFull(max_keys, *r.limit, r.key)
                  : absl::InternalError(fmt::format(

@@ -102,6 +102,19 @@ TEST(ConvertTest, TheBucketsCarryTheUnitsUsedIntoTheNewRatesUnits) {
             13);
 }
 
+TEST(ConvertTest, AbsurdButValidBucketsConvertWithoutOverflowing) {
+  // Used units x P1' x P2' is about 10^39 here, past 128 bits: the conversion must not form it.
+  const Micros century = 100 * 365 * 24h;
+  const Limit before = MustLimit(
+      {.algorithm = Algorithm::kTokenBucket, .limit = 7, .period = century, .burst = 100'000'000});
+  const Limit after = MustLimit(
+      {.algorithm = Algorithm::kTokenBucket, .limit = 11, .period = century, .burst = 100'000'000});
+  AnyState state = TokenBucketState{};
+  ASSERT_TRUE(Decide(before, state, At(kHourStart), 99'999'999).allowed);
+  const AnyState moved = ConvertState(before, state, after, At(kHourStart), kMaxDebt);
+  EXPECT_EQ(Query(after, moved, kHourStart).remaining, 1);
+}
+
 TEST(ConvertTest, AStateThatHasResetConvertsToANewKey) {
   const Limit before = MustLimit({.limit = 5, .period = 1s});
   for (const Algorithm a : testing::AllAlgorithms()) {

@@ -93,6 +93,32 @@ TEST_F(ChangeTest, AResetForgetsTheKeyUnderTheEarlierFiguresToo) {
   EXPECT_EQ(Admit(store_, hundred_, before, "alice", kStart + 2, 1000), 100);
 }
 
+TEST(ChangeCompactKeysTest, AStateMovesBetweenTablesThatHashKeysDifferently) {
+  // With compact keys a gcra table keeps fingerprints and a fixed_window table the keys: the
+  // key is found in each by that table's own hash.
+  MemoryStore store({.compact_keys = true});
+  const Limit window = MustLimit({.limit = 100, .period = 1h});
+  const Limit gcra = MustLimit({.algorithm = Algorithm::kGcra, .limit = 100, .period = 1h});
+  ASSERT_EQ(Admit(store, window, {}, "ann", kStart, 100), 100);
+  const Limit before[] = {window};
+  EXPECT_EQ(Admit(store, gcra, before, "ann", kStart + 1, 100), 0) << "100 used, carried";
+  EXPECT_EQ(store.KeyCount(), 1U);
+  const Limit back[] = {gcra, window};
+  EXPECT_EQ(Admit(store, window, back, "ann", kStart + 2, 100), 0) << "and carried back";
+  EXPECT_EQ(store.KeyCount(), 1U);
+}
+
+TEST_F(ChangeTest, ACopyLeftUnderTheEarlierFiguresIsDroppedNotFoundOnAChangeBack) {
+  ASSERT_EQ(Admit(store_, hundred_, {}, "ann", kStart, 10), 10);
+  const Limit to_thousand[] = {hundred_};
+  ASSERT_EQ(Admit(store_, thousand_, to_thousand, "ann", kStart + 1, 50), 50);  // 60 used.
+  // A call still on the old figures (a request in flight at the reload) writes there again.
+  ASSERT_EQ(Admit(store_, hundred_, {}, "ann", kStart + 2, 1), 1);
+  ASSERT_EQ(Admit(store_, thousand_, to_thousand, "ann", kStart + 3, 1), 1);  // Drops it: 61.
+  const Limit back[] = {thousand_, hundred_};
+  EXPECT_EQ(Admit(store_, hundred_, back, "ann", kStart + 4, 100), 39) << "61 of 100 used";
+}
+
 TEST_F(ChangeTest, AChargeAndASettleAdoptFirst) {
   ASSERT_EQ(Admit(store_, thousand_, {}, "alice", kStart, 95), 95);
   const Limit before[] = {thousand_};

@@ -65,6 +65,27 @@ TEST_F(LineageTest, AtMostKMaxBeforeAreRememberedAndAChangeBackIsNotAnEarlierFig
   }
 }
 
+TEST_F(LineageTest, ALimitSetToZeroAndBackStillRemembersTheFiguresBeforeIt) {
+  auto rules = Load(Rules(10, 100));
+  rules = Load(Rules(0, 100), rules);  // Every request denied: no limit, no state.
+  rules = Load(Rules(20, 100), rules);
+  ASSERT_EQ(Limits(*rules)[0].before.size(), 1U);
+  EXPECT_EQ(Limits(*rules)[0].before[0].limit(), 10);
+}
+
+TEST_F(LineageTest, IdentitiesWithSpacesAndLineBreaksReadBack) {
+  auto rules = Load(Rules(10, 100, "\"login attempts\""));
+  rules = Load(Rules(20, 100, "\"login attempts\""), rules);
+  const LimitHistory history = HistoryOf(*rules);
+  const absl::StatusOr<LimitHistory> read = ParseHistory(FormatHistory(history));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, history);
+  const LimitHistory odd = {{"a b\nc\td\\", history.begin()->second}};
+  const absl::StatusOr<LimitHistory> back = ParseHistory(FormatHistory(odd));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, odd);
+}
+
 TEST_F(LineageTest, ARenamedLimitInheritsNothing) {
   auto rules = Load(Rules(10, 100));
   rules = Load(Rules(20, 100, "renamed"), rules);
@@ -90,10 +111,11 @@ TEST_F(LineageTest, TheHistoryReadsBackWhatWasWritten) {
 }
 
 TEST_F(LineageTest, AHistoryThatIsAnythingElseIsRefusedNamingTheLine) {
+  // Fields are separated by tabs: a space is no separator.
   for (const std::string bad :
-       {"only-an-identity\n", "x fixed_window:1:2:3\n", "x nonsense:1:1000000:1:1\n",
-        "x fixed_window:0:1000000:1:1\n", "x fixed_window:1:1000000:1:1\ny gcra:1:-5:1:1\n",
-        "\\q gcra:1:1:1:1\n"}) {
+       {"only-an-identity\n", "x\tfixed_window:1:2:3\n", "x\tnonsense:1:1000000:1:1\n",
+        "x\tfixed_window:0:1000000:1:1\n", "x\tfixed_window:1:1000000:1:1\ny\tgcra:1:-5:1:1\n",
+        "\\q\tgcra:1:1:1:1\n", "x fixed_window:1:1000000:1:1\n"}) {
     const absl::StatusOr<LimitHistory> read = ParseHistory(bad);
     EXPECT_FALSE(read.ok()) << bad;
     EXPECT_NE(read.status().message().find("line "), std::string::npos) << read.status();
