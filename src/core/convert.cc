@@ -127,10 +127,6 @@ Int128 Allow(const Limit& from, const AnyState& state, int64_t t, int64_t e) {
   return 0;
 }
 
-bool IsBucket(Algorithm a) {
-  return a == Algorithm::kTokenBucket || a == Algorithm::kGcra || a == Algorithm::kLeakyBucket;
-}
-
 // The end of `to`'s first window from t, and what it admits in [t, e) from nothing.
 struct FirstWindow {
   int64_t end;
@@ -253,7 +249,7 @@ AnyState ConvertState(const Limit& from, const AnyState& state, const Limit& to,
                       int64_t max_debt) {
   assert(state.index() == static_cast<size_t>(from.algorithm()));
   assert(max_debt >= 0);
-  const int64_t capacity = IsBucket(to.algorithm()) ? to.burst() : to.limit();
+  const int64_t capacity = UsesBurst(to.algorithm()) ? to.burst() : to.limit();
   const int64_t ceiling = capacity + max_debt;
   {
     // A state that has fully reset carries nothing: it decides as a new key does.
