@@ -92,6 +92,12 @@ std::optional<int64_t> RedisStore::Impl::Connection::OnRedisClock(SteadyTime now
   return redis_clock_->At(deadline);
 }
 
+std::optional<int64_t> RedisStore::Impl::Connection::Expires(SteadyTime now,
+                                                             SteadyTime deadline) const {
+  const std::optional<SteadyTime> in_flight = this->deadline();
+  return OnRedisClock(now, in_flight ? std::min(deadline, *in_flight) : deadline);
+}
+
 void RedisStore::Impl::Connection::AskSlots() {
   Control(Pending::Kind::kSlots, Command({"CLUSTER", "SLOTS"}),
           store_.SteadyNow() + store_.options_.timeout);

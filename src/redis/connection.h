@@ -60,6 +60,13 @@ class RedisStore::Impl::Connection {
   // since); nullopt without a reading younger than kRedisClockStale at `now` (before the
   // handshake has read it, or once Redis refuses TIME).
   std::optional<int64_t> OnRedisClock(SteadyTime now, SteadyTime deadline) const;
+  // The `expires` of a batch with `deadline` sent on this connection `now`: OnRedisClock of
+  // the earlier of `deadline` and deadline(). When the oldest thing in flight times out, Fail
+  // answers every call on the connection at once, some before their own deadline; Redis,
+  // awake again, reads what the closed socket had delivered, and must refuse those too.
+  // (An ASK resend sent after newer batches, with an older deadline, is the exception: the
+  // batches before it keep their own deadline.)
+  std::optional<int64_t> Expires(SteadyTime now, SteadyTime deadline) const;
   // Asks for the cluster's slot map; the store hears the answer (OnSlots).
   void AskSlots();
   // Closes the socket and fails everything in flight with `status`; reconnects after the

@@ -360,8 +360,7 @@ void RedisStore::Impl::DispatchTo(Node& node) {
     // Its `expires` on this node's clock, not the node's that sent it here.
     Pending batch = std::move(node.asked.front());
     node.asked.pop_front();
-    batch.command =
-        BatchCommand(batch.calls, sha_, margin_ms_, c->OnRedisClock(now, batch.deadline));
+    batch.command = BatchCommand(batch.calls, sha_, margin_ms_, c->Expires(now, batch.deadline));
     c->Send(std::move(batch), /*asking=*/true);
   }
   while (!node.queue.empty()) {
@@ -389,8 +388,8 @@ void RedisStore::Impl::DispatchTo(Node& node) {
       }
     }
     // Past the earliest deadline its caller has its answer: Redis must then decide nothing.
-    batch.command = BatchCommand(batch.calls, sha_, margin_ms_,
-                                 c->OnRedisClock(now, batch.calls.front()->deadline));
+    batch.command =
+        BatchCommand(batch.calls, sha_, margin_ms_, c->Expires(now, batch.calls.front()->deadline));
     batch.deadline = batch.calls.front()->deadline;
     c->Send(std::move(batch), /*asking=*/false);
   }

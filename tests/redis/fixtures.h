@@ -69,12 +69,14 @@ inline RedisStoreOptions OptionsFor(const RedisServer& server) { return OptionsF
 
 // Freezes `server` (SIGSTOP), sends it `calls` script calls of cost 1 for `limit` and `key` at
 // `now` (set options.batch to 1: each its own), each of which must be answered by the policy
-// at its deadline, wakes it, and returns what a query finds once Redis has read what it had
-// been sent: whether it charged them.
+// at its deadline (or sooner: when the first call's deadline passes, the connection fails
+// every call on it), wakes it, and returns what a query finds once Redis has read what it had
+// been sent: whether it charged them. `gap` is the time between one call and the next.
 inline absl::StatusOr<Decision> QueryAfterCallsWhileFrozen(RedisServer& server, RedisStore& redis,
                                                            const Limit& limit,
                                                            const std::string& key, int calls,
-                                                           Timestamp now) {
+                                                           Timestamp now,
+                                                           std::chrono::milliseconds gap = {}) {
   using namespace std::chrono_literals;
   server.Pause();
   std::vector<std::promise<absl::StatusOr<Decision>>> done(static_cast<size_t>(calls));
@@ -84,6 +86,7 @@ inline absl::StatusOr<Decision> QueryAfterCallsWhileFrozen(RedisServer& server, 
     redis.DecideAllAsync(
         {&request, 1}, 1, now, {&each[i], 1},
         [&done, i](absl::StatusOr<Decision> d) { done[i].set_value(std::move(d)); });
+    std::this_thread::sleep_for(gap);
   }
   for (auto& d : done) {
     absl::StatusOr<Decision> answer = d.get_future().get();

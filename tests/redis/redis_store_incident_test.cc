@@ -139,6 +139,26 @@ TEST(RedisFrozenTest, CallsAnsweredAtTheirDeadlineAreNotChargedWhenRedisWakes) {
   EXPECT_EQ(query->remaining, 999);  // The one decided before the freeze alone.
 }
 
+// The same, the calls spread over half the timeout on one connection: it fails the later
+// ones with the first, before their own deadline, and Redis, woken at once, reads them before
+// it. Each carries the connection's earliest deadline as its `expires`, so none is charged.
+TEST(RedisFrozenTest, CallsAnsweredBeforeTheirOwnDeadlineAreNotChargedWhenRedisWakes) {
+  RedisServer server;
+  RedisStoreOptions options = OptionsFor(server);
+  options.use_caller_time = false;
+  options.timeout = 2s;  // Calls at 0, 0.5 s and 1 s: the last is answered 1 s early.
+  options.batch = 1;
+  options.connections = 1;
+  std::unique_ptr<RedisStore> redis = MustStore(options);
+  const Limit limit = MustLimit({.limit = 1000, .period = 1h});
+  ASSERT_TRUE(redis->Decide(limit, "k", 1, At(kEpoch)).ok());
+
+  const absl::StatusOr<Decision> query =
+      testing::QueryAfterCallsWhileFrozen(server, *redis, limit, "k", 3, At(kEpoch), 500ms);
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->remaining, 999);
+}
+
 // A Redis that dies and comes back: one line when it is lost (naming why), one when it is
 // back, however many calls failed between.
 TEST(RedisStoreLogTest, LostAndBackAreSaidOncePerChangeNotPerCall) {
