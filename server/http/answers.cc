@@ -143,7 +143,12 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
         AlgorithmName(outcome.limit ? outcome.limit->algorithm() : Algorithm::kFixedWindow),
         outcome.nominal);
   }
-  if (outcome.limit) {
+  if (outcome.limit && outcome.limit->calendar()) {
+    // As an ad hoc request names a calendar quota.
+    fmt::format_to(to, FMT_COMPILE(R"(,"period":"{}","calendar":true,"time_zone":"{}")"),
+                   CalendarPeriodName(*outcome.limit->calendar()),
+                   outcome.limit->time_zone().name());
+  } else if (outcome.limit) {
     out += R"(,"period":")";
     AppendDuration(out, outcome.limit->period());
     out.push_back('"');

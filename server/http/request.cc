@@ -317,14 +317,49 @@ absl::Status ParseMaxWait(const Fields& fields, std::optional<Micros>* max_wait)
   return absl::OkStatus();
 }
 
+// An ad hoc limit's period: a duration, or with `calendar` a calendar quota's unit named as a
+// period ("1mo") in `time_zone`.
+absl::Status ReadPeriod(std::string_view period, bool calendar,
+                        const std::optional<std::string>& time_zone, LimitSpec& spec) {
+  if (calendar) {
+    // A calendar quota: its unit from the period's name, its length from the calendar.
+    std::optional<CalendarUnit> unit;
+    for (const CalendarUnit u :
+         {CalendarUnit::kDay, CalendarUnit::kWeek, CalendarUnit::kMonth, CalendarUnit::kYear}) {
+      if (CalendarPeriodName(u) == period) {
+        unit = u;
+      }
+    }
+    if (!unit) {
+      return absl::InvalidArgumentError(
+          fmt::format("period: a calendar quota's period is 1d, 1w, 1mo or 1y, not '{}'",
+                      period.substr(0, 32)));
+    }
+    spec.calendar = Calendar{*unit, time_zone.value_or("UTC")};
+  } else if (time_zone) {
+    return absl::InvalidArgumentError(
+        "time_zone needs \"calendar\": true (a window of a fixed period starts at the epoch, "
+        "in no zone)");
+  } else {
+    absl::StatusOr<Micros> parsed_period = ParseDuration(period);
+    if (!parsed_period.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("period: {}", internal::Message(parsed_period.status())));
+    }
+    spec.period = *parsed_period;
+  }
+  return absl::OkStatus();
+}
+
 // An ad hoc check: the limit is in the request. `also` is one more known field ("max_wait");
 // `cost`, the body's, already checked.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields& fields,
                                                                     std::string_view also,
                                                                     std::optional<int64_t> cost) {
-  if (absl::Status s = fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets",
-                                         "cost", "receipt", "max_debt", "block"},
-                                        also);
+  if (absl::Status s =
+          fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost",
+                            "receipt", "max_debt", "block", "calendar", "time_zone"},
+                           also);
       !s.ok()) {
     return s;
   }
@@ -338,11 +373,14 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
   absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
   absl::StatusOr<std::optional<std::string>> block = fields.String("block");
+  absl::StatusOr<std::optional<bool>> calendar = fields.Bool("calendar");
+  absl::StatusOr<std::optional<std::string>> time_zone = fields.String("time_zone");
   absl::StatusOr<std::optional<int64_t>> max_debt =
       AtLeast(fields.Integer({"max_debt"}), fields, "max_debt", 0);
   for (const absl::Status& s :
        {key.status(), algorithm.status(), period.status(), limit.status(), burst.status(),
-        buckets.status(), receipt.status(), max_debt.status(), block.status()}) {
+        buckets.status(), receipt.status(), max_debt.status(), block.status(), calendar.status(),
+        time_zone.status()}) {
     if (!s.ok()) {
       return s;
     }
@@ -371,13 +409,11 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
     }
     adhoc.spec.algorithm = *parsed;
   }
-  absl::StatusOr<Micros> parsed_period = ParseDuration(**period);
-  if (!parsed_period.ok()) {
-    return absl::InvalidArgumentError(
-        fmt::format("period: {}", internal::Message(parsed_period.status())));
-  }
   adhoc.spec.limit = **limit;
-  adhoc.spec.period = *parsed_period;
+  if (absl::Status s = ReadPeriod(**period, calendar->value_or(false), *time_zone, adhoc.spec);
+      !s.ok()) {
+    return s;
+  }
   adhoc.spec.burst = *burst;
   adhoc.spec.buckets = *buckets;
   return adhoc;

@@ -28,6 +28,9 @@ void DumpLevel(const DescriptorLevel& level, std::string& out) {
           out += ", period: ";
           AppendDuration(out, limit.limit->period());
         }
+        if (!unlimited && limit.limit && limit.limit->calendar()) {  // sluice's, too.
+          fmt::format_to(std::back_inserter(out), ", calendar: {}", limit.limit->PeriodName());
+        }
         out += '\n';
       }
     }

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "fmt/format.h"
 #include "yaml-cpp/yaml.h"
 
@@ -20,15 +21,18 @@ Limit BlockLimit(Micros duration) {
       .value();
 }
 
-Limit EnvoyCounter(Micros period) {
-  return Limit::Create(
-             {.algorithm = Algorithm::kFixedWindow, .limit = Limit::kMaxCount, .period = period})
+Limit EnvoyCounter(Micros period, std::optional<Calendar> calendar) {
+  return Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                        .limit = Limit::kMaxCount,
+                        .period = period,
+                        .calendar = std::move(calendar)})
       .value();
 }
 
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
-  CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-                   "period", "burst", "buckets", "share", "max_debt", "block"});
+  CheckKeys(node,
+            {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "period",
+             "burst", "buckets", "share", "max_debt", "block", "calendar", "time_zone"});
   if (++budget_.limits > limits_.max_limits) {
     Fail(node, fmt::format("more than {} rule limits (the limit on limits)", limits_.max_limits));
   }
@@ -73,9 +77,9 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   if (const YAML::Node buckets = node["buckets"]) {
     spec.buckets = Integer(buckets, "buckets", 1, Limit::kMaxCount);
   }
-  if (spec.algorithm == Algorithm::kFixedWindow && spec.period <= Limit::kMaxPeriod &&
-      spec.period > Micros{0}) {
-    rule_limit.counter = EnvoyCounter(spec.period);
+  if (spec.algorithm == Algorithm::kFixedWindow &&
+      ((spec.period <= Limit::kMaxPeriod && spec.period > Micros{0}) || spec.calendar)) {
+    rule_limit.counter = EnvoyCounter(spec.period, spec.calendar);
     if (absl::Status s = check_limit_(*rule_limit.counter); !s.ok()) {
       Fail(node, internal::Message(s));
     }
@@ -179,7 +183,13 @@ void FileParser::ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, Limi
     }
     rule_limit.unit = *parsed;
     spec.period = UnitPeriod(*parsed);
+    ParseCalendar(node, *parsed, spec);
   } else if (period) {
+    if (const YAML::Node calendar = node["calendar"]; calendar && Bool(calendar, "calendar")) {
+      Fail(calendar,
+           "a calendar quota takes its window from 'unit' (day, week, month or year), "
+           "not from 'period'");
+    }
     const absl::StatusOr<Micros> parsed = ParseDuration(String(period, "'period'"));
     if (!parsed.ok()) {
       Fail(period, internal::Message(parsed.status()));
@@ -187,6 +197,52 @@ void FileParser::ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, Limi
     spec.period = *parsed;
   } else {
     Fail(node, "missing 'unit' (or 'period')");
+  }
+}
+
+// `calendar: true` (sluice's own): the windows of `unit` are the calendar's, in `time_zone`
+// (an IANA name; UTC by default), and the algorithm is a fixed_window (Limit::Create refuses
+// the others, saying why).
+void FileParser::ParseCalendar(const YAML::Node& node, Unit unit, LimitSpec& spec) const {
+  const YAML::Node calendar = node["calendar"];
+  const YAML::Node zone = node["time_zone"];
+  if (!calendar || !Bool(calendar, "calendar")) {
+    if (zone) {
+      Fail(zone,
+           "'time_zone' needs 'calendar: true': a window of a fixed period starts at the "
+           "epoch, in no zone");
+    }
+    return;
+  }
+  std::optional<CalendarUnit> calendar_unit;
+  switch (unit) {
+    case Unit::kDay:
+      calendar_unit = CalendarUnit::kDay;
+      break;
+    case Unit::kWeek:
+      calendar_unit = CalendarUnit::kWeek;
+      break;
+    case Unit::kMonth:
+      calendar_unit = CalendarUnit::kMonth;
+      break;
+    case Unit::kYear:
+      calendar_unit = CalendarUnit::kYear;
+      break;
+    default: {
+      std::string name(UnitName(unit));
+      absl::AsciiStrToLower(&name);
+      Fail(calendar,
+           fmt::format("a calendar quota's unit is day, week, month or year, not {}", name));
+    }
+  }
+  spec.period = Micros{0};
+  spec.calendar = Calendar{*calendar_unit, zone ? String(zone, "'time_zone'") : "UTC"};
+  if (zone) {
+    // Refused here, at the zone's own line, rather than at the limit's.
+    if (absl::StatusOr<Limit> probe = Limit::Create({.limit = 1, .calendar = spec.calendar});
+        !probe.ok()) {
+      Fail(zone, internal::Message(probe.status()));
+    }
   }
 }
 
@@ -230,11 +286,9 @@ void FileParser::Soften(RuleLimit& rule_limit, int64_t percent, const YAML::Node
   auto enlarge = [&](int64_t n) {
     return n + static_cast<int64_t>(static_cast<__int128>(n) * percent / 100);
   };
-  LimitSpec spec{.algorithm = limit.algorithm(),
-                 .limit = enlarge(limit.limit()),
-                 .period = limit.period(),
-                 .burst = enlarge(limit.burst()),
-                 .buckets = limit.buckets()};
+  LimitSpec spec = limit.spec();
+  spec.limit = enlarge(limit.limit());
+  spec.burst = enlarge(limit.burst());
   absl::StatusOr<Limit> softened = Limit::Create(spec);
   if (!softened.ok()) {
     Fail(node, fmt::format("with soft_percent: {}", internal::Message(softened.status())));

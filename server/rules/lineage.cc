@@ -92,7 +92,11 @@ std::string FormatHistory(const LimitHistory& history) {
     out += absl::CEscape(identity);
     for (const Limit& l : figures) {
       fmt::format_to(std::back_inserter(out), "\t{}:{}:{}:{}:{}", AlgorithmName(l.algorithm()),
-                     l.limit(), l.period().count(), l.burst(), l.buckets());
+                     l.limit(), l.calendar() ? 0 : l.period().count(), l.burst(), l.buckets());
+      if (l.calendar()) {  // A calendar quota's unit and zone, as two more fields.
+        fmt::format_to(std::back_inserter(out), ":{}:{}", CalendarUnitName(*l.calendar()),
+                       l.time_zone().name());
+      }
     }
     out += '\n';
   }
@@ -117,18 +121,32 @@ absl::StatusOr<LimitHistory> ParseHistory(std::string_view text) {
     for (size_t i = 1; i < parts.size(); ++i) {
       const std::vector<absl::string_view> f = absl::StrSplit(parts[i], ':');
       absl::StatusOr<Algorithm> algorithm =
-          f.size() == 5 ? ParseAlgorithm(std::string_view(f[0].data(), f[0].size()))
-                        : absl::InvalidArgumentError("5 fields");
+          f.size() == 5 || f.size() == 7
+              ? ParseAlgorithm(std::string_view(f[0].data(), f[0].size()))
+              : absl::InvalidArgumentError("5 or 7 fields");
+      std::optional<Calendar> calendar;
+      if (f.size() == 7) {
+        const std::optional<CalendarUnit> unit =
+            ParseCalendarUnit(std::string_view(f[5].data(), f[5].size()));
+        if (!unit) {
+          return bad(fmt::format("'{}' is not a calendar unit", std::string(f[5])));
+        }
+        calendar = Calendar{*unit, std::string(f[6])};
+      }
       int64_t n = 0;
       int64_t p = 0;
       int64_t b = 0;
       int64_t k = 0;
       if (!algorithm.ok() || !absl::SimpleAtoi(f[1], &n) || !absl::SimpleAtoi(f[2], &p) ||
           !absl::SimpleAtoi(f[3], &b) || !absl::SimpleAtoi(f[4], &k)) {
-        return bad(fmt::format("'{}' is not algorithm:N:P:B:K", std::string(parts[i])));
+        return bad(fmt::format("'{}' is not algorithm:N:P:B:K[:unit:zone]", std::string(parts[i])));
       }
-      absl::StatusOr<Limit> limit = Limit::Create(
-          {.algorithm = *algorithm, .limit = n, .period = Micros(p), .burst = b, .buckets = k});
+      absl::StatusOr<Limit> limit = Limit::Create({.algorithm = *algorithm,
+                                                   .limit = n,
+                                                   .period = Micros(p),
+                                                   .burst = b,
+                                                   .buckets = k,
+                                                   .calendar = std::move(calendar)});
       if (!limit.ok()) {
         return bad(std::string(limit.status().message()));
       }

@@ -117,6 +117,7 @@ class FileParser {
   void ParseReplaces(const YAML::Node& node, RuleLimit& rule_limit) const;
   // The period: Envoy's `unit` (kept in rule_limit.unit too) or sluice's `period`, one of them.
   void ParsePeriod(const YAML::Node& node, RuleLimit& rule_limit, LimitSpec& spec) const;
+  void ParseCalendar(const YAML::Node& node, Unit unit, LimitSpec& spec) const;
   // `share: {max, ttl}`: quota leasing for the limit (SharePolicy), refused for an algorithm
   // that cannot be leased.
   SharePolicy ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const;

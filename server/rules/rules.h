@@ -121,11 +121,11 @@ struct RuleLimit {
 // changes than this starts afresh.
 inline constexpr size_t kMaxBefore = 4;
 
-// The counter of a fixed window of `period` in envoyproxy/ratelimit's manner: Limit::kMaxCount
-// hits per period, so that every hit is counted. Every limit of one period shares it, as their
-// key is the descriptor and the window alone: a limit override shares the rule's count.
-// REQUIRES: a period Limit::Create accepts.
-Limit EnvoyCounter(Micros period);
+// The counter of a fixed window of `period` (or `calendar`'s windows) in envoyproxy/ratelimit's
+// manner: Limit::kMaxCount hits per period, so that every hit is counted. Every limit of one period
+// shares it, as their key is the descriptor and the window alone: a limit override shares the
+// rule's count. REQUIRES: a period Limit::Create accepts.
+Limit EnvoyCounter(Micros period, std::optional<Calendar> calendar = std::nullopt);
 
 // The shortest and longest `block`: a millisecond, and the longest period a limit can have.
 inline constexpr Micros kMinBlock = std::chrono::milliseconds(1);

@@ -29,6 +29,10 @@ void SetQuota(const Limit& limit, int64_t nominal, HeaderQuota& quota) {
           ? limit.burst()
           : static_cast<int64_t>(Wide{limit.burst()} * nominal / limit.limit());
   quota.quota = SfInteger(capacity);
+  if (limit.calendar()) {  // A calendar quota: its unit's nominal length (a month of 30 days).
+    quota.window = CeilSeconds(CalendarNominalPeriod(*limit.calendar()));
+    return;
+  }
   if (nominal <= 0) {
     quota.window = std::max<int64_t>(1, CeilSeconds(limit.period()));
     return;

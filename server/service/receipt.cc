@@ -28,8 +28,12 @@ namespace {
 //     name: string, algorithm: u8, limit: i64, period: i64 us, burst: i64, buckets: i64,
 //     key: string, charge.at: i64 us, charge.units: i64, charge.ahead: i128, max_debt: i64
 //
-// and nothing after. A change to it takes a new prefix: tokens outlive a server's version.
+// and nothing after. A calendar quota's algorithm byte has kCalendarBit set, its period is 0,
+// and after its buckets come unit: u8 (CalendarUnit) and zone: string; every other entry is as
+// it was before calendar quotas, so that older tokens read as they did. Any other change takes
+// a new prefix: tokens outlive a server's version.
 constexpr std::string_view kPrefix = "r1.";
+constexpr uint8_t kCalendarBit = 0x80;  // On a limit's algorithm byte: a calendar quota.
 // The smallest a limit's entry can be (both strings empty): a count the rest of the payload
 // cannot hold is refused before anything is allocated for it.
 constexpr size_t kMinLimitBytes = 4 + 1 + 4 * 8 + 4 + 8 + 8 + 16 + 8;
@@ -154,11 +158,16 @@ std::string Encode(const Receipt& receipt) {
   w.U32(static_cast<uint32_t>(receipt.limits.size()));
   for (const ReceiptLimit& l : receipt.limits) {
     w.String(l.name);
-    w.U8(static_cast<uint8_t>(l.limit.algorithm()));
+    const std::optional<CalendarUnit> calendar = l.limit.calendar();
+    w.U8(static_cast<uint8_t>(l.limit.algorithm()) | (calendar ? kCalendarBit : 0));
     w.I64(l.limit.limit());
-    w.I64(l.limit.period().count());
+    w.I64(calendar ? 0 : l.limit.period().count());
     w.I64(l.limit.burst());
     w.I64(l.limit.buckets());
+    if (calendar) {
+      w.U8(static_cast<uint8_t>(*calendar));
+      w.String(l.limit.time_zone().name());
+    }
     w.String(l.key);
     w.Time(l.charge.at);
     w.I64(l.charge.units);
@@ -176,15 +185,28 @@ std::optional<Limit> ReadLimit(Reader& r) {
   int64_t period = 0;
   int64_t burst = 0;
   int64_t buckets = 0;
-  if (!r.U8(algorithm) || !r.I64(n) || !r.I64(period) || !r.I64(burst) || !r.I64(buckets) ||
-      algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket)) {
+  if (!r.U8(algorithm) || !r.I64(n) || !r.I64(period) || !r.I64(burst) || !r.I64(buckets)) {
+    return std::nullopt;
+  }
+  std::optional<Calendar> calendar;
+  if ((algorithm & kCalendarBit) != 0) {
+    algorithm &= ~kCalendarBit;
+    uint8_t unit = 0;
+    std::string zone;
+    if (!r.U8(unit) || unit > static_cast<uint8_t>(CalendarUnit::kYear) || !r.String(zone)) {
+      return std::nullopt;
+    }
+    calendar = Calendar{static_cast<CalendarUnit>(unit), std::move(zone)};
+  }
+  if (algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket)) {
     return std::nullopt;
   }
   absl::StatusOr<Limit> made = Limit::Create({.algorithm = static_cast<Algorithm>(algorithm),
                                               .limit = n,
                                               .period = Micros(period),
                                               .burst = burst,
-                                              .buckets = buckets});
+                                              .buckets = buckets,
+                                              .calendar = std::move(calendar)});
   if (!made.ok() || made->burst() != burst || made->buckets() != buckets) {
     return std::nullopt;
   }

@@ -17,6 +17,8 @@
 #include "server/service/service_internal.h"
 #include "server/service/store_answer.h"
 #include "sluice/duration.h"
+#include "src/core/calendar.h"
+#include "src/core/integers.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -230,9 +232,13 @@ void Describe(Timestamp now, DescriptorResult& out) {
     // A fixed window's end, in whole seconds as envoyproxy/ratelimit counts it (their clock
     // reads seconds: the rounding up never tells a client to come back too early).
     const bool fixed = !closest.limit || closest.limit->algorithm() == Algorithm::kFixedWindow;
+    const bool calendar = closest.limit && closest.limit->calendar();
     out.until_reset =
-        fixed ? std::chrono::ceil<std::chrono::seconds>(period - now.time_since_epoch() % period)
-              : closest.decision.reset_after;
+        calendar ? std::chrono::ceil<std::chrono::seconds>(
+                       Micros{internal::CalendarWindowOf(*closest.limit, internal::Us(now)).end} -
+                       now.time_since_epoch())
+        : fixed ? std::chrono::ceil<std::chrono::seconds>(period - now.time_since_epoch() % period)
+                : closest.decision.reset_after;
   }
 }
 

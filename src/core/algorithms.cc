@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "src/core/calendar.h"
 #include "src/core/integers.h"
 #include "src/core/sliding_window.h"
 #include "src/core/tat.h"
@@ -180,11 +181,10 @@ void CountQueue::Subtract(int64_t index, int64_t count) {
 Decision Decide(const Limit& limit, FixedWindowState& state, Timestamp now, int64_t cost) {
   assert(cost >= 0);
   const int64_t n = limit.limit();
-  const int64_t p = limit.period().count();
   const int64_t t = std::max(Us(now), state.last);
-  const Int128 window = FloorDiv(t, p);
-  int64_t count = window == FloorDiv(state.last, p) ? state.count : 0;
-  const Micros to_window_end = NarrowMicros((window + 1) * p - t);
+  const internal::WindowSpan window = internal::FixedWindowAt(limit, t);
+  int64_t count = state.last >= window.start ? state.count : 0;  // last <= t < window.end.
+  const Micros to_window_end = NarrowMicros(window.end - t);
 
   Decision d;
   d.allowed = cost <= n - count;

@@ -1,15 +1,19 @@
 #include "src/core/calendar.h"
 
 #include <array>
+#include <optional>
 #include <string>
 
 #include "absl/time/civil_time.h"
 #include "fmt/format.h"
 
-namespace sluice::internal {
-namespace {
+#include "src/core/integers.h"
 
-constexpr std::array<std::string_view, 4> kNames = {"day", "week", "month", "year"};
+namespace sluice::internal {
+
+constexpr std::array<std::string_view, 4> kCalendarUnitNames = {"day", "week", "month", "year"};
+
+namespace {
 
 // The first instant whose local date is `day` or later.
 int64_t StartOf(absl::CivilDay day, const absl::TimeZone& zone) {
@@ -64,17 +68,6 @@ bool IsZoneName(std::string_view name) {
 
 }  // namespace
 
-std::string_view CalendarUnitName(CalendarUnit unit) { return kNames[static_cast<size_t>(unit)]; }
-
-std::optional<CalendarUnit> ParseCalendarUnit(std::string_view name) {
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    if (name == kNames[i]) {
-      return static_cast<CalendarUnit>(i);
-    }
-  }
-  return std::nullopt;
-}
-
 absl::StatusOr<absl::TimeZone> LoadCalendarZone(std::string_view name) {
   if (name == "UTC") {
     return absl::UTCTimeZone();
@@ -105,4 +98,93 @@ CalendarWindow WindowAt(CalendarUnit unit, const absl::TimeZone& zone, int64_t t
   return w;
 }
 
+WindowSpan FixedWindowAt(const Limit& limit, int64_t t) {
+  if (limit.calendar()) {
+    const CalendarWindow w = CalendarWindowOf(limit, t);
+    return {w.start, w.end};
+  }
+  const Int128 p = limit.period().count();
+  const Int128 start = FloorDiv(t, p) * p;
+  return {start, start + p};
+}
+
+CalendarWindow CalendarWindowOf(const Limit& limit, int64_t t) {
+  struct Cached {
+    CalendarUnit unit = CalendarUnit::kDay;
+    absl::TimeZone zone;
+    CalendarWindow window;  // Empty (start == end) until filled.
+  };
+  thread_local std::array<Cached, 4> cache;  // A request's few calendar limits.
+  thread_local size_t next = 0;
+  const CalendarUnit unit = *limit.calendar();
+  for (const Cached& c : cache) {
+    if (c.unit == unit && c.window.start <= t && t < c.window.end && c.zone == limit.time_zone()) {
+      return c.window;
+    }
+  }
+  const CalendarWindow w = WindowAt(unit, limit.time_zone(), t);
+  cache[next] = {unit, limit.time_zone(), w};
+  next = (next + 1) % cache.size();
+  return w;
+}
+
+int64_t CalendarWindowsBetween(const Limit& limit, int64_t t, int64_t u) {
+  if (u <= t) {
+    return 0;
+  }
+  const absl::TimeZone& zone = limit.time_zone();
+  // Each window's first local date, as a count of its unit since 1970.
+  auto index = [&](int64_t at) -> int64_t {
+    const absl::CivilDay first =
+        absl::ToCivilDay(absl::FromUnixMicros(CalendarWindowOf(limit, at).start), zone);
+    switch (*limit.calendar()) {
+      case CalendarUnit::kDay:
+        return first - absl::CivilDay(1970, 1, 1);
+      case CalendarUnit::kWeek:
+        return static_cast<int64_t>(
+            FloorDiv(first - absl::CivilDay(1969, 12, 29), 7));  // From a Monday.
+      case CalendarUnit::kMonth:
+        return absl::CivilMonth(first) - absl::CivilMonth(1970, 1);
+      case CalendarUnit::kYear:
+        return absl::CivilYear(first) - absl::CivilYear(1970);
+    }
+    return 0;
+  };
+  return std::max<int64_t>(0, index(u) - index(t));
+}
+
+std::array<int64_t, 4> CalendarBounds(const Limit& limit, int64_t t) {
+  const CalendarWindow w = CalendarWindowOf(limit, t);
+  return {WindowAt(*limit.calendar(), limit.time_zone(), w.start - 1).start, w.start, w.end,
+          WindowAt(*limit.calendar(), limit.time_zone(), w.end).end};
+}
+
 }  // namespace sluice::internal
+
+namespace sluice {
+
+std::string_view CalendarUnitName(CalendarUnit unit) {
+  return internal::kCalendarUnitNames[static_cast<size_t>(unit)];
+}
+
+std::string_view CalendarPeriodName(CalendarUnit unit) {
+  constexpr std::array<std::string_view, 4> kPeriods = {"1d", "1w", "1mo", "1y"};
+  return kPeriods[static_cast<size_t>(unit)];
+}
+
+Micros CalendarNominalPeriod(CalendarUnit unit) {
+  constexpr int64_t kDayUs = 86'400'000'000;
+  constexpr std::array<int64_t, 4> kDays = {1, 7, 30, 365};
+  return Micros{kDays[static_cast<size_t>(unit)] * kDayUs};
+}
+
+std::optional<CalendarUnit> ParseCalendarUnit(std::string_view name) {
+  for (size_t i = 0; i < internal::kCalendarUnitNames.size(); ++i) {
+    if (name == internal::kCalendarUnitNames[i]) {
+      return static_cast<CalendarUnit>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice

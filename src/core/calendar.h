@@ -1,8 +1,7 @@
 #pragma once
 
-// Calendar windows (issue 34's quotas on the calendar; Limit does not use them yet): the day,
-// ISO week, month or year of a time zone that holds an instant, as [start, end) in
-// microseconds since the epoch.
+// Calendar windows, for a calendar quota (Limit::calendar): the day, ISO week, month or year
+// of a time zone that holds an instant, as [start, end) in microseconds since the epoch.
 //
 // A window starts at the first instant whose local date is its first day: local midnight, or,
 // where a change of offset skips midnight (America/Sao_Paulo until 2019), the first instant
@@ -13,6 +12,7 @@
 // Zones come from the system's tzdata (Debian's `tzdata` package, /usr/share/zoneinfo),
 // through Abseil's time library; UTC needs none. Thread-safe: absl::TimeZone is a value.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -20,13 +20,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "sluice/algorithms.h"
+#include "sluice/limit.h"
+
 namespace sluice::internal {
 
-enum class CalendarUnit : uint8_t { kDay, kWeek, kMonth, kYear };
+using ::sluice::CalendarUnit;
 
-// "day", "week", "month", "year".
-std::string_view CalendarUnitName(CalendarUnit unit);
-std::optional<CalendarUnit> ParseCalendarUnit(std::string_view name);
+using ::sluice::CalendarUnitName;
+using ::sluice::ParseCalendarUnit;
 
 // The IANA zone `name` ("Europe/Berlin"; "UTC" always there). InvalidArgument naming it when
 // the system's tzdata has no such zone, or when the name is not one (empty, over 64 bytes,
@@ -42,5 +44,28 @@ struct CalendarWindow {
 
 // The window of `unit` in `zone` that holds `t` (us since the epoch): start <= t < end.
 CalendarWindow WindowAt(CalendarUnit unit, const absl::TimeZone& zone, int64_t t);
+
+// The window of a fixed_window `limit` that holds `t`: [floor(t/P)*P, that + P), or the
+// calendar's (CalendarWindowOf). In 128 bits: at the far end of time a fixed window ends past
+// what 64 bits hold.
+struct WindowSpan {
+  Int128 start;
+  Int128 end;
+};
+WindowSpan FixedWindowAt(const Limit& limit, int64_t t);
+
+// The window of a calendar limit (limit.calendar() set) that holds `t`: WindowAt, answered
+// from a one-window cache per thread while t stays in the window last asked for (a zone
+// lookup costs about a decision; a window lasts a day or more).
+CalendarWindow CalendarWindowOf(const Limit& limit, int64_t t);
+
+// How many windows of a calendar limit start in (t, u]: exact, but for a zone that skipped
+// a whole local date (Pacific/Apia on 2011-12-30), where a window that never was is counted.
+int64_t CalendarWindowsBetween(const Limit& limit, int64_t t, int64_t u);
+
+// The ends of four windows around `t`'s: the previous one's start, t's start, t's end, the
+// next one's end. What a store that decides on its own clock (Redis's TIME) is sent, to find
+// the window of a time near t.
+std::array<int64_t, 4> CalendarBounds(const Limit& limit, int64_t t);
 
 }  // namespace sluice::internal

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <variant>
 
+#include "src/core/calendar.h"
 #include "src/core/integers.h"
 #include "src/core/sliding_window.h"
 
@@ -61,7 +62,8 @@ Int128 Used(const Limit& from, const AnyState& state, int64_t t) {
   switch (from.algorithm()) {
     case Algorithm::kFixedWindow: {
       const auto& s = std::get<FixedWindowState>(state);
-      return FloorDiv(s.last, p) == FloorDiv(t, p) ? s.count : 0;
+      const internal::WindowSpan w = internal::FixedWindowAt(from, t);
+      return w.start <= s.last && s.last < w.end ? s.count : 0;
     }
     case Algorithm::kSlidingWindow: {
       const internal::SlidingWindowAt at =
@@ -101,8 +103,11 @@ Int128 Allow(const Limit& from, const AnyState& state, int64_t t, int64_t e) {
   // Window starts k*P in (t, e): the windows after t's that begin before e.
   const Int128 starts = std::max<Int128>(0, FloorDiv(Int128{e} - 1, p) - FloorDiv(t, p));
   switch (from.algorithm()) {
-    case Algorithm::kFixedWindow:
-      return std::max<Int128>(0, n - Used(from, state, t)) + n * starts;
+    case Algorithm::kFixedWindow: {
+      const Int128 calendar_starts =
+          from.calendar() ? internal::CalendarWindowsBetween(from, t, e - 1) : starts;
+      return std::max<Int128>(0, n - Used(from, state, t)) + n * calendar_starts;
+    }
     case Algorithm::kSlidingWindow: {
       // Within a window an admission needs cur + c <= N, whatever the previous window holds.
       const internal::SlidingWindowAt at =
@@ -136,6 +141,7 @@ FirstWindow FirstWindowOf(const Limit& to, int64_t t) {
   const int64_t p = to.period().count();
   switch (to.algorithm()) {
     case Algorithm::kFixedWindow:
+      return {static_cast<int64_t>(internal::FixedWindowAt(to, t).end), to.limit()};
     case Algorithm::kSlidingWindow:
       return {static_cast<int64_t>((FloorDiv(t, p) + 1) * p), to.limit()};
     case Algorithm::kSlidingLog:
@@ -242,7 +248,8 @@ AnyState Carry(const Limit& from, const AnyState& state, const Limit& to, Timest
 
 bool SameShape(const Limit& from, const Limit& to) {
   return from.algorithm() == to.algorithm() && from.period() == to.period() &&
-         from.buckets() == to.buckets();
+         from.buckets() == to.buckets() && from.calendar() == to.calendar() &&
+         from.time_zone() == to.time_zone();
 }
 
 AnyState ConvertState(const Limit& from, const AnyState& state, const Limit& to, Timestamp now,

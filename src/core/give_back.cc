@@ -4,6 +4,7 @@
 #include <cassert>
 #include <variant>
 
+#include "src/core/calendar.h"
 #include "src/core/integers.h"
 
 namespace sluice {
@@ -22,8 +23,8 @@ Int128 Returnable(const Limit& limit, const Charge& c, Int128 t_n) {
 }
 
 void GiveBackTo(const Limit& limit, FixedWindowState& s, Timestamp, const Charge& c) {
-  const int64_t p = limit.period().count();
-  if (s.last != kNoTime && FloorDiv(s.last, p) == FloorDiv(Us(c.at), p)) {
+  const internal::WindowSpan charged = internal::FixedWindowAt(limit, Us(c.at));
+  if (s.last != kNoTime && charged.start <= s.last && s.last < charged.end) {
     s.count = std::max<int64_t>(0, s.count - c.units);
   }
 }

@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 
 #include "sluice/duration.h"
+#include "src/core/calendar.h"
 
 namespace sluice {
 namespace {
@@ -60,18 +61,55 @@ bool UsesBurst(Algorithm algorithm) {
          algorithm == Algorithm::kLeakyBucket;
 }
 
-Limit::Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets)
+Micros CalendarPeriod(CalendarUnit unit) {
+  constexpr int64_t kDayUs = 86'400'000'000;
+  switch (unit) {
+    case CalendarUnit::kDay:
+      return Micros{2 * kDayUs};
+    case CalendarUnit::kWeek:
+      return Micros{8 * kDayUs};
+    case CalendarUnit::kMonth:
+      return Micros{32 * kDayUs};
+    case CalendarUnit::kYear:
+      return Micros{367 * kDayUs};
+  }
+  return Micros{367 * kDayUs};
+}
+
+Limit::Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, int64_t buckets,
+             std::optional<CalendarUnit> calendar, absl::TimeZone zone)
     : algorithm_(algorithm),
       limit_(limit),
       period_(period),
       burst_(burst),
       buckets_(buckets),
       rate_units_(limit / std::gcd(limit, period.count())),
-      rate_period_us_(period.count() / std::gcd(limit, period.count())) {}
+      rate_period_us_(period.count() / std::gcd(limit, period.count())),
+      calendar_(calendar),
+      zone_(zone) {}
 
 absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
   if (absl::Status s = CheckCount("limit", spec.limit); !s.ok()) {
     return s;
+  }
+  if (spec.calendar) {
+    if (spec.algorithm != Algorithm::kFixedWindow) {
+      return absl::InvalidArgumentError(fmt::format(
+          "a calendar quota is a fixed_window, not a {}: the others refill or trail each "
+          "request by a fixed period; put a calendar fixed_window beside it",
+          AlgorithmName(spec.algorithm)));
+    }
+    if (spec.period != Micros{0}) {
+      return absl::InvalidArgumentError(
+          "a calendar quota takes its period from its unit (day, week, month or year); give no "
+          "period");
+    }
+    absl::StatusOr<absl::TimeZone> zone = internal::LoadCalendarZone(spec.calendar->time_zone);
+    if (!zone.ok()) {
+      return zone.status();
+    }
+    const CalendarUnit unit = spec.calendar->unit;
+    return Limit(spec.algorithm, spec.limit, CalendarPeriod(unit), spec.limit, 1, unit, *zone);
   }
   if (spec.period <= Micros{0} || spec.period > kMaxPeriod) {
     return absl::InvalidArgumentError(fmt::format("period must be between 1us and {}, not {}us",
@@ -99,9 +137,28 @@ absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
   return Limit(spec.algorithm, spec.limit, spec.period, burst, buckets);
 }
 
+LimitSpec Limit::spec() const {
+  LimitSpec spec{.algorithm = algorithm_,
+                 .limit = limit_,
+                 .period = period_,
+                 .burst = burst_,
+                 .buckets = buckets_};
+  if (calendar_) {
+    spec.period = Micros{0};
+    spec.calendar = Calendar{*calendar_, zone_.name()};
+  }
+  return spec;
+}
+
+std::string Limit::PeriodName() const {
+  if (calendar_) {
+    return fmt::format("{} {}", internal::CalendarUnitName(*calendar_), zone_.name());
+  }
+  return FormatDuration(period_);
+}
+
 std::string Limit::ToString() const {
-  std::string out =
-      fmt::format("{} {}/{}", AlgorithmName(algorithm_), limit_, FormatDuration(period_));
+  std::string out = fmt::format("{} {}/{}", AlgorithmName(algorithm_), limit_, PeriodName());
   if (UsesBurst(algorithm_)) {
     fmt::format_to(std::back_inserter(out), " burst {}", burst_);
   }

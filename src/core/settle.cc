@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 
+#include "src/core/calendar.h"
 #include "src/core/integers.h"
 #include "src/core/sliding_window.h"
 
@@ -33,9 +34,8 @@ int64_t Fits(Int128 room, int64_t x) {
 
 int64_t ChargePastTo(const Limit& limit, FixedWindowState& s, Timestamp now, int64_t x,
                      int64_t debt) {
-  const int64_t p = limit.period().count();
   const int64_t t = std::max(Us(now), s.last);
-  const int64_t count = FloorDiv(t, p) == FloorDiv(s.last, p) ? s.count : 0;
+  const int64_t count = s.last >= internal::FixedWindowAt(limit, t).start ? s.count : 0;
   const int64_t c = Fits(Int128{limit.limit()} + debt - count, x);
   if (c > 0) {
     s = {.last = t, .count = count + c};
@@ -211,7 +211,7 @@ Timestamp GiveBackHorizon(const Limit& limit, const Charge& charge) {
   const Int128 p = limit.period().count();
   switch (limit.algorithm()) {
     case Algorithm::kFixedWindow:
-      return AtSaturated((FloorDiv(at, p) + 1) * p);
+      return AtSaturated(internal::FixedWindowAt(limit, Us(charge.at)).end);
     case Algorithm::kSlidingWindow:
       return AtSaturated((FloorDiv(at, p) + 2) * p);
     case Algorithm::kSlidingLog:

@@ -35,6 +35,9 @@ namespace {
 using internal::Budget;
 using internal::Fingerprint;
 using internal::HashedKey;
+using internal::kCalendarTable;
+using internal::kNoMoreTables;
+using internal::kTable;
 using internal::Mode;
 using internal::Mutex;
 using internal::MutexLock;
@@ -226,12 +229,18 @@ absl::Status MemoryStore::SaveSnapshot(const std::string& path) const {
   SnapshotWriter w;
   tables_->ForEach([&](Table& table) {
     const Limit& limit = table.limit();
-    w.U8(1);
+    w.U8(limit.calendar() ? kCalendarTable : kTable);
     w.U8(static_cast<uint8_t>(limit.algorithm()));
     w.I64(limit.limit());
-    w.I64(limit.period().count());
+    w.I64(limit.calendar() ? 0 : limit.period().count());
     w.I64(limit.burst());
     w.I64(limit.buckets());
+    if (limit.calendar()) {
+      const std::string& zone = limit.time_zone().name();
+      w.U8(static_cast<uint8_t>(*limit.calendar()));
+      w.U32(static_cast<uint32_t>(zone.size()));
+      w.Bytes(zone);
+    }
     table.Save(w);
     w.U8(0);
   });
@@ -260,6 +269,35 @@ absl::Status Put(Table* table, absl::FunctionRef<absl::StatusOr<Table*>(const Li
 // One pass over a snapshot's body: kCheck only checks that every part is well-formed; kLoad
 // also stores, in the table `find` gives, each key that still carries information at `now`.
 // Returns the number of such keys.
+// A table's limit as SaveSnapshot writes it (snapshot.h), a calendar quota's with its
+// unit and zone; nullopt when the bytes are not one.
+std::optional<LimitSpec> ReadTableLimit(SnapshotReader& r, bool calendar) {
+  uint8_t algorithm = 0;
+  LimitSpec spec;
+  int64_t period = 0;
+  int64_t burst = 0;
+  int64_t buckets = 0;
+  if (!r.U8(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
+      !r.I64(spec.limit) || !r.I64(period) || !r.I64(burst) || !r.I64(buckets)) {
+    return std::nullopt;
+  }
+  spec.algorithm = static_cast<Algorithm>(algorithm);
+  spec.period = Micros(period);
+  spec.burst = burst;
+  spec.buckets = buckets;
+  if (calendar) {
+    uint8_t unit = 0;
+    uint32_t zone_size = 0;
+    std::string_view zone;
+    if (!r.U8(unit) || unit > static_cast<uint8_t>(CalendarUnit::kYear) || !r.U32(zone_size) ||
+        zone_size > 64 || !r.Bytes(zone_size, zone)) {
+      return std::nullopt;
+    }
+    spec.calendar = Calendar{static_cast<CalendarUnit>(unit), std::string(zone)};
+  }
+  return spec;
+}
+
 absl::StatusOr<size_t> ReadSnapshotBody(
     std::string_view body, const std::string& path, Timestamp now,
     absl::FunctionRef<absl::StatusOr<Table*>(const Limit&)> find, Pass pass) {
@@ -271,26 +309,17 @@ absl::StatusOr<size_t> ReadSnapshotBody(
   size_t kept = 0;
   while (true) {
     uint8_t more = 0;
-    if (!r.U8(more) || more > 1) {
+    if (!r.U8(more) || more > kCalendarTable) {
       return corrupt("expected a table or the end");
     }
-    if (more == 0) {
+    if (more == kNoMoreTables) {
       break;
     }
-    uint8_t algorithm = 0;
-    LimitSpec spec;
-    int64_t period = 0;
-    int64_t burst = 0;
-    int64_t buckets = 0;
-    if (!r.U8(algorithm) || algorithm > static_cast<uint8_t>(Algorithm::kLeakyBucket) ||
-        !r.I64(spec.limit) || !r.I64(period) || !r.I64(burst) || !r.I64(buckets)) {
+    const std::optional<LimitSpec> spec = ReadTableLimit(r, more == kCalendarTable);
+    if (!spec) {
       return corrupt("a table's limit is malformed");
     }
-    spec.algorithm = static_cast<Algorithm>(algorithm);
-    spec.period = Micros(period);
-    spec.burst = burst;
-    spec.buckets = buckets;
-    const absl::StatusOr<Limit> limit = Limit::Create(spec);
+    const absl::StatusOr<Limit> limit = Limit::Create(*spec);
     if (!limit.ok()) {
       return corrupt(internal::Message(limit.status()));
     }

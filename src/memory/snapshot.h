@@ -9,7 +9,9 @@
 // it (u32). Numbers are little-endian. Body: a table per limit,
 //   u8 1, u8 algorithm, i64 limit, i64 period_us, i64 burst, i64 buckets,
 //   then per key: u8 1, u32 key length, key bytes, the state; then u8 0.
-// and u8 0 after the last table.
+// and u8 0 after the last table. A calendar quota's table starts with u8 2 in place of the 1,
+// its period_us is 0, and after its buckets come u8 unit (CalendarUnit) and the zone's name
+// (u32 length, bytes): a file without calendar quotas is as it was before they existed.
 
 #include <cstdint>
 #include <string>
@@ -22,6 +24,11 @@
 #include "sluice/limit.h"
 
 namespace sluice::internal {
+
+// A body's markers (above).
+inline constexpr uint8_t kNoMoreTables = 0;
+inline constexpr uint8_t kTable = 1;
+inline constexpr uint8_t kCalendarTable = 2;
 
 class SnapshotWriter {
  public:

@@ -5,6 +5,8 @@
 
 #include "fmt/format.h"
 
+#include "src/core/calendar.h"
+#include "src/core/integers.h"
 #include "src/redis/errors.h"
 #include "src/redis/keys.h"
 #include "src/redis/resp.h"
@@ -14,6 +16,7 @@ namespace {
 
 constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
 constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
+constexpr int kCalendarCode = 8;  // The same, for a calendar quota: see src/redis/requests.lua.
 constexpr int kArgsPerCall = 4;
 constexpr int kArgsPerCharge = 3;      // After a limit's, in a give-back.
 constexpr int kArgsPerSettlement = 5;  // After a limit's, in a settle.
@@ -55,16 +58,25 @@ void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
   AppendBulk(call.args_resp, static_cast<int64_t>(call.mode));
 }
 
-void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request) {
+void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request, Timestamp now) {
   const Limit& l = *request.limit;
   AppendBulk(call.keys_resp, redis_key);
-  AppendBulk(call.args_resp, static_cast<int64_t>(l.algorithm()));
-  AppendBulk(call.args_resp, l.limit());
-  AppendBulk(call.args_resp, l.period().count());
-  AppendBulk(call.args_resp, l.burst());
-  AppendBulk(call.args_resp, l.buckets());
-  AppendBulk(call.args_resp, l.rate_units());
-  AppendBulk(call.args_resp, l.rate_period_us());
+  if (l.calendar()) {
+    AppendBulk(call.args_resp, kCalendarCode);
+    AppendBulk(call.args_resp, l.limit());
+    AppendBulk(call.args_resp, l.period().count());
+    for (const int64_t bound : CalendarBounds(l, Us(now))) {
+      AppendBulk(call.args_resp, bound);
+    }
+  } else {
+    AppendBulk(call.args_resp, static_cast<int64_t>(l.algorithm()));
+    AppendBulk(call.args_resp, l.limit());
+    AppendBulk(call.args_resp, l.period().count());
+    AppendBulk(call.args_resp, l.burst());
+    AppendBulk(call.args_resp, l.buckets());
+    AppendBulk(call.args_resp, l.rate_units());
+    AppendBulk(call.args_resp, l.rate_period_us());
+  }
   call.limits.push_back(l);
   call.keys.emplace_back(request.key);
 }

@@ -110,8 +110,10 @@ struct Pending {
 // call's cost (or its lease op), the number of keys it will have, and its mode.
 void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys);
 
-// Adds one limit on one key to the call: its Redis key `redis_key` and its arguments.
-void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request);
+// Adds one limit on one key to the call: its Redis key `redis_key` and its arguments; for a
+// calendar quota, the bounds of the windows around `now` (this host's time, which Redis's
+// own, when it decides on its TIME, must be within a window of).
+void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request, Timestamp now);
 
 // After AppendLimit, in a call of mode kGiveBack: the charge to give back on that limit.
 // REQUIRES: charge.ahead below 2^53 (RedisStore::CheckLimit bounds B x P' below 2^52).

@@ -99,18 +99,60 @@ end
 -- state stands after it (sluice::Charge); it writes the new state when `apply` is true and the
 -- request is allowed with cost > 0.
 
-local function fixed_window(key, l, now, cost, apply)
-  local n, p = l.n, l.p
-  local t, count = now, 0
-  local s = redis.call('GET', key)
-  if s then
-    local last, c = two(s)
-    t = math.max(now, last)
-    if floor_div(t, p) == floor_div(last, p) then
-      count = c
+-- Which of a calendar quota's windows holds t: 1 to 3, of the four bounds the server sent
+-- around its own time (l.bounds: the previous window's start, the window's start and end, the
+-- next one's end; src/core/calendar.h's CalendarBounds), or nil outside them.
+local function calendar_window(l, t)
+  local b = l.bounds
+  for i = 1, 3 do
+    if b[i] <= t and t < b[i + 1] then
+      return i
     end
   end
-  local to_end = (floor_div(t, p) + 1) * p - t
+  return nil
+end
+
+-- The window [start, end) of a fixed_window that holds t: floor(t/P)*P and P on, or a
+-- calendar quota's (an error when t is a window or more from the server's time: clocks that
+-- far apart cannot agree on a window).
+local function window_of(l, t)
+  if not l.bounds then
+    local start = floor_div(t, l.p) * l.p
+    return start, start + l.p
+  end
+  local i = calendar_window(l, t)
+  if not i then
+    error('CLOCK sluice: time ' .. int(t) .. ' us is outside the calendar windows the server sent, '
+      .. int(l.bounds[1]) .. ' to ' .. int(l.bounds[4]) .. ' us: its clock and the key\'s differ by a window')
+  end
+  return l.bounds[i], l.bounds[i + 1]
+end
+
+-- Whether a and b lie in one fixed_window window (for a calendar quota, one of the three the
+-- server sent).
+local function same_window(l, a, b)
+  if not l.bounds then
+    return floor_div(a, l.p) == floor_div(b, l.p)
+  end
+  local i = calendar_window(l, a)
+  return i ~= nil and i == calendar_window(l, b)
+end
+
+local function fixed_window(key, l, now, cost, apply)
+  local n = l.n
+  local t, count, last = now, 0, nil
+  local s = redis.call('GET', key)
+  if s then
+    local c
+    last, c = two(s)
+    t = math.max(now, last)
+    count = c
+  end
+  local start, finish = window_of(l, t)
+  if last and last < start then
+    count = 0
+  end
+  local to_end = finish - t
   local allowed = cost <= n - count
   if allowed and cost > 0 then
     count = count + cost
@@ -420,6 +462,7 @@ local function check_time(now, l)
 end
 
 local LEASES = 7
+local CALENDAR = 8 -- In ARGV only: a fixed_window with calendar bounds (requests.lua).
 local function decide(key, l, now, cost, apply)
   check_time(now, l)
   local a = l.algorithm

@@ -31,7 +31,7 @@ local function give_back_window(key, l, g)
   local last, cur, prev = tonumber(a), tonumber(b), tonumber(c)
   local w, lw = floor_div(g.at, l.p), floor_div(last, l.p)
   local taken
-  if w == lw then
+  if same_window(l, g.at, last) then
     taken = math.min(cur, g.units)
     cur = cur - taken
   elseif w + 1 == lw and prev then -- sliding_window: shifted into prev since

@@ -37,6 +37,9 @@ std::string RedisKey(std::string_view prefix, const Limit& limit, std::string_vi
   if (limit.algorithm() == Algorithm::kSlidingBuckets) {
     out += fmt::format("k{}", limit.buckets());
   }
+  if (limit.calendar()) {  // "c2Europe/Berlin": a month there (a zone name has no ':').
+    out += fmt::format("c{}{}", static_cast<int>(*limit.calendar()), limit.time_zone().name());
+  }
   out += ':';
   AppendTaggedKey(out, key);
   return out;

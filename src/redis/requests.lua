@@ -17,6 +17,9 @@
 --   seven: the charge's time, the units of it to give back and its ahead, the units to charge
 --   past the limit, and max_debt; the cost is unused. mode 5 resets: each limit's key is
 --   deleted.
+--   A calendar quota (a fixed_window on the calendar, Limit::calendar) has the code 8, N, P (its
+--   longest window), then in place of B, K, N', P' the four bounds of CalendarBounds: the
+--   windows before, at and after the server's time.
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
@@ -122,6 +125,12 @@ for _ = 1, tonumber(ARGV[2]) do
       rp = tonumber(ARGV[arg + 6]),
       id = ARGV[arg + 3], -- Leases: the lease id in place of B.
     }
+    if limits[i].algorithm == CALENDAR then -- A calendar fixed_window: its bounds in place of B..P'.
+      limits[i].algorithm = 0
+      limits[i].bounds = {
+        tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]),
+      }
+    end
     arg = arg + 7
     if mode == 2 then
       limits[i].charge = {

@@ -12,20 +12,19 @@
 -- passes 2^52.
 
 local function charge_past_fixed_window(key, l, now, x, debt)
-  local p = l.p
-  local t, count = now, 0
+  local t, count, last = now, 0, nil
   local s = redis.call('GET', key)
   if s then
-    local last, c = two(s)
+    last, count = two(s)
     t = math.max(now, last)
-    if floor_div(t, p) == floor_div(last, p) then
-      count = c
-    end
+  end
+  local start, finish = window_of(l, t)
+  if last and last < start then
+    count = 0
   end
   local c = math.min(x, math.max(0, l.n + debt - count))
   if c > 0 then
-    local to_end = (floor_div(t, p) + 1) * p - t
-    redis.call('SET', key, int(t) .. ' ' .. int(count + c), 'PX', ttl_ms(to_end, t, now))
+    redis.call('SET', key, int(t) .. ' ' .. int(count + c), 'PX', ttl_ms(finish - t, t, now))
   end
   return c
 end

@@ -141,7 +141,8 @@ void RedisStore::Impl::AskSettlePart(std::shared_ptr<Settle> settle, size_t i) {
                          once ? std::optional<Timestamp>(s.once_until) : std::nullopt);
   }
   for (size_t a : part.at) {
-    internal::AppendLimit(*call, RedisKey(s.limits[a], s.keys[a]), {&s.limits[a], s.keys[a]});
+    internal::AppendLimit(*call, RedisKey(s.limits[a], s.keys[a]), {&s.limits[a], s.keys[a]},
+                          s.now);
     if (!reset) {
       internal::AppendSettlement(*call, s.settlements[a]);
     }

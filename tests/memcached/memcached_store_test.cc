@@ -18,6 +18,7 @@
 
 #include "sluice/memory_store.h"
 #include "tests/memcached/fixtures.h"
+#include "tests/testing/calendar_traces.h"
 #include "tests/testing/random.h"
 #include "tests/testing/several_limits.h"
 #include "tests/testing/util.h"
@@ -135,6 +136,40 @@ TEST_P(MemcachedDifferentialTest, DecidesAsTheMemoryStoreDoesFigureForFigure) {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MemcachedDifferentialTest,
                          ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
+
+// Calendar quotas near the edges of real windows (tests/testing/calendar_traces.h): the same
+// figures as the memory store's, and items named apart from a fixed period's.
+TEST(MemcachedStoreTest, DecidesCalendarQuotasAsTheMemoryStore) {
+  MemcachedServer server;
+  auto store = MustMemcached(MemcachedOptionsFor({&server}));
+  testing::Random rnd(testing::Seed(20261127));
+  int allowed = 0;
+  int denied = 0;
+  for (int round = 0; round < 12; ++round) {
+    MemoryStore memory;
+    const testing::CalendarTrace trace = testing::RandomCalendarTrace(rnd, 60);
+    const std::vector<std::string> keys = {fmt::format("alice.{}", round),
+                                           fmt::format("bob.{}", round),
+                                           fmt::format("{{carol}} {}", round)};
+    for (const testing::CalendarStep& step : trace.steps) {
+      const std::string& key = keys[static_cast<size_t>(step.key)];
+      const absl::StatusOr<Decision> got =
+          store->Decide(trace.limit, key, step.cost, At(step.time));
+      const absl::StatusOr<Decision> want =
+          memory.Decide(trace.limit, key, step.cost, At(step.time));
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_EQ(*got, *want) << trace.limit.ToString() << " round " << round << " at " << step.time
+                             << " key " << key << " cost " << step.cost;
+      (want->allowed ? allowed : denied) += 1;
+    }
+  }
+  EXPECT_GT(allowed, 100);
+  EXPECT_GT(denied, 100);
+  const Limit calendar = MustLimit({.limit = 5, .calendar = Calendar{CalendarUnit::kDay, "UTC"}});
+  const Limit fixed = MustLimit({.limit = 5, .period = CalendarPeriod(CalendarUnit::kDay)});
+  EXPECT_NE(store->ItemKey(calendar, "k"), store->ItemKey(fixed, "k"));
+}
 
 TEST(MemcachedStoreTest, DecidesSeveralLimitsAllOrNothingAsTheMemoryStore) {
   MemcachedServer server;

@@ -91,6 +91,33 @@ TEST_P(SnapshotRoundTripTest, DecisionsAfterARestartEqualThoseWithoutOne) {
   }
 }
 
+// A calendar quota's table keeps its calendar: after a restart it decides in the zone's
+// windows, not in windows of its longest period from the epoch.
+TEST_F(SnapshotTest, ACalendarQuotaComesBackWithItsCalendar) {
+  const Limit month =
+      MustLimit({.limit = 3, .calendar = Calendar{CalendarUnit::kMonth, "Europe/Berlin"}});
+  const Limit fixed = MustLimit({.limit = 3, .period = month.period()});
+  constexpr int64_t kBerlinApril = 1711922400LL * 1'000'000;  // 2024-04-01 00:00 in Berlin.
+  MemoryStore running;
+  for (const char* key : {"a", "b"}) {
+    ASSERT_TRUE(running.Decide(month, key, 2, At(kBerlinApril - 60'000'000)).ok());
+    ASSERT_TRUE(running.Decide(fixed, key, 1, At(kBerlinApril - 60'000'000)).ok());
+  }
+  ASSERT_TRUE(running.SaveSnapshot(path_).ok());
+  MemoryStore restarted;
+  const absl::StatusOr<size_t> loaded = restarted.LoadSnapshot(path_, At(kBerlinApril - 1));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, 4U);
+  for (const int64_t t : {kBerlinApril - 1, kBerlinApril}) {
+    for (const char* key : {"a", "b"}) {
+      EXPECT_EQ(*restarted.Decide(month, key, 0, At(t)), *running.Decide(month, key, 0, At(t)));
+      EXPECT_EQ(*restarted.Decide(fixed, key, 0, At(t)), *running.Decide(fixed, key, 0, At(t)));
+    }
+  }
+  EXPECT_EQ(restarted.Decide(month, "a", 0, At(kBerlinApril - 1))->remaining, 1);
+  EXPECT_EQ(restarted.Decide(month, "a", 0, At(kBerlinApril))->remaining, 3);  // April.
+}
+
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, SnapshotRoundTripTest,
                          ::testing::ValuesIn(testing::AllAlgorithms()), testing::AlgorithmTestName);
 

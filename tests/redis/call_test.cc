@@ -52,7 +52,7 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
   AppendHead(limited, std::nullopt, 1);
   const Limit gcra =
       MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = 20});
-  AppendLimit(limited, "sluice:g10/1000000b20:{alice}", {&gcra, "alice"});
+  AppendLimit(limited, "sluice:g10/1000000b20:{alice}", {&gcra, "alice"}, At(0));
   // A request of leases on two keys, at the caller's time.
   Call leases;
   leases.cost = static_cast<int64_t>(LeaseOp::kTake);
@@ -107,8 +107,8 @@ TEST(RedisClockTest, TimesOnRedisClockFollowTheSteadyClockFromTime) {
 TEST(CallTest, KeepsWhatTheLocalFallbackAndTheReplyNeed) {
   Call limited;
   const Limit window = MustLimit({.limit = 5, .period = 1min});
-  AppendLimit(limited, "k1", {&window, "alice"});
-  AppendLimit(limited, "k2", {&window, "{alice}:ip"});
+  AppendLimit(limited, "k1", {&window, "alice"}, At(0));
+  AppendLimit(limited, "k2", {&window, "{alice}:ip"}, At(0));
   EXPECT_THAT(limited.keys, ElementsAre("alice", "{alice}:ip"));
   EXPECT_THAT(limited.limits, ElementsAre(window, window));
   Call leases;

@@ -113,6 +113,33 @@ TEST(ParseCheckTest, ReadsAnAdHocCheck) {
             "unknown field 'domain'");
 }
 
+TEST(ParseCheckTest, ReadsACalendarQuotaNamedByItsPeriod) {
+  const auto parsed = ParseCheck(Post(
+      R"({"key": "k", "limit": 10000, "period": "1mo", "calendar": true, "time_zone": "Europe/Berlin"})"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const AdHocRequest* adhoc = std::get_if<AdHocRequest>(&*parsed);
+  ASSERT_NE(adhoc, nullptr);
+  ASSERT_TRUE(adhoc->spec.calendar);
+  EXPECT_EQ(adhoc->spec.calendar->unit, CalendarUnit::kMonth);
+  EXPECT_EQ(adhoc->spec.calendar->time_zone, "Europe/Berlin");
+  EXPECT_EQ(adhoc->spec.period, Micros{0});
+  const auto utc =
+      ParseCheck(Post(R"({"key": "k", "limit": 5, "period": "1w", "calendar": true})"));
+  ASSERT_TRUE(utc.ok()) << utc.status();
+  EXPECT_EQ(std::get<AdHocRequest>(*utc).spec.calendar->time_zone, "UTC");
+  EXPECT_EQ(std::get<AdHocRequest>(*utc).spec.calendar->unit, CalendarUnit::kWeek);
+
+  EXPECT_EQ(
+      Error(ParseCheck(Post(R"({"key": "k", "limit": 5, "period": "30d", "calendar": true})"))),
+      "period: a calendar quota's period is 1d, 1w, 1mo or 1y, not '30d'");
+  EXPECT_THAT(
+      Error(ParseCheck(Post(R"({"key": "k", "limit": 5, "period": "1d", "time_zone": "UTC"})"))),
+      ::testing::StartsWith("time_zone needs \"calendar\": true"));
+  EXPECT_EQ(
+      Error(ParseCheck(Post(R"({"key": "k", "limit": 5, "period": "1d", "calendar": "yes"})"))),
+      "calendar must be true or false");
+}
+
 TEST(ParseCheckTest, MaxWaitOnlyForAcquire) {
   const std::string body = R"({"key": "k", "limit": 5, "period": "1s", "max_wait": "250ms"})";
   std::optional<Micros> max_wait;

@@ -10,6 +10,7 @@
 #include "server/rules/rules.h"
 #include "sluice/memory_store.h"
 #include "tests/testing/rules.h"
+#include "tests/testing/util.h"
 
 namespace sluice::server {
 namespace {
@@ -108,6 +109,19 @@ TEST_F(LineageTest, TheHistoryReadsBackWhatWasWritten) {
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(Limits(**next)[0].before.size(), 2U);
   EXPECT_EQ(Limits(**next)[1].before.size(), 1U);
+}
+
+TEST_F(LineageTest, ACalendarQuotaInTheHistoryKeepsItsUnitAndZone) {
+  const LimitHistory history = {
+      {"rules.yaml/plan\nmonthly",
+       {testing::MustLimit(
+            {.limit = 10000, .calendar = Calendar{CalendarUnit::kMonth, "America/Sao_Paulo"}}),
+        testing::MustLimit({.limit = 5000, .period = std::chrono::hours(24 * 30)})}}};
+  const absl::StatusOr<LimitHistory> read = ParseHistory(FormatHistory(history));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, history);
+  EXPECT_FALSE(ParseHistory("x\tfixed_window:1:0:1:1:month:Nowhere/Atlantis\n").ok());
+  EXPECT_FALSE(ParseHistory("x\tfixed_window:1:0:1:1:fortnight:UTC\n").ok());
 }
 
 TEST_F(LineageTest, AHistoryThatIsAnythingElseIsRefusedNamingTheLine) {

@@ -238,6 +238,36 @@ descriptors:
   EXPECT_FALSE(ip->limits[0].share);
 }
 
+TEST(RuleParseTest, ACalendarQuotaIsAFixedWindowOnTheZonesCalendar) {
+  CounterRegistry counters;
+  const auto rules = ParseText(R"(
+domain: billing
+descriptors:
+  - key: plan
+    rate_limit: {unit: month, requests_per_unit: 10000, calendar: true, time_zone: Europe/Berlin}
+  - key: ip
+    rate_limit: {unit: day, requests_per_unit: 100, calendar: true}
+)",
+                               counters);
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  const Domain& domain = *(*rules)->FindDomain("billing");
+  const Rule* plan = RuleSet::Match(domain, {{"plan", "pro"}});
+  ASSERT_NE(plan, nullptr);
+  ASSERT_TRUE(plan->limits[0].limit);
+  const Limit& month = *plan->limits[0].limit;
+  EXPECT_EQ(month.calendar(), CalendarUnit::kMonth);
+  EXPECT_EQ(month.time_zone().name(), "Europe/Berlin");
+  EXPECT_EQ(month.limit(), 10000);
+  EXPECT_EQ(plan->limits[0].unit, Unit::kMonth);  // Envoy's unit, in its answers.
+  ASSERT_TRUE(plan->limits[0].counter);           // Envoy's counter counts the same windows.
+  EXPECT_EQ(plan->limits[0].counter->calendar(), CalendarUnit::kMonth);
+  EXPECT_EQ(plan->limits[0].counter->time_zone().name(), "Europe/Berlin");
+  const Rule* ip = RuleSet::Match(domain, {{"ip", "1.2.3.4"}});
+  ASSERT_NE(ip, nullptr);
+  EXPECT_EQ(ip->limits[0].limit->time_zone().name(), "UTC");
+  EXPECT_EQ(ip->limits[0].limit->calendar(), CalendarUnit::kDay);
+}
+
 TEST(RuleParseTest, CountersSurviveAReloadByName) {
   CounterRegistry counters;
   auto first = MustParse(
@@ -415,6 +445,26 @@ INSTANTIATE_TEST_SUITE_P(
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, share: "
                "{max: 5, ttl: 1s}}\n",
                "rules.yaml:4:17", "an unlimited rate_limit has no unit, period or share"},
+        Broken{"CalendarUnknownZone",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, "
+               "requests_per_unit: 5, calendar: true, time_zone: Europe/Berln}\n",
+               "rules.yaml:4:80", "unknown time zone 'Europe/Berln'"},
+        Broken{"CalendarOnAnHour",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, "
+               "requests_per_unit: 5, calendar: true}\n",
+               "rules.yaml:4:62", "a calendar quota's unit is day, week, month or year, not hour"},
+        Broken{"TimeZoneWithoutCalendar",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+               "requests_per_unit: 5, time_zone: UTC}\n",
+               "rules.yaml:4:62", "'time_zone' needs 'calendar: true'"},
+        Broken{"CalendarWithPeriod",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {period: 1d, "
+               "requests_per_unit: 5, calendar: true}\n",
+               "rules.yaml:4:62", "takes its window from 'unit'"},
+        Broken{"CalendarGcra",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+               "requests_per_unit: 5, algorithm: gcra, calendar: true}\n",
+               "rules.yaml:4:17", "a calendar quota is a fixed_window, not a gcra"},
         Broken{"UnlimitedWithConcurrency",
                "domain: d\ndescriptors:\n  - key: k\n    concurrency: 2\n"
                "    rate_limit: {unlimited: true}\n",

@@ -99,8 +99,14 @@ class Payload {
     return Str(id).I64(issued).I64(expires).I64(cost).U32(count);
   }
   Payload& LimitEntry(const ReceiptLimit& l) {
-    Str(l.name).U8(static_cast<uint8_t>(l.limit.algorithm())).I64(l.limit.limit());
-    I64(l.limit.period().count()).I64(l.limit.burst()).I64(l.limit.buckets()).Str(l.key);
+    const bool calendar = l.limit.calendar().has_value();
+    Str(l.name).U8(static_cast<uint8_t>(l.limit.algorithm()) | (calendar ? 0x80 : 0));
+    I64(l.limit.limit()).I64(calendar ? 0 : l.limit.period().count());
+    I64(l.limit.burst()).I64(l.limit.buckets());
+    if (calendar) {  // Its unit and zone.
+      U8(static_cast<uint8_t>(*l.limit.calendar())).Str(l.limit.time_zone().name());
+    }
+    Str(l.key);
     return I64(l.charge.at.time_since_epoch().count())
         .I64(l.charge.units)
         .I128(l.charge.ahead)
@@ -146,6 +152,8 @@ Receipt Several() {
             -wide - 12345),
       Entry("leaky", {.algorithm = Algorithm::kLeakyBucket, .limit = 3, .period = 1s, .burst = 1},
             -1),
+      Entry("calendar",
+            {.limit = 10000, .calendar = Calendar{CalendarUnit::kMonth, "Europe/Berlin"}}, 0),
       Entry(std::string("bin\0.\xff", 6),
             {.algorithm = Algorithm::kGcra, .limit = 1, .period = Limit::kMaxPeriod, .burst = 2},
             static_cast<Int128>(UInt128{1} << 127)),  // The lowest Int128.
