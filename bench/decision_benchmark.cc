@@ -46,6 +46,30 @@ BENCHMARK_CAPTURE(BM_Decide, leaky_bucket, Algorithm::kLeakyBucket, 500'000);
 BENCHMARK_CAPTURE(BM_Decide, gcra_100_per_second, Algorithm::kGcra, 100);
 BENCHMARK_CAPTURE(BM_Decide, leaky_bucket_100_per_second, Algorithm::kLeakyBucket, 100);
 
+// A calendar quota (a day in Europe/Berlin, tzdata's) against a fixed window of 24 h, 1,000
+// a day, `step` us between calls. 1 us: the window is the one the thread's cache holds. 25 h:
+// every call falls in another window, which the zone's rules give (and the state starts anew).
+void BM_DecideDay(benchmark::State& bench, bool calendar, int64_t step) {
+  LimitSpec spec{.limit = 1000, .period = std::chrono::hours(24)};
+  if (calendar) {
+    spec.period = Micros{0};
+    spec.calendar = Calendar{CalendarUnit::kDay, "Europe/Berlin"};
+  }
+  const Limit limit = *Limit::Create(spec);
+  FixedWindowState state;
+  int64_t t = kEpoch;
+  for (auto _ : bench) {
+    t += step;
+    benchmark::DoNotOptimize(Decide(limit, state, Timestamp(Micros(t)), 1));
+  }
+}
+
+constexpr int64_t kNewWindow = 25LL * 3'600'000'000;
+BENCHMARK_CAPTURE(BM_DecideDay, fixed_24h, false, 1);
+BENCHMARK_CAPTURE(BM_DecideDay, calendar_berlin, true, 1);
+BENCHMARK_CAPTURE(BM_DecideDay, fixed_24h_new_window, false, kNewWindow);
+BENCHMARK_CAPTURE(BM_DecideDay, calendar_berlin_new_window, true, kNewWindow);
+
 void BM_ClockRead(benchmark::State& bench) {
   Clock& clock = SystemClock();
   for (auto _ : bench) {

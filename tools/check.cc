@@ -81,6 +81,12 @@ absl::StatusOr<nlohmann::ordered_json> KeysBody(const CheckFlags& flags) {
     if (flags.buckets) {
       body["buckets"] = *flags.buckets;
     }
+    if (flags.calendar) {
+      body["calendar"] = true;
+    }
+    if (!flags.time_zone.empty()) {
+      body["time_zone"] = flags.time_zone;
+    }
   } else {
     if (flags.descriptors.empty()) {
       return absl::InvalidArgumentError("--domain needs at least one --descriptor k=v");

@@ -44,6 +44,8 @@ struct SimulateFlags {
   std::optional<int64_t> buckets;
   std::string svg;
   std::string trace = "-";
+  bool calendar = false;
+  std::string time_zone = "UTC";
 };
 
 int Fail(std::string_view message) {
@@ -60,7 +62,16 @@ int RunSimulate(const SimulateFlags& flags) {
   if (flags.algorithm.empty() == flags.compare.empty()) {
     return Fail("give exactly one of --algorithm NAME and --compare NAME,NAME,...");
   }
-  const absl::StatusOr<Micros> period = ParseDuration(flags.period);
+  std::optional<Calendar> calendar;
+  if (flags.calendar) {
+    const std::optional<CalendarUnit> unit = ParseCalendarPeriod(flags.period);
+    if (!unit) {
+      return Fail("--period: a calendar quota's period is 1d, 1w, 1mo or 1y");
+    }
+    calendar = Calendar{*unit, flags.time_zone};
+  }
+  const absl::StatusOr<Micros> period =
+      calendar ? absl::StatusOr<Micros>(Micros{0}) : ParseDuration(flags.period);
   if (!period.ok()) {
     return Fail("--period", period.status());
   }
@@ -76,7 +87,8 @@ int RunSimulate(const SimulateFlags& flags) {
                                                        .limit = flags.limit,
                                                        .period = *period,
                                                        .burst = flags.burst,
-                                                       .buckets = flags.buckets});
+                                                       .buckets = flags.buckets,
+                                                       .calendar = calendar});
     if (!limit.ok()) {
       return Fail(name, limit.status());
     }
@@ -251,6 +263,9 @@ void AddRequestFlags(CLI::App& command, CheckFlags& flags,
   command.add_option("--period", flags.period, "ad hoc: P (1s, 1m, ...)");
   command.add_option("--burst", flags.burst, "ad hoc: B");
   command.add_option("--buckets", flags.buckets, "ad hoc: K for sliding_buckets");
+  command.add_flag("--calendar", flags.calendar,
+                   "ad hoc: a calendar quota, --period 1d, 1w, 1mo or 1y from local midnight");
+  command.add_option("--time-zone", flags.time_zone, "ad hoc, with --calendar: an IANA zone");
   if (which == RequestFlags::kAll) {
     command.add_option("--max-debt", flags.max_debt,
                        "ad hoc: how far past the limit a settle may charge the key");
@@ -391,11 +406,8 @@ int UsageError(const std::vector<const CLI::App*>& commands, const CLI::ParseErr
   return kUsageError;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app("sluice: rate limiting, exact and fast", "sluice");
-  app.require_subcommand(1);
-
-  SimulateFlags flags;
+// `simulate`'s flags, into `flags`.
+CLI::App* AddSimulate(CLI::App& app, SimulateFlags& flags) {
   CLI::App* simulate = app.add_subcommand(
       "simulate",
       "Replay a CSV trace (time_us,key,cost) through an algorithm; print the decisions as CSV");
@@ -410,8 +422,22 @@ int Main(int argc, char** argv) {
                        "B: capacity of token_bucket, gcra, leaky_bucket (default N)");
   simulate->add_option("--buckets", flags.buckets,
                        "K: sub-windows of sliding_buckets, must divide the period (default 60)");
+  simulate->add_flag("--calendar", flags.calendar,
+                     "a calendar quota (fixed_window): --period 1d, 1w, 1mo or 1y, from local "
+                     "midnight in --time-zone");
+  simulate->add_option("--time-zone", flags.time_zone, "with --calendar: an IANA zone")
+      ->capture_default_str();
   simulate->add_option("--svg", flags.svg, "also draw the run into this SVG file");
   simulate->add_option("trace", flags.trace, "trace file; - or nothing for stdin");
+  return simulate;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app("sluice: rate limiting, exact and fast", "sluice");
+  app.require_subcommand(1);
+
+  SimulateFlags flags;
+  CLI::App* simulate = AddSimulate(app, flags);
 
   CheckFlags check_flags;
   CLI::App* check = app.add_subcommand(

@@ -43,8 +43,10 @@ enum class CalendarUnit : uint8_t { kDay, kWeek, kMonth, kYear };
 // "day", "week", "month", "year", and back (nullopt for another name).
 std::string_view CalendarUnitName(CalendarUnit unit);
 std::optional<CalendarUnit> ParseCalendarUnit(std::string_view name);
-// "1d", "1w", "1mo", "1y": the period an ad hoc request names a calendar quota's unit by.
+// "1d", "1w", "1mo", "1y": the period an ad hoc request names a calendar quota's unit by, and
+// back (nullopt for another period).
 std::string_view CalendarPeriodName(CalendarUnit unit);
+std::optional<CalendarUnit> ParseCalendarPeriod(std::string_view period);
 // Its nominal length, as Envoy's units count them (a day of 24 h, a month of 30 days, a year
 // of 365), for what needs one figure (a RateLimit-Policy's window); decisions use the real one.
 Micros CalendarNominalPeriod(CalendarUnit unit);
@@ -100,6 +102,9 @@ class Limit {
   // A calendar quota's unit and zone; nullopt for windows of the fixed period P from the epoch.
   std::optional<CalendarUnit> calendar() const { return calendar_; }
   const absl::TimeZone& time_zone() const { return zone_; }  // UTC without a calendar.
+  // A hash of the zone's name, 0 without a calendar: for hashes of limits, which must tell
+  // apart quotas that differ only by their zone.
+  uint64_t zone_hash() const { return zone_hash_; }
 
   // The rate N/P in lowest terms: N and P divided by gcd(N, P). The bucket algorithms compute
   // in these units, which changes none of their figures (every formula is homogeneous in N
@@ -125,7 +130,7 @@ class Limit {
   template <typename H>
   friend H AbslHashValue(H h, const Limit& l) {
     return H::combine(std::move(h), l.algorithm_, l.limit_, l.period_.count(), l.burst_, l.buckets_,
-                      l.calendar_);  // Zones differ rarely: == tells them apart.
+                      l.calendar_, l.zone_hash_);
   }
 
  private:
@@ -142,6 +147,7 @@ class Limit {
   int64_t rate_period_us_;  // Derived: period_ / gcd(limit_, period_).
   std::optional<CalendarUnit> calendar_;
   absl::TimeZone zone_;
+  uint64_t zone_hash_;
 };
 
 }  // namespace sluice

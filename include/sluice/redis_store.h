@@ -11,7 +11,8 @@
 //   sluice::Limiter limiter(limit, **store, sluice::SystemClock());
 //
 // Time: the script reads Redis's TIME; the `now` a caller passes is used only by the `local`
-// failure policy (and by tests, see RedisStoreOptions::use_caller_time).
+// failure policy, to find a calendar quota's windows near it (the script is sent their bounds),
+// and by tests (see RedisStoreOptions::use_caller_time).
 //
 // I/O: the store owns one thread running the connections. Calls from any thread are queued
 // there; a call is sent at once on a connection with nothing in flight, and calls made while

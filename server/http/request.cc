@@ -323,13 +323,7 @@ absl::Status ReadPeriod(std::string_view period, bool calendar,
                         const std::optional<std::string>& time_zone, LimitSpec& spec) {
   if (calendar) {
     // A calendar quota: its unit from the period's name, its length from the calendar.
-    std::optional<CalendarUnit> unit;
-    for (const CalendarUnit u :
-         {CalendarUnit::kDay, CalendarUnit::kWeek, CalendarUnit::kMonth, CalendarUnit::kYear}) {
-      if (CalendarPeriodName(u) == period) {
-        unit = u;
-      }
-    }
+    const std::optional<CalendarUnit> unit = ParseCalendarPeriod(period);
     if (!unit) {
       return absl::InvalidArgumentError(
           fmt::format("period: a calendar quota's period is 1d, 1w, 1mo or 1y, not '{}'",

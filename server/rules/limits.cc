@@ -47,8 +47,8 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
   }
   ParseReplaces(node, rule_limit);
   if (const YAML::Node unlimited = node["unlimited"]; unlimited && Bool(unlimited, "unlimited")) {
-    if (node["unit"] || node["period"] || node["share"]) {
-      Fail(node, "an unlimited rate_limit has no unit, period or share");
+    if (node["unit"] || node["period"] || node["share"] || node["calendar"] || node["time_zone"]) {
+      Fail(node, "an unlimited rate_limit has no unit, period, share or calendar");
     }
     rule_limit.unlimited = true;  // requests_per_unit is ignored, as envoyproxy/ratelimit does.
     rule_limit.counters = counters_.Get(rule_limit.name);
@@ -82,6 +82,14 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
     rule_limit.counter = EnvoyCounter(spec.period, spec.calendar);
     if (absl::Status s = check_limit_(*rule_limit.counter); !s.ok()) {
       Fail(node, internal::Message(s));
+    }
+  }
+  if (spec.limit == 0 && spec.calendar) {
+    // No Limit is made of a limit of 0: what Create says of its calendar, said all the same.
+    LimitSpec probe = spec;
+    probe.limit = 1;
+    if (absl::StatusOr<Limit> limit = Limit::Create(probe); !limit.ok()) {
+      Fail(node, internal::Message(limit.status()));
     }
   }
   if (spec.limit > 0) {

@@ -1,6 +1,10 @@
 #include "src/core/calendar.h"
 
+#include <sys/stat.h>
+
 #include <array>
+#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -72,8 +76,17 @@ absl::StatusOr<absl::TimeZone> LoadCalendarZone(std::string_view name) {
   if (name == "UTC") {
     return absl::UTCTimeZone();
   }
+  // Abseil remembers every name it is asked for, found or not: only a file of the system's
+  // tzdata is asked for, so that a caller's stream of made-up names cannot grow that memory.
+  const char* const tzdir = std::getenv("TZDIR");
+  const std::string path = fmt::format("{}/{}", tzdir != nullptr ? tzdir : "/usr/share/zoneinfo",
+                                       IsZoneName(name) ? name : "");
+  struct stat file {};
   absl::TimeZone zone;
-  if (!IsZoneName(name) || !absl::LoadTimeZone(std::string(name), &zone)) {
+  // A name Abseil loads under another (an alias such as "localtime", which is this host's
+  // zone and loads as "/etc/localtime") would not read back from a snapshot or a receipt.
+  if (!IsZoneName(name) || stat(path.c_str(), &file) != 0 || !S_ISREG(file.st_mode) ||
+      !absl::LoadTimeZone(std::string(name), &zone) || zone.name() != name) {
     return absl::InvalidArgumentError(fmt::format(
         "unknown time zone '{}': give an IANA name such as Europe/Berlin (the system's tzdata, "
         "/usr/share/zoneinfo)",
@@ -83,6 +96,14 @@ absl::StatusOr<absl::TimeZone> LoadCalendarZone(std::string_view name) {
 }
 
 CalendarWindow WindowAt(CalendarUnit unit, const absl::TimeZone& zone, int64_t t) {
+  // Past the years the calendar is reckoned for, one window each way (no caller's time is
+  // there: the stores decide within 1970 to 2200), rather than steps that saturate.
+  if (t < kCalendarFirstUs) {
+    return {std::numeric_limits<int64_t>::min(), kCalendarFirstUs};
+  }
+  if (t >= kCalendarEndUs) {
+    return {kCalendarEndUs, std::numeric_limits<int64_t>::max()};
+  }
   absl::CivilDay first = FirstDay(unit, absl::ToCivilDay(absl::FromUnixMicros(t), zone));
   CalendarWindow w{StartOf(first, zone), StartOf(NextFirstDay(unit, first), zone)};
   // t's local date is in [first, next), so these loops run only where an offset change moves
@@ -155,8 +176,12 @@ int64_t CalendarWindowsBetween(const Limit& limit, int64_t t, int64_t u) {
 
 std::array<int64_t, 4> CalendarBounds(const Limit& limit, int64_t t) {
   const CalendarWindow w = CalendarWindowOf(limit, t);
-  return {WindowAt(*limit.calendar(), limit.time_zone(), w.start - 1).start, w.start, w.end,
-          WindowAt(*limit.calendar(), limit.time_zone(), w.end).end};
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {
+      w.start == kMin ? kMin : WindowAt(*limit.calendar(), limit.time_zone(), w.start - 1).start,
+      w.start, w.end,
+      w.end == kMax ? kMax : WindowAt(*limit.calendar(), limit.time_zone(), w.end).end};
 }
 
 }  // namespace sluice::internal
@@ -170,6 +195,16 @@ std::string_view CalendarUnitName(CalendarUnit unit) {
 std::string_view CalendarPeriodName(CalendarUnit unit) {
   constexpr std::array<std::string_view, 4> kPeriods = {"1d", "1w", "1mo", "1y"};
   return kPeriods[static_cast<size_t>(unit)];
+}
+
+std::optional<CalendarUnit> ParseCalendarPeriod(std::string_view period) {
+  for (const CalendarUnit unit :
+       {CalendarUnit::kDay, CalendarUnit::kWeek, CalendarUnit::kMonth, CalendarUnit::kYear}) {
+    if (CalendarPeriodName(unit) == period) {
+      return unit;
+    }
+  }
+  return std::nullopt;
 }
 
 Micros CalendarNominalPeriod(CalendarUnit unit) {

@@ -33,8 +33,14 @@ using ::sluice::ParseCalendarUnit;
 // The IANA zone `name` ("Europe/Berlin"; "UTC" always there). InvalidArgument naming it when
 // the system's tzdata has no such zone, or when the name is not one (empty, over 64 bytes,
 // with "..", a leading '/' or bytes other than letters, digits and "/_+-"): a name is a path
-// under /usr/share/zoneinfo, and no caller's text may name another file.
+// under /usr/share/zoneinfo (or $TZDIR), and no caller's text may name another file; also an
+// alias that loads under another name ("localtime").
 absl::StatusOr<absl::TimeZone> LoadCalendarZone(std::string_view name);
+
+// The years the calendar is reckoned for, 1000 to 9999 (UTC): a time before or after them
+// lies in one window that reaches the end of time.
+inline constexpr int64_t kCalendarFirstUs = -30'610'224'000'000'000;  // 1000-01-01.
+inline constexpr int64_t kCalendarEndUs = 253'402'300'800'000'000;    // 10000-01-01.
 
 struct CalendarWindow {
   int64_t start = 0;  // us since the epoch: the first instant of the window.

@@ -1,6 +1,7 @@
 #include "sluice/limit.h"
 
 #include <array>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -86,7 +87,8 @@ Limit::Limit(Algorithm algorithm, int64_t limit, Micros period, int64_t burst, i
       rate_units_(limit / std::gcd(limit, period.count())),
       rate_period_us_(period.count() / std::gcd(limit, period.count())),
       calendar_(calendar),
-      zone_(zone) {}
+      zone_(zone),
+      zone_hash_(calendar ? std::hash<std::string>{}(zone.name()) : 0) {}
 
 absl::StatusOr<Limit> Limit::Create(const LimitSpec& spec) {
   if (absl::Status s = CheckCount("limit", spec.limit); !s.ok()) {

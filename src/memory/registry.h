@@ -70,6 +70,8 @@ class Registry {
     h ^= static_cast<uint64_t>(limit.burst()) * 0x165667B19E3779F9ULL;
     h ^= static_cast<uint64_t>(limit.buckets()) * 0x27D4EB2F165667C5ULL;
     h ^= static_cast<uint64_t>(limit.algorithm());
+    h ^= limit.zone_hash() * 0x94D049BB133111EBULL;  // Calendar quotas of several zones.
+    h ^= static_cast<uint64_t>(limit.calendar().value_or(CalendarUnit::kDay)) << 8;
     return static_cast<size_t>(h ^ (h >> 29));
   }
 

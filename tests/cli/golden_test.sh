@@ -16,11 +16,16 @@ trap 'rm -rf "$scratch"' EXIT
 ok() { passed=$((passed + 1)); }
 fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 
-golden() {  # name, flags...
+golden() {  # name, flags..., optionally --trace-file FILE last (default: trace.csv)
   local name=$1
   shift
+  local trace="$dir/trace.csv"
+  if [[ $# -ge 2 && "${*: -2:1}" == "--trace-file" ]]; then
+    trace="${*: -1}"
+    set -- "${@:1:$#-2}"
+  fi
   local out="$scratch/$name.csv"
-  if ! "$sluice" simulate "$@" "$dir/trace.csv" >"$out" 2>"$scratch/err"; then
+  if ! "$sluice" simulate "$@" "$trace" >"$out" 2>"$scratch/err"; then
     fail "$name: exit status $? ($(cat "$scratch/err"))"
     return
   fi
@@ -41,6 +46,10 @@ golden token_bucket --algorithm token_bucket --limit 3 --period 1s --burst 4
 golden gcra --algorithm gcra --limit 3 --period 1s --burst 4
 golden leaky_bucket --algorithm leaky_bucket --limit 3 --period 1s --burst 4
 golden compare --compare fixed_window,gcra --limit 3 --period 1s
+# A calendar quota, two a day in Berlin, over 2024-03-31, a day of 23 hours (worked by hand:
+# reset_after 82,800 s at its first instant, 86,400 s at April 1's).
+golden calendar_day_berlin --algorithm fixed_window --limit 2 --period 1d --calendar \
+  --time-zone Europe/Berlin --trace-file "$dir/calendar_trace.csv"
 
 # expect_error NAME EXPECTED_STDOUT_LINES MESSAGE_SUBSTRING -- ARGS... ; stdin from $input
 expect_error() {
@@ -98,6 +107,12 @@ expect_error both_modes 0 "give exactly one of --algorithm NAME and --compare" -
 expect_error missing_file 0 "cannot open trace '/nonexistent.csv'" -- \
   simulate --algorithm gcra --limit 3 --period 1s /nonexistent.csv
 expect_error unknown_flag 0 "--colour" -- simulate --algorithm gcra --limit 3 --period 1s --colour
+expect_error calendar_period 0 "a calendar quota's period is 1d, 1w, 1mo or 1y" -- \
+  simulate --algorithm fixed_window --limit 3 --period 30d --calendar
+expect_error calendar_gcra 0 "a calendar quota is a fixed_window, not a gcra" -- \
+  simulate --algorithm gcra --limit 3 --period 1mo --calendar
+expect_error calendar_zone 0 "unknown time zone 'Mars/Olympus'" -- \
+  simulate --algorithm fixed_window --limit 3 --period 1d --calendar --time-zone Mars/Olympus
 
 # --svg writes a picture with one lane per algorithm.
 if "$sluice" simulate --compare fixed_window,gcra,leaky_bucket --limit 3 --period 1s \

@@ -4,8 +4,10 @@
 // were worked out with Python's zoneinfo, not with Abseil.
 
 #include <chrono>
+#include <limits>
 #include <string>
 
+#include "absl/hash/hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -135,6 +137,45 @@ TEST(CalendarQuotaTest, CreateRefusesWhatIsNotACalendarQuotaSayingWhy) {
   absl::StatusOr<Limit> path = Limit::Create(
       {.limit = 10, .calendar = sluice::Calendar{CalendarUnit::kDay, "../../etc/passwd"}});
   ASSERT_FALSE(path.ok());
+}
+
+// A name Abseil would load under another (this host's "localtime"), or one that is no file
+// of the system's tzdata, is refused: it could not be read back from a snapshot or receipt.
+TEST(CalendarQuotaTest, AZoneIsAFileOfTzdataLoadedUnderItsOwnName) {
+  for (const char* name : {"localtime", "UTC0", "Nowhere/Atlantis", "posixrules/.."}) {
+    EXPECT_FALSE(internal::LoadCalendarZone(name).ok()) << name;
+  }
+  for (const char* name : {"UTC", "Etc/UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires"}) {
+    const absl::StatusOr<absl::TimeZone> zone = internal::LoadCalendarZone(name);
+    ASSERT_TRUE(zone.ok()) << name << ": " << zone.status();
+    EXPECT_EQ(zone->name(), name);
+  }
+}
+
+// Quotas that differ only by their zone are different limits, and hash apart.
+TEST(CalendarQuotaTest, QuotasInTwoZonesHashApart) {
+  const Limit berlin = Calendar(CalendarUnit::kDay, "Europe/Berlin", 5);
+  const Limit paris = Calendar(CalendarUnit::kDay, "Europe/Paris", 5);
+  EXPECT_NE(berlin, paris);
+  EXPECT_NE(absl::Hash<Limit>{}(berlin), absl::Hash<Limit>{}(paris));
+  EXPECT_EQ(absl::Hash<Limit>{}(berlin),
+            absl::Hash<Limit>{}(Calendar(CalendarUnit::kDay, "Europe/Berlin", 5)));
+}
+
+// At the ends of time every call returns (a window reaches to it), as the other algorithms do.
+TEST(CalendarQuotaTest, TheEndsOfTimeAreOneWindowEach) {
+  const Limit month = Calendar(CalendarUnit::kMonth, "Europe/Berlin", 5);
+  for (const int64_t t : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+                          internal::kCalendarEndUs, internal::kCalendarFirstUs - 1}) {
+    const std::array<int64_t, 4> b = internal::CalendarBounds(month, t);
+    EXPECT_LE(b[1], t);
+    EXPECT_TRUE(t < b[2] || b[2] == std::numeric_limits<int64_t>::max()) << t;
+    EXPECT_LE(b[0], b[1]);
+    EXPECT_LE(b[2], b[3]);
+    FixedWindowState s;
+    EXPECT_TRUE(Decide(month, s, At(t), 1).allowed);
+  }
+  EXPECT_EQ(GiveBackHorizon(month, {.at = Timestamp::max(), .units = 1}), Timestamp::max());
 }
 
 TEST(CalendarQuotaTest, ALimitKnowsItsCalendarAndIsRemadeFromItsSpec) {

@@ -261,5 +261,28 @@ class UnmatchedTest(unittest.TestCase):
             server.cleanup()
 
 
+class CalendarCheckTest(unittest.TestCase):
+
+    def test_check_asks_for_a_calendar_quota_ad_hoc(self):
+        server = sluiced.Sluiced.with_rules(GOOD_RULES).start()
+        try:
+            args = [sluiced.SLUICE, "check", "--server", "127.0.0.1:%d" % server.port, "--key",
+                    "acme", "--limit", "1", "--period", "1mo", "--calendar", "--time-zone",
+                    "Europe/Berlin"]
+            first = run(*args)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            second = run(*args)
+            self.assertEqual(second.returncode, 1, second.stdout + second.stderr)
+            # Without --calendar, 1mo is no duration: refused, naming it.
+            fixed = run(*args[:-3])
+            self.assertEqual(fixed.returncode, 2, fixed.stdout + fixed.stderr)
+            self.assertIn("1mo", fixed.stdout + fixed.stderr)
+            zone = run(*args[:-1], "Europe/Berln")
+            self.assertNotIn(zone.returncode, (0, 1), zone.stdout + zone.stderr)
+            self.assertIn("unknown time zone 'Europe/Berln'", zone.stdout + zone.stderr)
+        finally:
+            server.cleanup()
+
+
 if __name__ == "__main__":
     sluiced.main(sluice=True)

@@ -444,7 +444,7 @@ INSTANTIATE_TEST_SUITE_P(
         Broken{"ShareOnUnlimited",
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, share: "
                "{max: 5, ttl: 1s}}\n",
-               "rules.yaml:4:17", "an unlimited rate_limit has no unit, period or share"},
+               "rules.yaml:4:17", "an unlimited rate_limit has no unit, period, share or calendar"},
         Broken{"CalendarUnknownZone",
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, "
                "requests_per_unit: 5, calendar: true, time_zone: Europe/Berln}\n",
@@ -465,6 +465,14 @@ INSTANTIATE_TEST_SUITE_P(
                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
                "requests_per_unit: 5, algorithm: gcra, calendar: true}\n",
                "rules.yaml:4:17", "a calendar quota is a fixed_window, not a gcra"},
+        Broken{"CalendarGcraOfZero",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+               "requests_per_unit: 0, algorithm: gcra, calendar: true}\n",
+               "rules.yaml:4:17", "a calendar quota is a fixed_window, not a gcra"},
+        Broken{"CalendarOnUnlimited",
+               "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, "
+               "calendar: true}\n",
+               "rules.yaml:4:17", "an unlimited rate_limit has no unit, period, share or calendar"},
         Broken{"UnlimitedWithConcurrency",
                "domain: d\ndescriptors:\n  - key: k\n    concurrency: 2\n"
                "    rate_limit: {unlimited: true}\n",
