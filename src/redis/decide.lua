@@ -123,7 +123,7 @@ local function window_of(l, t)
   local i = calendar_window(l, t)
   if not i then
     error('CLOCK sluice: time ' .. int(t) .. ' us is outside the calendar windows the server sent, '
-      .. int(l.bounds[1]) .. ' to ' .. int(l.bounds[4]) .. ' us: its clock and the key\'s differ by a window')
+      .. int(l.bounds[1]) .. ' to ' .. int(l.bounds[4]) .. ' us: its clock and the key\'s differ by a window', 0)
   end
   return l.bounds[i], l.bounds[i + 1]
 end

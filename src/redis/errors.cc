@@ -12,9 +12,11 @@ namespace {
 // Redis's error prefixes for a server that cannot decide now (src/server.c's shared replies,
 // cluster.c, acl.c, script.c), and for one that is not a master.
 // TIMEOUT: the script's own (call.h's kExpired), for a call that reached Redis too late.
-constexpr std::array<std::string_view, 11> kUnavailable = {
+// CLOCK: the script's own too, for a calendar quota's time outside the windows it was sent
+// (this host's clock and Redis's, or the key's, a window apart).
+constexpr std::array<std::string_view, 12> kUnavailable = {
     "OOM",     "BUSY",   "LOADING", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
-    "MISCONF", "NOAUTH", "NOPERM",  "WRONGPASS",   "TIMEOUT"};
+    "MISCONF", "NOAUTH", "NOPERM",  "WRONGPASS",   "TIMEOUT",  "CLOCK"};
 constexpr std::array<std::string_view, 2> kNotMaster = {"READONLY", "MASTERDOWN"};
 constexpr std::string_view kPrefix = "redis: ";  // RedisErrorStatus's.
 

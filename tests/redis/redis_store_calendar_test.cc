@@ -94,5 +94,26 @@ TEST(RedisCalendarTest, DecidesOnRedisTimeWithTheBoundsOfThisHostsWindows) {
   EXPECT_LE(ttl->integer, 24 * 3'600'000 + 1'000);  // The day's rest, plus expiry_margin.
 }
 
+// A key written by a server whose clock ran three days ahead, asked about a calendar day by
+// one on time: the script cannot place the key's time in the windows it was sent, and says so
+// as an error the failure policy decides (deny: Unavailable), never as an admission.
+TEST(RedisCalendarTest, AKeyADayAheadOfTheWindowsSentIsAClockError) {
+  RedisServer server;
+  std::unique_ptr<RedisStore> redis = MustStore(OptionsFor(server));
+  const Limit day = MustLimit({.limit = 5, .calendar = Calendar{CalendarUnit::kDay, "UTC"}});
+  constexpr int64_t kDay = 86'400'000'000;
+  const int64_t t = 1'735'689'600'000'000;  // 2025-01-01T00:00Z
+  ASSERT_TRUE(redis->Decide(day, "k", 1, At(t + 3 * kDay)).ok());
+  const absl::StatusOr<Decision> behind = redis->Decide(day, "k", 1, At(t));
+  ASSERT_FALSE(behind.ok());
+  EXPECT_TRUE(absl::IsUnavailable(behind.status())) << behind.status();
+  EXPECT_NE(behind.status().message().find("CLOCK sluice"), std::string_view::npos)
+      << behind.status();
+  // A day behind is still in the windows sent: decided, in the key's day.
+  const absl::StatusOr<Decision> near = redis->Decide(day, "k", 1, At(t + 2 * kDay + 1));
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_EQ(near->remaining, 3);
+}
+
 }  // namespace
 }  // namespace sluice
