@@ -9,8 +9,10 @@
 
 #include "gtest/gtest.h"
 
+#include "sluice/algorithms.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
+#include "sluice/settle.h"
 #include "tests/redis/fixtures.h"
 #include "tests/testing/calendar_traces.h"
 #include "tests/testing/redis_server.h"
@@ -92,6 +94,66 @@ TEST(RedisCalendarTest, DecidesOnRedisTimeWithTheBoundsOfThisHostsWindows) {
   ASSERT_TRUE(ttl);
   EXPECT_GT(ttl->integer, 0);
   EXPECT_LE(ttl->integer, 24 * 3'600'000 + 1'000);  // The day's rest, plus expiry_margin.
+}
+
+// Charges, settles (below, at and above the charge, with a debt bound) and their give-backs
+// across the edge of a real window: what Redis gives back, charges and answers after, and
+// every decision, equal to the C++ reference's (src/core/settle.cc), figure for figure.
+TEST(RedisCalendarTest, SettlesAsTheReferenceDoesAcrossAWindowsEdge) {
+  RedisServer server;
+  std::unique_ptr<RedisStore> redis = MustStore(OptionsFor(server));
+  testing::Random rnd(testing::Seed(20261128));
+  testing::Client client(server.port());
+  const std::vector<std::string> keys = {"alice", "bob"};
+  int given = 0;
+  int charged = 0;
+  for (int round = 0; round < 80; ++round) {
+    client.Run({"FLUSHALL"});
+    const testing::CalendarTrace trace = testing::RandomCalendarTrace(rnd, 1);
+    const Limit& limit = trace.limit;
+    std::vector<AnyState> states(keys.size(), InitialState(Algorithm::kFixedWindow));
+    struct Out {
+      size_t key;
+      Charge charge;
+    };
+    std::vector<Out> out;
+    int64_t t = trace.steps[0].time - 2 * 3'600'000'000LL;
+    for (int step = 0; step < 60; ++step) {
+      t += rnd.Between(0, 240'000'000);  // Up to 4 minutes: 4 hours in all, across the edge.
+      SCOPED_TRACE(limit.ToString() + " round " + std::to_string(round) + " step " +
+                   std::to_string(step) + " t=" + std::to_string(t));
+      if (!out.empty() && rnd.OneIn(2)) {
+        const size_t i = static_cast<size_t>(rnd.Between(0, static_cast<int64_t>(out.size()) - 1));
+        const Out o = out[i];
+        out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
+        const Settlement settlement{.charge = o.charge,
+                                    .units = rnd.Between(0, o.charge.units + limit.limit()),
+                                    .max_debt = rnd.Between(0, 3)};
+        const Settled want = Settle(limit, states[o.key], At(t), settlement);
+        const LimitedKey request{&limit, keys[o.key]};
+        Settled got;
+        ASSERT_TRUE(
+            redis->SettleAll({&request, 1}, {&settlement, 1}, "", At(t), At(t), {&got, 1}).ok());
+        ASSERT_EQ(got, want) << "settle " << settlement.units << " of " << o.charge.units;
+        given += want.given_back > 0 ? 1 : 0;
+        charged += want.charged > 0 ? 1 : 0;
+        continue;
+      }
+      const size_t key = static_cast<size_t>(rnd.Between(0, 1));
+      const LimitedKey request{&limit, keys[key]};
+      const int64_t cost = rnd.Between(0, 3);
+      Decision got;
+      Charge receipt;
+      ASSERT_TRUE(redis->ChargeAll({&request, 1}, cost, At(t), {&got, 1}, {&receipt, 1}).ok());
+      const Decision want = Decide(limit, std::get<FixedWindowState>(states[key]), At(t), cost);
+      ASSERT_EQ(got, want) << "charge of " << cost;
+      if (want.allowed && cost > 0) {
+        out.push_back({key, receipt});
+      }
+    }
+  }
+  EXPECT_GT(given, 80);
+  EXPECT_GT(charged, 20);
 }
 
 // A key written by a server whose clock ran three days ahead, asked about a calendar day by
