@@ -8,6 +8,8 @@
 
 #include "fmt/format.h"
 
+#include "sluice/convert.h"
+#include "sluice/settle.h"
 #include "src/memcached/item.h"
 
 namespace sluice::internal {
@@ -75,6 +77,33 @@ absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTa
     return state.status();
   }
   return ReadItem{.state = *std::move(state), .cas = (*item)->cas};
+}
+
+absl::StatusOr<ReadItem> ReadAdopting(MemcachedConnection& connection, const ItemTarget& target,
+                                      Timestamp now) {
+  absl::StatusOr<ReadItem> read = ReadState(connection, target);
+  if (!read.ok() || read->cas || target.earlier.empty()) {
+    return read;
+  }
+  for (size_t i = 0; i < target.earlier.size(); ++i) {
+    const auto& [limit, key] = target.earlier[i];
+    absl::StatusOr<ReadItem> old = ReadState(connection, {.limit = &limit, .item_key = key});
+    if (!old.ok()) {
+      return old.status();
+    }
+    if (old->cas) {
+      read->state = ConvertState(limit, old->state, *target.limit, now, kMaxDebt);
+      read->adopted = i;
+      return read;
+    }
+  }
+  return read;
+}
+
+void ForgetEarlier(MemcachedConnection& connection, const ItemTarget& target) {
+  for (const auto& [limit, key] : target.earlier) {
+    connection.Delete(key).IgnoreError();
+  }
 }
 
 namespace {

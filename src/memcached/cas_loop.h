@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -31,6 +33,8 @@ namespace sluice::internal {
 struct ReadItem {
   AnyState state;
   std::optional<uint64_t> cas;  // nullopt: no item (write with add).
+  // ReadAdopting: the index in ItemTarget::earlier of the item `state` was converted from.
+  std::optional<size_t> adopted = std::nullopt;
 };
 
 struct CasCounters {
@@ -51,9 +55,22 @@ struct CasSettings {
 struct ItemTarget {
   const Limit* limit = nullptr;
   std::string item_key;
+  // The limit's earlier figures (LimitedKey::before, newest first) and their items' keys.
+  std::vector<std::pair<Limit, std::string>> earlier = {};
 };
 
 absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTarget& target);
+
+// ReadState, and for an item not there, the newest of the target's earlier items that is,
+// converted to the limit's figures (ConvertState, with the largest debt an item holds): a key
+// keeps what it used through a change of limit. The caller writes the new item (add), then
+// deletes the earlier one (ForgetEarlier), so that a change back finds the state it moved.
+absl::StatusOr<ReadItem> ReadAdopting(MemcachedConnection& connection, const ItemTarget& target,
+                                      Timestamp now);
+
+// Deletes every earlier item of `target` (best effort: one left behind only expires): after a
+// state was adopted from one, and on a reset, which would otherwise find it.
+void ForgetEarlier(MemcachedConnection& connection, const ItemTarget& target);
 
 // Decides `cost` at `now` on the target, starting from `first` (a read already made), and
 // writes the state when allowed with cost > 0. Sets `charge` to what was charged (units 0 when

@@ -39,6 +39,11 @@ absl::Status internal::CheckTargets(std::string_view prefix, std::span<const Lim
       return s;
     }
     ItemTarget target{.limit = r.limit, .item_key = internal::ItemKey(prefix, *r.limit, r.key)};
+    for (const Limit& earlier : r.before) {
+      if (MemcachedStore::Supports(earlier).ok()) {
+        target.earlier.emplace_back(earlier, internal::ItemKey(prefix, earlier, r.key));
+      }
+    }
     for (const ItemTarget& seen : targets) {
       if (seen.item_key == target.item_key) {
         // Deciding one state twice in one all-or-nothing request cannot be undone half-way.

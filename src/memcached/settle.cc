@@ -151,6 +151,7 @@ absl::Status MemcachedStore::Impl::Reset(MemcachedConnection& connection,
       failures_.fetch_add(1, std::memory_order_relaxed);
       first_error = s;
     }
+    internal::ForgetEarlier(connection, target);  // Else the next decision would adopt one.
   }
   return first_error;
 }

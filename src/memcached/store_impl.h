@@ -41,22 +41,26 @@ absl::Status CheckTime(Timestamp now);
 absl::Status CheckTargets(std::string_view prefix, std::span<const LimitedKey> requests,
                           int64_t cost, Timestamp now, absl::InlinedVector<ItemTarget, 4>& targets);
 
-// A request's limits and keys copied, for a task that runs after its caller has returned.
+// A request's limits, keys and earlier figures copied, for a task that runs after its caller
+// has returned.
 class OwnedRequests {
  public:
   explicit OwnedRequests(std::span<const LimitedKey> requests) {
     limits_.reserve(requests.size());
     keys_.reserve(requests.size());
+    before_.reserve(requests.size());
     for (const LimitedKey& r : requests) {
       limits_.push_back(*r.limit);
       keys_.emplace_back(r.key);
+      before_.emplace_back(r.before.begin(), r.before.end());
     }
   }
-  // Views of the copies, valid while this (or what it is moved to) lives.
+  // Views of the copies, valid while this (or what it is moved to) lives: moving the vectors
+  // moves their buffers, which the views point into.
   absl::InlinedVector<LimitedKey, 4> View() const {
     absl::InlinedVector<LimitedKey, 4> view;
     for (size_t i = 0; i < limits_.size(); ++i) {
-      view.push_back({.limit = &limits_[i], .key = keys_[i]});
+      view.push_back({.limit = &limits_[i], .key = keys_[i], .before = before_[i]});
     }
     return view;
   }
@@ -64,6 +68,7 @@ class OwnedRequests {
  private:
   std::vector<Limit> limits_;
   std::vector<std::string> keys_;
+  std::vector<std::vector<Limit>> before_;
 };
 
 }  // namespace internal
