@@ -11,6 +11,7 @@
 #include "sluice/convert.h"
 #include "sluice/settle.h"
 #include "src/memcached/item.h"
+#include "src/memory/compact_state.h"
 
 namespace sluice::internal {
 namespace {
@@ -80,7 +81,7 @@ absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTa
 }
 
 absl::StatusOr<ReadItem> ReadAdopting(MemcachedConnection& connection, const ItemTarget& target,
-                                      Timestamp now) {
+                                      Timestamp now, const CasSettings& settings) {
   absl::StatusOr<ReadItem> read = ReadState(connection, target);
   if (!read.ok() || read->cas || target.earlier.empty()) {
     return read;
@@ -91,11 +92,29 @@ absl::StatusOr<ReadItem> ReadAdopting(MemcachedConnection& connection, const Ite
     if (!old.ok()) {
       return old.status();
     }
-    if (old->cas) {
-      read->state = ConvertState(limit, old->state, *target.limit, now, kMaxDebt);
-      read->adopted = i;
-      return read;
+    if (!old->cas) {
+      continue;
     }
+    // Moved now, whatever this call decides: the usage converted at its first decision under
+    // the new figures, as the memory store does, not again at each later one.
+    const AnyState moved =
+        ConvertState(limit, old->state, *target.limit, now, MaxDebt(*target.limit));
+    if (moved != read->state) {
+      AnyState query = moved;
+      const Micros reset_after = Decide(*target.limit, query, now, 0).reset_after;
+      // Lost to another server adopting it at once: its item is the one to read.
+      absl::StatusOr<bool> added =
+          WriteState(connection, target, *read, moved, reset_after, settings);
+      if (!added.ok()) {
+        return added.status();
+      }
+    }
+    ForgetEarlier(connection, target);
+    read = ReadState(connection, target);
+    if (read.ok()) {
+      read->adopted = i;
+    }
+    return read;
   }
   return read;
 }

@@ -62,14 +62,16 @@ struct ItemTarget {
 absl::StatusOr<ReadItem> ReadState(MemcachedConnection& connection, const ItemTarget& target);
 
 // ReadState, and for an item not there, the newest of the target's earlier items that is,
-// converted to the limit's figures (ConvertState, with the largest debt an item holds): a key
-// keeps what it used through a change of limit. The caller writes the new item (add), then
-// deletes the earlier one (ForgetEarlier), so that a change back finds the state it moved.
+// converted to the limit's figures (ConvertState, with the largest debt the store keeps) and
+// moved: written as the new item (add: of two servers adopting at once, one writes it and the
+// other reads it), the earlier items deleted (ForgetEarlier), so that a change back finds the
+// state where it moved, and the new item read back. A key keeps what it used through a
+// change of limit.
 absl::StatusOr<ReadItem> ReadAdopting(MemcachedConnection& connection, const ItemTarget& target,
-                                      Timestamp now);
+                                      Timestamp now, const CasSettings& settings);
 
 // Deletes every earlier item of `target` (best effort: one left behind only expires): after a
-// state was adopted from one, and on a reset, which would otherwise find it.
+// state was moved from one, and on a reset, which would otherwise find it.
 void ForgetEarlier(MemcachedConnection& connection, const ItemTarget& target);
 
 // Decides `cost` at `now` on the target, starting from `first` (a read already made), and

@@ -43,7 +43,7 @@ absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
   absl::InlinedVector<ReadItem, 4> reads;
   bool all_allowed = true;
   for (size_t i = 0; i < targets.size(); ++i) {
-    absl::StatusOr<ReadItem> read = ReadAdopting(connection, targets[i], now);
+    absl::StatusOr<ReadItem> read = ReadAdopting(connection, targets[i], now, settings);
     if (!read.ok()) {
       return read.status();
     }
@@ -66,9 +66,6 @@ absl::StatusOr<Decision> DecideTargets(MemcachedConnection& connection,
         ChargeState(connection, targets[i], cost, now, reads[i], settings, made[i]);
     if (charged.ok() && charged->allowed) {
       each[i] = *charged;
-      if (reads[i].adopted) {  // Moved: the new item holds it now.
-        ForgetEarlier(connection, targets[i]);
-      }
       continue;
     }
     // Another writer came between the dry run and this charge (or the charge failed): the

@@ -40,7 +40,7 @@ absl::Status internal::CheckTargets(std::string_view prefix, std::span<const Lim
     }
     ItemTarget target{.limit = r.limit, .item_key = internal::ItemKey(prefix, *r.limit, r.key)};
     for (const Limit& earlier : r.before) {
-      if (MemcachedStore::Supports(earlier).ok()) {
+      if (earlier != *r.limit && MemcachedStore::Supports(earlier).ok()) {
         target.earlier.emplace_back(earlier, internal::ItemKey(prefix, earlier, r.key));
       }
     }
@@ -52,6 +52,14 @@ absl::Status internal::CheckTargets(std::string_view prefix, std::span<const Lim
       }
     }
     targets.push_back(std::move(target));
+  }
+  // An earlier item that is another limit's own item now (two limits of a request that swapped
+  // figures) is in use: not one to move or delete.
+  for (ItemTarget& target : targets) {
+    std::erase_if(target.earlier, [&](const auto& earlier) {
+      return std::any_of(targets.begin(), targets.end(),
+                         [&](const ItemTarget& t) { return t.item_key == earlier.second; });
+    });
   }
   return absl::OkStatus();
 }

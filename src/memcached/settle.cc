@@ -147,11 +147,13 @@ absl::Status MemcachedStore::Impl::Reset(MemcachedConnection& connection,
   calls_.fetch_add(1, std::memory_order_relaxed);
   absl::Status first_error;
   for (const ItemTarget& target : targets) {
+    // The earlier items first: else a decision between the two deletes could move one of them
+    // back under the new figures, undoing the reset.
+    internal::ForgetEarlier(connection, target);
     if (absl::Status s = connection.Delete(target.item_key); !s.ok() && first_error.ok()) {
       failures_.fetch_add(1, std::memory_order_relaxed);
       first_error = s;
     }
-    internal::ForgetEarlier(connection, target);  // Else the next decision would adopt one.
   }
   return first_error;
 }
