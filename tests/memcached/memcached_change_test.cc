@@ -16,6 +16,7 @@
 #include "sluice/settle.h"
 #include "src/memory/compact_state.h"
 #include "tests/memcached/fixtures.h"
+#include "tests/testing/limit_changes.h"
 #include "tests/testing/random.h"
 #include "tests/testing/util.h"
 
@@ -31,22 +32,7 @@ using testing::MustMemcached;
 
 constexpr int64_t kStart = testing::kHourStart;
 
-// How many of `most` single units `limit` admits on `key` at `t`.
-int64_t Admit(MemcachedStore& store, const Limit& limit, std::span<const Limit> before,
-              std::string_view key, int64_t t, int64_t most) {
-  const LimitedKey request{.limit = &limit, .key = key, .before = before};
-  int64_t admitted = 0;
-  Decision each[1];
-  while (admitted < most) {
-    const absl::StatusOr<Decision> d = store.DecideAll({&request, 1}, 1, At(t), each);
-    EXPECT_TRUE(d.ok()) << d.status();
-    if (!d.ok() || !d->allowed) {
-      break;
-    }
-    ++admitted;
-  }
-  return admitted;
-}
+using testing::Admit;
 
 TEST(MemcachedChangeTest, ALoweredOrRaisedLimitKeepsTheUnitsUsedAndAResetForgetsThem) {
   MemcachedServer server;
@@ -94,19 +80,8 @@ TEST(MemcachedChangeTest, DecidesAsAModelOfItsItemsThroughRandomChanges) {
     int64_t t = kStart + run * 1'000'000'000LL;
     const std::string prefix = "r" + std::to_string(run) + ".";
     for (int change = 0; change < 8; ++change) {
-      const auto algorithm = static_cast<Algorithm>(random.Between(0, 6));
-      const Limit limit = MustLimit({.algorithm = algorithm,
-                                     .limit = random.Between(1, 6),
-                                     .period = Micros{random.Between(1, 6) * 1000},
-                                     .burst = random.Between(1, 6),
-                                     .buckets = 2});
-      std::vector<Limit> before;
-      for (const Limit& l : history) {
-        if (l != limit && before.size() < 4 &&
-            std::find(before.begin(), before.end(), l) == before.end()) {
-          before.push_back(l);
-        }
-      }
+      const Limit limit = testing::RandomSmallLimit(random);
+      const std::vector<Limit> before = testing::EarlierFigures(history, limit);
       history.insert(history.begin(), limit);
       for (int request = 0; request < 40; ++request) {
         t += random.Between(0, 400);
@@ -124,7 +99,7 @@ TEST(MemcachedChangeTest, DecidesAsAModelOfItsItemsThroughRandomChanges) {
             for (const Limit& other : before) {
               items.erase({other.ToString(), key});
             }
-            if (moved != InitialState(algorithm)) {
+            if (moved != InitialState(limit.algorithm())) {
               items[here] = moved;
               ++adopted;
             }
@@ -132,7 +107,7 @@ TEST(MemcachedChangeTest, DecidesAsAModelOfItsItemsThroughRandomChanges) {
           }
         }
         const auto found = items.find(here);
-        AnyState state = found != items.end() ? found->second : InitialState(algorithm);
+        AnyState state = found != items.end() ? found->second : InitialState(limit.algorithm());
         const Decision want = Decide(limit, state, At(t), cost);
         if (want.allowed && cost > 0) {
           items[here] = state;

@@ -15,6 +15,7 @@
 #include "sluice/memory_store.h"
 #include "sluice/settle.h"
 #include "src/memory/compact_state.h"
+#include "tests/testing/limit_changes.h"
 #include "tests/testing/random.h"
 #include "tests/testing/util.h"
 
@@ -29,21 +30,7 @@ constexpr int64_t kHour = testing::kHourUs;
 constexpr int64_t kStart = testing::kHourStart;
 
 // Units of cost 1 admitted under `limit` (with `before`) on `key` at `t`, up to `most`.
-int64_t Admit(MemoryStore& store, const Limit& limit, std::span<const Limit> before,
-              std::string_view key, int64_t t, int64_t most) {
-  const LimitedKey request{.limit = &limit, .key = key, .before = before};
-  int64_t admitted = 0;
-  Decision each[1];
-  while (admitted < most) {
-    absl::StatusOr<Decision> d = store.DecideAll({&request, 1}, 1, At(t), each);
-    EXPECT_TRUE(d.ok()) << d.status();
-    if (!d.ok() || !d->allowed) {
-      break;
-    }
-    ++admitted;
-  }
-  return admitted;
-}
+using testing::Admit;
 
 class ChangeTest : public ::testing::Test {
  protected:
@@ -151,19 +138,8 @@ TEST(ChangePropertyTest, TheStoreDecidesAsAModelOfItsTablesThroughRandomChanges)
     std::vector<Limit> history;  // Newest first: the figures in force, then those before.
     int64_t t = kStart;
     for (int change = 0; change < 8; ++change) {
-      const auto algorithm = static_cast<Algorithm>(random.Between(0, 6));
-      const Limit limit = MustLimit({.algorithm = algorithm,
-                                     .limit = random.Between(1, 6),
-                                     .period = Micros{random.Between(1, 6) * 1000},
-                                     .burst = random.Between(1, 6),
-                                     .buckets = 2});
-      std::vector<Limit> before;
-      for (const Limit& l : history) {
-        if (l != limit && before.size() < 4 &&
-            std::find(before.begin(), before.end(), l) == before.end()) {
-          before.push_back(l);
-        }
-      }
+      const Limit limit = testing::RandomSmallLimit(random);
+      const std::vector<Limit> before = testing::EarlierFigures(history, limit);
       history.insert(history.begin(), limit);
       for (int request = 0; request < 60; ++request) {
         t += random.Between(0, 400);
