@@ -129,24 +129,44 @@ WindowSpan FixedWindowAt(const Limit& limit, int64_t t) {
   return {start, start + p};
 }
 
-CalendarWindow CalendarWindowOf(const Limit& limit, int64_t t) {
+namespace {
+
+// The four bounds around the window of `unit` in `zone` that holds t (CalendarBounds).
+std::array<int64_t, 4> BoundsAt(CalendarUnit unit, const absl::TimeZone& zone, int64_t t) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const CalendarWindow w = WindowAt(unit, zone, t);
+  return {w.start == kMin ? kMin : WindowAt(unit, zone, w.start - 1).start, w.start, w.end,
+          w.end == kMax ? kMax : WindowAt(unit, zone, w.end).end};
+}
+
+// A thread's windows of the calendar limits it decides, with their neighbours: a zone lookup
+// costs about ten decisions, and a window lasts a day or more. Four: a request's few limits.
+const std::array<int64_t, 4>& CachedBounds(const Limit& limit, int64_t t) {
   struct Cached {
     CalendarUnit unit = CalendarUnit::kDay;
     absl::TimeZone zone;
-    CalendarWindow window;  // Empty (start == end) until filled.
+    std::array<int64_t, 4> bounds{};  // Empty (bounds[1] == bounds[2]) until filled.
   };
-  thread_local std::array<Cached, 4> cache;  // A request's few calendar limits.
+  thread_local std::array<Cached, 4> cache;
   thread_local size_t next = 0;
   const CalendarUnit unit = *limit.calendar();
   for (const Cached& c : cache) {
-    if (c.unit == unit && c.window.start <= t && t < c.window.end && c.zone == limit.time_zone()) {
-      return c.window;
+    if (c.unit == unit && c.bounds[1] <= t && t < c.bounds[2] && c.zone == limit.time_zone()) {
+      return c.bounds;
     }
   }
-  const CalendarWindow w = WindowAt(unit, limit.time_zone(), t);
-  cache[next] = {unit, limit.time_zone(), w};
+  Cached& slot = cache[next];
   next = (next + 1) % cache.size();
-  return w;
+  slot = {unit, limit.time_zone(), BoundsAt(unit, limit.time_zone(), t)};
+  return slot.bounds;
+}
+
+}  // namespace
+
+CalendarWindow CalendarWindowOf(const Limit& limit, int64_t t) {
+  const std::array<int64_t, 4>& b = CachedBounds(limit, t);
+  return {b[1], b[2]};
 }
 
 int64_t CalendarWindowsBetween(const Limit& limit, int64_t t, int64_t u) {
@@ -175,13 +195,7 @@ int64_t CalendarWindowsBetween(const Limit& limit, int64_t t, int64_t u) {
 }
 
 std::array<int64_t, 4> CalendarBounds(const Limit& limit, int64_t t) {
-  const CalendarWindow w = CalendarWindowOf(limit, t);
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  return {
-      w.start == kMin ? kMin : WindowAt(*limit.calendar(), limit.time_zone(), w.start - 1).start,
-      w.start, w.end,
-      w.end == kMax ? kMax : WindowAt(*limit.calendar(), limit.time_zone(), w.end).end};
+  return CachedBounds(limit, t);
 }
 
 }  // namespace sluice::internal

@@ -61,8 +61,8 @@ struct WindowSpan {
 WindowSpan FixedWindowAt(const Limit& limit, int64_t t);
 
 // The window of a calendar limit (limit.calendar() set) that holds `t`: WindowAt, answered
-// from a one-window cache per thread while t stays in the window last asked for (a zone
-// lookup costs about a decision; a window lasts a day or more).
+// from a small cache per thread (the window and its neighbours, as CalendarBounds needs them)
+// while t stays in a window asked for before.
 CalendarWindow CalendarWindowOf(const Limit& limit, int64_t t);
 
 // How many windows of a calendar limit start in (t, u]: exact, but for a zone that skipped
