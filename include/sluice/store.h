@@ -58,9 +58,9 @@ struct LimitedKey {
   // (docs/algorithms.md, "A change of limit"). A key that holds no state under `limit` but
   // holds some under one of these is moved to `limit`, its state converted
   // (sluice/convert.h), before the call acts on it; a reset forgets it under these too. Empty:
-  // the state is found by `limit` alone. MemoryStore and MemcachedStore honour it (Memcached
-  // on decisions and resets; a settle or give-back acts on the new figures' item alone);
-  // RedisStore does not yet (its keys under new figures start afresh).
+  // the state is found by `limit` alone. Every store honours it on decisions and resets; a
+  // settle or a give-back acts on the state under `limit` alone (on Memcached and Redis), and
+  // so does a RedisStore share (SharePolicy), which takes its units under `limit`.
   std::span<const Limit> before = {};
 };
 

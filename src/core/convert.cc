@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "src/core/calendar.h"
+#include "src/core/convert.h"
 #include "src/core/integers.h"
 #include "src/core/sliding_window.h"
 
@@ -245,6 +246,8 @@ AnyState Carry(const Limit& from, const AnyState& state, const Limit& to, Timest
 }
 
 }  // namespace
+
+int64_t internal::FirstWindowEnd(const Limit& to, int64_t t) { return FirstWindowOf(to, t).end; }
 
 bool SameShape(const Limit& from, const Limit& to) {
   return from.algorithm() == to.algorithm() && from.period() == to.period() &&

@@ -1,11 +1,17 @@
 #include "src/redis/call.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
+#include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
 
+#include "sluice/convert.h"
+#include "sluice/redis_store.h"
+#include "sluice/settle.h"
 #include "src/core/calendar.h"
+#include "src/core/convert.h"
 #include "src/core/integers.h"
 #include "src/redis/errors.h"
 #include "src/redis/keys.h"
@@ -14,8 +20,9 @@
 namespace sluice::internal {
 namespace {
 
-constexpr int kArgsPerLimit = 7;  // Also per key of a request of leases.
-constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
+constexpr int kArgsPerLimit = 8;        // Seven, then E (convert.lua); also per key of leases.
+constexpr size_t kArgsPerEarlier = 11;  // Per earlier figure of a limit: see requests.lua.
+constexpr int kLeaseCode = 7;           // In place of the algorithm: see src/redis/decide.lua.
 constexpr int kCalendarCode = 8;  // The same, for a calendar quota: see src/redis/requests.lua.
 constexpr int kArgsPerCall = 4;
 constexpr int kArgsPerCharge = 3;      // After a limit's, in a give-back.
@@ -45,6 +52,85 @@ size_t Stride(Call::Mode mode) {
   }
 }
 
+// A limit's seven arguments: its algorithm's code and figures, or a calendar quota's bounds
+// around `now`.
+void AppendFigures(std::string& args, const Limit& l, Timestamp now) {
+  if (l.calendar()) {
+    AppendBulk(args, kCalendarCode);
+    AppendBulk(args, l.limit());
+    AppendBulk(args, l.period().count());
+    for (const int64_t bound : CalendarBounds(l, Us(now))) {
+      AppendBulk(args, bound);
+    }
+  } else {
+    AppendBulk(args, static_cast<int64_t>(l.algorithm()));
+    AppendBulk(args, l.limit());
+    AppendBulk(args, l.period().count());
+    AppendBulk(args, l.burst());
+    AppendBulk(args, l.buckets());
+    AppendBulk(args, l.rate_units());
+    AppendBulk(args, l.rate_period_us());
+  }
+}
+
+// The most a key of `to` may use after a change (ConvertState's ceiling): its capacity plus
+// the largest debt a settle may leave (kMaxDebt), and no more than the script holds exactly
+// for the buckets.
+int64_t Ceiling(const Limit& to) {
+  const int64_t capacity = UsesBurst(to.algorithm()) ? to.burst() : to.limit();
+  int64_t ceiling = capacity + kMaxDebt;
+  if (UsesBurst(to.algorithm())) {
+    ceiling = std::min<int64_t>(ceiling, kMaxExactProduct / to.rate_period_us());
+  }
+  return ceiling;
+}
+
+// For an earlier calendar quota `from` of another shape than `to`: how many of its windows
+// start in (its fourth bound, x] for every x in [lo, hi), the window of `to`'s first window's
+// last instant from `now` (convert.lua's window_starts).
+std::array<int64_t, 3> CalendarStarts(const Limit& from, const Limit& to, Timestamp now) {
+  const int64_t fourth = CalendarBounds(from, Us(now))[3];
+  const int64_t x = std::max(FirstWindowEnd(to, Us(now)) - 1, fourth);
+  const CalendarWindow w = CalendarWindowOf(from, x);
+  return {CalendarWindowsBetween(from, fourth, w.start), w.start, w.end};
+}
+
+// After a limit's seven: the earlier figures of `request` and their Redis keys (with the mark
+// keys of convert.lua, the limit's own first), in the modes that carry a key's state from them
+// (decide, charge, dry run) or forget it there (reset). Figures the store cannot hold
+// (RedisStore::Supports) and the limit's own are left out: no key of theirs can be in Redis.
+void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& request, Timestamp now) {
+  const Limit& to = *request.limit;
+  absl::InlinedVector<const Limit*, 4> earlier;
+  if (call.mode != Call::Mode::kGiveBack && call.mode != Call::Mode::kSettle) {
+    for (const Limit& from : request.before) {
+      if (from != to && RedisStore::Supports(from).ok()) {
+        earlier.push_back(&from);
+      }
+    }
+  }
+  AppendBulk(call.args_resp, static_cast<int64_t>(earlier.size()));
+  if (earlier.empty()) {
+    return;
+  }
+  AppendBulk(call.args_resp, Ceiling(to));
+  AppendBulk(call.keys_resp, CarriedKey(prefix, to, request.key));
+  for (const Limit* from : earlier) {
+    AppendBulk(call.keys_resp, RedisKey(prefix, *from, request.key));
+    AppendBulk(call.keys_resp, CarriedKey(prefix, *from, request.key));
+    AppendFigures(call.args_resp, *from, now);
+    const bool same = SameShape(*from, to);
+    AppendBulk(call.args_resp, int64_t{same ? 1 : 0});
+    const std::array<int64_t, 3> starts =
+        from->calendar() && !same ? CalendarStarts(*from, to, now) : std::array<int64_t, 3>{};
+    for (const int64_t n : starts) {
+      AppendBulk(call.args_resp, n);
+    }
+  }
+  call.extra_keys += 1 + 2 * earlier.size();  // A mark key for each figure.
+  call.extra_args += 1 + kArgsPerEarlier * earlier.size();
+}
+
 }  // namespace
 
 void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
@@ -58,25 +144,12 @@ void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
   AppendBulk(call.args_resp, static_cast<int64_t>(call.mode));
 }
 
-void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request, Timestamp now) {
+void AppendLimit(Call& call, std::string_view prefix, std::string_view redis_key,
+                 const LimitedKey& request, Timestamp now) {
   const Limit& l = *request.limit;
   AppendBulk(call.keys_resp, redis_key);
-  if (l.calendar()) {
-    AppendBulk(call.args_resp, kCalendarCode);
-    AppendBulk(call.args_resp, l.limit());
-    AppendBulk(call.args_resp, l.period().count());
-    for (const int64_t bound : CalendarBounds(l, Us(now))) {
-      AppendBulk(call.args_resp, bound);
-    }
-  } else {
-    AppendBulk(call.args_resp, static_cast<int64_t>(l.algorithm()));
-    AppendBulk(call.args_resp, l.limit());
-    AppendBulk(call.args_resp, l.period().count());
-    AppendBulk(call.args_resp, l.burst());
-    AppendBulk(call.args_resp, l.buckets());
-    AppendBulk(call.args_resp, l.rate_units());
-    AppendBulk(call.args_resp, l.rate_period_us());
-  }
+  AppendFigures(call.args_resp, l, now);
+  AppendEarlier(call, prefix, request, now);
   call.limits.push_back(l);
   call.keys.emplace_back(request.key);
 }
@@ -124,6 +197,7 @@ void AppendLease(Call& call, std::string_view redis_key, const LeasedKey& key) {
   for (int unused = 0; unused < 3; ++unused) {
     AppendBulk(call.args_resp, int64_t{0});
   }
+  AppendBulk(call.args_resp, int64_t{0});  // No earlier figures.
   call.capacities.push_back(key.capacity);
   call.keys.emplace_back(key.key);
 }
@@ -135,7 +209,7 @@ std::string BatchCommand(const std::vector<CallPtr>& calls, std::string_view sha
   size_t bytes = 128;
   for (const CallPtr& c : calls) {
     keys += c->keys.size() + c->extra_keys;
-    args += kArgsPerCall + ArgsPerLimit(c->mode) * c->keys.size() +
+    args += kArgsPerCall + ArgsPerLimit(c->mode) * c->keys.size() + c->extra_args +
             (c->mode == Call::Mode::kSettle ? 1 : 0);  // once_until
     bytes += c->keys_resp.size() + c->args_resp.size();
   }

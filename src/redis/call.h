@@ -63,8 +63,11 @@ struct Call {
   std::span<Charge> receipts;
   // kSettle: where ReadReply writes what the settle did on each limit, as `receipts`.
   std::span<Settled> settled;
-  size_t extra_keys = 0;      // kSettle: 1 for a `once` key, which goes before the limits' keys.
-  std::vector<Limit> limits;  // For the local fallback (empty for leases).
+  // Keys besides one per limit: a `once` key (kSettle), before the limits' keys; the keys of
+  // the limits' earlier figures (AppendLimit), each after its limit's.
+  size_t extra_keys = 0;
+  size_t extra_args = 0;          // ARGV besides the fixed count per limit: the earlier figures'.
+  std::vector<Limit> limits;      // For the local fallback (empty for leases).
   std::vector<std::string> keys;  // The caller's keys: the local fallback, the reply's size.
   // A request of leases (Store::LeaseAll) instead of limits.
   std::optional<LeaseOp> lease_op;
@@ -112,8 +115,15 @@ void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys);
 
 // Adds one limit on one key to the call: its Redis key `redis_key` and its arguments; for a
 // calendar quota, the bounds of the windows around `now` (this host's time, which Redis's
-// own, when it decides on its TIME, must be within a window of).
-void AppendLimit(Call& call, std::string_view redis_key, const LimitedKey& request, Timestamp now);
+// own, when it decides on its TIME, must be within a window of). In the modes that decide or
+// reset, also request.before: the keys under `prefix` of its earlier figures, and what the
+// script needs to move a key's state from them (src/redis/convert.lua). REQUIRES: call.mode set.
+void AppendLimit(Call& call, std::string_view prefix, std::string_view redis_key,
+                 const LimitedKey& request, Timestamp now);
+
+// The largest B x P' the script keeps exact (its sums of two such values stay below 2^53):
+// RedisStore refuses the bucket limits past it (decide.lua).
+inline constexpr int64_t kMaxExactProduct = int64_t{1} << 52;
 
 // After AppendLimit, in a call of mode kGiveBack: the charge to give back on that limit.
 // REQUIRES: charge.ahead below 2^53 (RedisStore::CheckLimit bounds B x P' below 2^52).

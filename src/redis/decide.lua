@@ -12,8 +12,8 @@
 --     debt (settle.lua; RedisStore refuses a settle whose max_debt D takes that above 2^52);
 --   - sliding_window's products prev*r and (N-c)*P are divided exactly by mul_div below.
 --
--- The script is this file, then give_back.lua, settle.lua, then requests.lua (its entry: KEYS
--- and ARGV), joined by CMake (src/redis/CMakeLists.txt).
+-- The script is this file, then give_back.lua, settle.lua, convert.lua, then requests.lua (its
+-- entry: KEYS and ARGV), joined by CMake (src/redis/CMakeLists.txt).
 --
 -- State, one Redis key per limit and key, each with a TTL of its reset_after plus margin_ms:
 --   fixed_window     string "last count"
@@ -45,7 +45,8 @@ local function ceil_div(a, b)
 end
 
 -- min(floor(a*b / d), cap) for 0 <= a, 0 <= b, 0 < d <= 2^52 and cap < 2^52, without forming
--- a*b (which can pass 2^53): long multiplication over the bits of b, keeping q*d + r.
+-- a*b (which can pass 2^53): long multiplication over the bits of b, keeping q*d + r. Below the
+-- cap, also the remainder r = a*b - q*d (convert.lua rounds up with it).
 local function mul_div(a, b, d, cap)
   local q = floor_div(a, d)
   local ra = a - q * d -- a = q*d + ra
@@ -74,7 +75,7 @@ local function mul_div(a, b, d, cap)
     end
     bit = bit / 2
   end
-  return q + q2
+  return q + q2, r
 end
 
 -- An integer as Redis stores it ("%.0f": no exponent; + 0 turns -0 into 0).

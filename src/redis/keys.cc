@@ -45,6 +45,10 @@ std::string RedisKey(std::string_view prefix, const Limit& limit, std::string_vi
   return out;
 }
 
+std::string CarriedKey(std::string_view prefix, const Limit& limit, std::string_view key) {
+  return RedisKey(fmt::format("{}carried:", prefix), limit, key);
+}
+
 std::string LeaseKey(std::string_view prefix, std::string_view key) {
   std::string out(prefix);
   out += "lease:";

@@ -25,6 +25,11 @@ inline constexpr int kSlotCount = 16384;
 // The Redis key holding `limit`'s state for `key`, under `prefix`.
 std::string RedisKey(std::string_view prefix, const Limit& limit, std::string_view key);
 
+// The key that marks `limit`'s state for `key` as carried to newer figures after a change of
+// limit (src/redis/convert.lua): "<prefix>carried:<limit>:<tagged key>", in its slot. No state
+// key starts so: their <limit> starts with an algorithm's letter.
+std::string CarriedKey(std::string_view prefix, const Limit& limit, std::string_view key);
+
 // The Redis key of `key`'s leases, under `prefix`. Without the capacity: a rule whose
 // concurrency changes keeps the leases that are out.
 std::string LeaseKey(std::string_view prefix, std::string_view key);

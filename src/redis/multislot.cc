@@ -69,6 +69,7 @@ void RedisStore::Impl::SubmitSplit(std::span<const LimitedKey> requests, int64_t
   for (const LimitedKey& r : requests) {
     split->limits.push_back(*r.limit);
     split->keys.emplace_back(r.key);
+    split->before.emplace_back(r.before.begin(), r.before.end());
     slots.push_back(HashSlot(RedisKey(*r.limit, r.key)));
   }
   split->cost = cost;
@@ -145,7 +146,7 @@ void RedisStore::Impl::AskPart(SplitPtr split, size_t i, PartAsk ask) {
   }
   absl::InlinedVector<LimitedKey, 4> requests;
   for (size_t a : part.at) {
-    requests.push_back({&s.limits[a], s.keys[a]});
+    requests.push_back({.limit = &s.limits[a], .key = s.keys[a], .before = s.before[a]});
   }
   LimitsCall how;
   switch (ask) {

@@ -52,7 +52,8 @@ struct Split {
   // The request, copied: the parts' calls are made after the caller has returned.
   std::vector<Limit> limits;  // Empty for leases.
   std::vector<std::string> keys;
-  std::vector<int64_t> capacities;  // Leases only.
+  std::vector<std::vector<Limit>> before;  // Each limit's earlier figures (LimitedKey::before).
+  std::vector<int64_t> capacities;         // Leases only.
   std::optional<LeaseOp> lease_op;
   std::string lease_id;
   Micros lease_ttl{0};

@@ -129,7 +129,7 @@ void RedisStore::Impl::SubmitLimits(const LimitsCall& how, std::span<const Limit
       }
       return;
     }
-    AppendLimit(*call, redis_key, requests[i], now);
+    AppendLimit(*call, options_.key_prefix, redis_key, requests[i], now);
     if (how.mode == Call::Mode::kGiveBack) {
       internal::AppendCharge(*call, how.charges[i]);
     }

@@ -27,8 +27,6 @@ namespace {
 
 namespace asio = boost::asio;
 
-// The largest B x P' the script keeps exact (its sums of two such values stay below 2^53).
-constexpr int64_t kMaxExactProduct = int64_t{1} << 52;
 // One script call reads every bucket of a sliding_buckets key; keep that bounded.
 constexpr int64_t kMaxRedisBuckets = 10'000;
 
@@ -101,7 +99,7 @@ absl::Status RedisStore::Supports(const Limit& limit) {
     return s;
   }
   if (UsesBurst(limit.algorithm()) &&
-      Int128{limit.burst()} * limit.rate_period_us() > kMaxExactProduct) {
+      Int128{limit.burst()} * limit.rate_period_us() > internal::kMaxExactProduct) {
     return absl::InvalidArgumentError(fmt::format(
         "{}: the Redis store computes in doubles and keeps burst x period/gcd(limit, period) "
         "below 2^52; this limit needs {}: use a smaller burst or a rate in rounder numbers",
@@ -166,14 +164,15 @@ absl::Status RedisStore::CheckSettlements(std::span<const LimitedKey> requests,
     const Settlement& s = settlements[i];
     const Int128 capacity = Int128{limit.burst()} * limit.rate_period_us();
     if (UsesBurst(limit.algorithm()) &&
-        (Int128{limit.burst()} + s.max_debt) * limit.rate_period_us() > kMaxExactProduct) {
+        (Int128{limit.burst()} + s.max_debt) * limit.rate_period_us() >
+            internal::kMaxExactProduct) {
       return absl::InvalidArgumentError(fmt::format(
           "{}: max_debt {} is too large for the Redis store, which computes in doubles and "
           "keeps (burst + max_debt) x period/gcd(limit, period) below 2^52",
           limit.ToString(), s.max_debt));
     }
     const int64_t at = s.charge.at.time_since_epoch().count();
-    if (at < 0 || at >= kMaxExactProduct * 2 || s.charge.ahead < 0 ||
+    if (at < 0 || at >= internal::kMaxExactProduct * 2 || s.charge.ahead < 0 ||
         s.charge.ahead > (UsesBurst(limit.algorithm()) ? capacity : 0)) {
       return absl::InvalidArgumentError(
           fmt::format("{}: the charge to settle has figures the Redis store cannot have given",

@@ -1,4 +1,5 @@
--- sluice: the entry of RedisStore's script, after decide.lua, give_back.lua and settle.lua:
+-- sluice: the entry of RedisStore's script, after decide.lua, give_back.lua, settle.lua and
+-- convert.lua:
 -- the requests of one call, each decided, given back, settled or reset in order.
 --
 -- KEYS: the Redis keys of every limit of every request, in order.
@@ -20,6 +21,13 @@
 --   A calendar quota (a fixed_window on the calendar, Limit::calendar) has the code 8, N, P (its
 --   longest window), then in place of B, K, N', P' the four bounds of CalendarBounds: the
 --   windows before, at and after the server's time.
+--   After a limit's seven (and before a mode's own), E, the count of the limit's earlier figures
+--   (LimitedKey::before, sent in modes 0, 1, 3 and 5; E = 0 otherwise); when E > 0, the limit's
+--   ceiling (its capacity plus the debt a store keeps, convert.lua), then per earlier figure: its
+--   seven, 1 when it has the limit's shape (SameShape) or 0, and for an earlier calendar quota
+--   of another shape the server's count of its window starts in (its fourth bound, x] for x in
+--   [lo, hi), cnt, lo and hi (0 0 0 otherwise). In KEYS, after the limit's key: its mark key,
+--   then each earlier figure's key and mark key (convert.lua).
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
@@ -46,6 +54,9 @@ local function decide_request(keys, limits, now, cost, out, receipts, dry)
   local stride = receipts and 7 or 5
   local all_allowed = not dry
   local results = {}
+  for i = 1, #limits do
+    adopt(keys[i], limits[i], now)
+  end
   for i = 1, #limits do
     local r = { decide(keys[i], limits[i], now, cost, false) }
     results[i] = r
@@ -75,6 +86,25 @@ local function give_back_request(keys, limits, now, out)
       out[#out + 1] = r[j]
     end
   end
+end
+
+-- A limit's seven arguments from ARGV[arg] on.
+local function read_limit(arg)
+  local l = {
+    algorithm = tonumber(ARGV[arg]),
+    n = tonumber(ARGV[arg + 1]),
+    p = tonumber(ARGV[arg + 2]),
+    b = tonumber(ARGV[arg + 3]),
+    k = tonumber(ARGV[arg + 4]),
+    rn = tonumber(ARGV[arg + 5]),
+    rp = tonumber(ARGV[arg + 6]),
+    id = ARGV[arg + 3], -- Leases: the lease id in place of B.
+  }
+  if l.algorithm == CALENDAR then -- A calendar fixed_window: its bounds in place of B..P'.
+    l.algorithm = 0
+    l.bounds = { tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]) }
+  end
+  return l
 end
 
 local clock
@@ -115,23 +145,26 @@ for _ = 1, tonumber(ARGV[2]) do
   for i = 1, count do
     keys[i] = KEYS[key]
     key = key + 1
-    limits[i] = {
-      algorithm = tonumber(ARGV[arg]),
-      n = tonumber(ARGV[arg + 1]),
-      p = tonumber(ARGV[arg + 2]),
-      b = tonumber(ARGV[arg + 3]),
-      k = tonumber(ARGV[arg + 4]),
-      rn = tonumber(ARGV[arg + 5]),
-      rp = tonumber(ARGV[arg + 6]),
-      id = ARGV[arg + 3], -- Leases: the lease id in place of B.
-    }
-    if limits[i].algorithm == CALENDAR then -- A calendar fixed_window: its bounds in place of B..P'.
-      limits[i].algorithm = 0
-      limits[i].bounds = {
-        tonumber(ARGV[arg + 3]), tonumber(ARGV[arg + 4]), tonumber(ARGV[arg + 5]), tonumber(ARGV[arg + 6]),
-      }
-    end
+    limits[i] = read_limit(arg)
     arg = arg + 7
+    local earlier = tonumber(ARGV[arg])
+    arg = arg + 1
+    if earlier > 0 then
+      limits[i].ceiling = tonumber(ARGV[arg])
+      limits[i].mark = KEYS[key]
+      limits[i].earlier = {}
+      arg = arg + 1
+      key = key + 1
+      for j = 1, earlier do
+        local f = read_limit(arg)
+        f.key, f.mark = KEYS[key], KEYS[key + 1]
+        f.same = ARGV[arg + 7] == '1'
+        f.cnt, f.lo, f.hi = tonumber(ARGV[arg + 8]), tonumber(ARGV[arg + 9]), tonumber(ARGV[arg + 10])
+        limits[i].earlier[j] = f
+        key = key + 2
+        arg = arg + 11
+      end
+    end
     if mode == 2 then
       limits[i].charge = {
         at = tonumber(ARGV[arg]), units = tonumber(ARGV[arg + 1]), ahead = tonumber(ARGV[arg + 2]),
@@ -156,7 +189,7 @@ for _ = 1, tonumber(ARGV[2]) do
   elseif mode == 4 then
     ok, err = pcall(settle_request, keys, limits, now, once_key, once_until, out)
   elseif mode == 5 then
-    ok, err = pcall(reset_request, keys)
+    ok, err = pcall(reset_request, keys, limits)
   else
     ok, err = pcall(decide_request, keys, limits, now, cost, out, mode == 1, mode == 3)
   end

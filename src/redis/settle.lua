@@ -139,9 +139,16 @@ local function settle_request(keys, limits, now, once_key, once_until, out)
   end
 end
 
--- Mode 5: forgets each limit's key (Store::ResetAll). Answers nothing per limit.
-local function reset_request(keys)
+-- Mode 5: forgets each limit's key, and its keys under the earlier figures it names
+-- (Store::ResetAll). Answers nothing per limit.
+local function reset_request(keys, limits)
   for i = 1, #keys do
     redis.call('DEL', keys[i])
+    if limits[i].earlier then
+      redis.call('DEL', limits[i].mark)
+    end
+    for _, f in ipairs(limits[i].earlier or {}) do
+      redis.call('DEL', f.key, f.mark) -- a change back to those figures must not find it
+    end
   end
 end

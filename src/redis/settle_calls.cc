@@ -44,7 +44,8 @@ struct RedisStore::Impl::SettlePart {
 struct RedisStore::Impl::Settle {
   std::vector<Limit> limits;
   std::vector<std::string> keys;
-  std::vector<Settlement> settlements;  // Empty for a reset.
+  std::vector<std::vector<Limit>> before;  // Each limit's earlier figures: a reset forgets them.
+  std::vector<Settlement> settlements;     // Empty for a reset.
   std::string once;
   Timestamp once_until;
   Timestamp now;
@@ -61,6 +62,7 @@ std::shared_ptr<RedisStore::Impl::Settle> RedisStore::Impl::NewSettle(
   for (const LimitedKey& r : requests) {
     settle->limits.push_back(*r.limit);
     settle->keys.emplace_back(r.key);
+    settle->before.emplace_back(r.before.begin(), r.before.end());
     slots.push_back(options_.cluster ? HashSlot(RedisKey(*r.limit, r.key)) : -1);
     if (deny_cache_ != nullptr) {
       // Units may come back (and a reset frees them all): a denial known here may no longer
@@ -141,8 +143,8 @@ void RedisStore::Impl::AskSettlePart(std::shared_ptr<Settle> settle, size_t i) {
                          once ? std::optional<Timestamp>(s.once_until) : std::nullopt);
   }
   for (size_t a : part.at) {
-    internal::AppendLimit(*call, RedisKey(s.limits[a], s.keys[a]), {&s.limits[a], s.keys[a]},
-                          s.now);
+    internal::AppendLimit(*call, options_.key_prefix, RedisKey(s.limits[a], s.keys[a]),
+                          {.limit = &s.limits[a], .key = s.keys[a], .before = s.before[a]}, s.now);
     if (!reset) {
       internal::AppendSettlement(*call, s.settlements[a]);
     }

@@ -138,7 +138,7 @@ void RedisStore::Impl::TakeShare(std::unique_ptr<Taking> taking) {
   if (!SameSlot(*call, t.id, t.key)) {
     return;  // Not for one key; SameSlot has answered.
   }
-  AppendLimit(*call, t.id, {.limit = &t.limit, .key = t.key}, t.sent);
+  AppendLimit(*call, options_.key_prefix, t.id, {.limit = &t.limit, .key = t.key}, t.sent);
   Enqueue(std::move(call));
 }
 

@@ -4,6 +4,9 @@
 
 #include "src/redis/call.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +15,8 @@
 #include "gtest/gtest.h"
 
 #include "sluice/limit.h"
+#include "sluice/redis_store.h"
+#include "sluice/settle.h"
 #include "sluice/store.h"
 #include "tests/redis/resp_reader.h"
 #include "tests/testing/util.h"
@@ -52,7 +57,7 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
   AppendHead(limited, std::nullopt, 1);
   const Limit gcra =
       MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s, .burst = 20});
-  AppendLimit(limited, "sluice:g10/1000000b20:{alice}", {&gcra, "alice"}, At(0));
+  AppendLimit(limited, "sluice:", "sluice:g10/1000000b20:{alice}", {&gcra, "alice"}, At(0));
   // A request of leases on two keys, at the caller's time.
   Call leases;
   leases.cost = static_cast<int64_t>(LeaseOp::kTake);
@@ -74,14 +79,66 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
                   "sluice:g10/1000000b20:{alice}", "sluice:lease:{jobs}", "sluice:lease:{mail}",
                   "1000", "2", "1234",  // margin_ms, the number of requests, expires.
                   // time, cost, limit count, mode (decide); then algorithm (kGcra), N, P, B,
-                  // K, N', P'.
-                  "", "1", "1", "0", "5", "10", "1000000", "20", "1", "1", "100000",
+                  // K, N', P', and no earlier figures.
+                  "", "1", "1", "0", "5", "10", "1000000", "20", "1", "1", "100000", "0",
                   // time, op (kTake), key count, mode; then per key 7, capacity, ttl, id, 0,
-                  // 0, 0.
-                  "1700000000000000", "1", "2", "0",            //
-                  "7", "3", "5000000", "job-7", "0", "0", "0",  //
-                  "7", "1", "5000000", "job-7", "0", "0", "0",  //
+                  // 0, 0, and no earlier figures.
+                  "1700000000000000", "1", "2", "0",                 //
+                  "7", "3", "5000000", "job-7", "0", "0", "0", "0",  //
+                  "7", "1", "5000000", "job-7", "0", "0", "0", "0",  //
               }));
+}
+
+// A limit a reload changed names its earlier figures: their keys follow the limit's, each with
+// its mark key (the limit's own first), and their figures its own, with the ceiling a carried
+// key is held to and whether each has its shape; figures the store cannot hold, and the
+// limit's own, are left out. A give-back sends none.
+// A call of `mode` on `now` for "alice", with `before`.
+CallPtr CallWithEarlier(Call::Mode mode, const Limit& now, std::span<const Limit> before) {
+  auto call = std::make_unique<Call>();
+  call->mode = mode;
+  AppendHead(*call, std::nullopt, 1);
+  AppendLimit(*call, "p:", "p:g10/1000000b10:{alice}",
+              {.limit = &now, .key = "alice", .before = before}, At(0));
+  return call;
+}
+
+TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
+  const Limit now = MustLimit({.algorithm = Algorithm::kGcra, .limit = 10, .period = 1s});
+  const Limit before[] = {
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 5, .period = 1s}),
+      now,
+      MustLimit({.algorithm = Algorithm::kGcra, .limit = 1, .period = 1s, .burst = 10'000'000'000}),
+      MustLimit({.limit = 7, .period = 1min}),
+  };
+  ASSERT_FALSE(RedisStore::Supports(before[2]).ok());  // B x P' = 10^10 x 10^6 > 2^52.
+  std::vector<CallPtr> calls;
+  calls.push_back(CallWithEarlier(Call::Mode::kDecide, now, before));
+  calls.push_back(CallWithEarlier(Call::Mode::kGiveBack, now, before));
+  AppendCharge(*calls.back(), Charge{.at = At(0), .units = 1, .ahead = 100'000});
+  const ReplyPtr command = ReadResp(BatchCommand(calls, "sha", "1000", std::nullopt));
+  ASSERT_NE(command, nullptr);
+  const std::string ceiling =
+      std::to_string(std::min(10 + kMaxDebt, (int64_t{1} << 52) / now.rate_period_us()));
+  // The keys: the limit's and its mark's, then each earlier figure's two; the give-back's own.
+  const std::vector<std::string> keys = {
+      "p:g10/1000000b10:{alice}", "p:carried:g10/1000000b10:{alice}",  //
+      "p:g5/1000000b5:{alice}",   "p:carried:g5/1000000b5:{alice}",    //
+      "p:f7/60000000:{alice}",    "p:carried:f7/60000000:{alice}",     //
+      "p:g10/1000000b10:{alice}"};
+  std::vector<std::string> want = {"EVALSHA", "sha", "7"};
+  want.insert(want.end(), keys.begin(), keys.end());
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"1000", "2", ""},  // margin, calls, expires
+           {"", "0", "1", "0", "5", "10", "1000000", "10", "1", "1", "100000", "2", ceiling},
+           {"5", "5", "1000000", "5", "1", "1", "200000", "1", "0", "0", "0"},      // gcra
+           {"0", "7", "60000000", "7", "1", "7", "60000000", "0", "0", "0", "0"},  // fixed
+           {"", "0", "1", "2", "5", "10", "1000000", "10", "1", "1", "100000", "0"},
+           {"0", "1", "100000"},  // The charge given back.
+       }) {
+    want.insert(want.end(), args.begin(), args.end());
+  }
+  EXPECT_THAT(Strings(*command), ElementsAreArray(want));
 }
 
 // Beside their framing, a call keeps its caller's keys (the reply's size, the local fallback's
@@ -107,8 +164,8 @@ TEST(RedisClockTest, TimesOnRedisClockFollowTheSteadyClockFromTime) {
 TEST(CallTest, KeepsWhatTheLocalFallbackAndTheReplyNeed) {
   Call limited;
   const Limit window = MustLimit({.limit = 5, .period = 1min});
-  AppendLimit(limited, "k1", {&window, "alice"}, At(0));
-  AppendLimit(limited, "k2", {&window, "{alice}:ip"}, At(0));
+  AppendLimit(limited, "", "k1", {&window, "alice"}, At(0));
+  AppendLimit(limited, "", "k2", {&window, "{alice}:ip"}, At(0));
   EXPECT_THAT(limited.keys, ElementsAre("alice", "{alice}:ip"));
   EXPECT_THAT(limited.limits, ElementsAre(window, window));
   Call leases;
