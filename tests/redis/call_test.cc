@@ -131,7 +131,7 @@ TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"1000", "2", ""},  // margin, calls, expires
            {"", "0", "1", "0", "5", "10", "1000000", "10", "1", "1", "100000", "2", ceiling},
-           {"5", "5", "1000000", "5", "1", "1", "200000", "1", "0", "0", "0"},      // gcra
+           {"5", "5", "1000000", "5", "1", "1", "200000", "1", "0", "0", "0"},     // gcra
            {"0", "7", "60000000", "7", "1", "7", "60000000", "0", "0", "0", "0"},  // fixed
            {"", "0", "1", "2", "5", "10", "1000000", "10", "1", "1", "100000", "0"},
            {"0", "1", "100000"},  // The charge given back.
