@@ -74,8 +74,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -338,6 +340,17 @@ class RedisStore final : public Store {
   static absl::Status Supports(const Limit& limit);
 
   RedisStoreStats Stats() const;
+
+  // A record the servers of a fleet share, the hash "<key_prefix><name>": ReadRecord answers
+  // its fields, WriteRecord sets `fields` in it. sluiced keeps there the figures each limit had
+  // (so that a server restarted with changed rules carries what keys used, as one reloaded
+  // does). Each blocks until Redis answers, or fails as a decision would (Unavailable after the
+  // timeout; no failure policy applies). InvalidArgument for a name that is empty or holds '{'
+  // or '}'.
+  using Record = std::vector<std::pair<std::string, std::string>>;
+  absl::StatusOr<Record> ReadRecord(std::string_view name);
+  absl::Status WriteRecord(std::string_view name,
+                           std::span<const std::pair<std::string, std::string>> fields);
 
   // The Redis key holding `limit`'s state for `key` (tests look at it; operators find it).
   std::string RedisKey(const Limit& limit, std::string_view key) const;

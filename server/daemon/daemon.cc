@@ -11,6 +11,7 @@
 #include "spdlog/spdlog.h"
 
 #include "server/daemon/environment_values.h"
+#include "server/daemon/fleet_history.h"
 #include "server/daemon/snapshot_file.h"
 #include "server/grpc/listener.h"
 #include "sluice/duration.h"
@@ -447,17 +448,25 @@ std::shared_ptr<const LimitHistory> Daemon::Previous() const {
   if (!flags_.snapshot.empty()) {
     return std::make_shared<const LimitHistory>(LoadLimitHistory(flags_.snapshot));
   }
+  if (redis_ != nullptr) {
+    return ReadFleetHistory(*redis_);  // A fleet on Redis: the figures its servers last loaded.
+  }
   return nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
-  return RuleSet::Load(
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Load(
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
       RuleLoadOptions{.merge_domains = flags_.merge_domains,
                       .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
                       // A reload's limits carry their keys' state across a change of figures.
                       .previous = Previous()});
+  if (rules.ok() && redis_ != nullptr) {
+    // Before they are in force: a server of the fleet restarted from now on finds them.
+    WriteFleetHistory(*redis_, HistoryOf(**rules));
+  }
+  return rules;
 }
 
 std::string Daemon::Version() const {

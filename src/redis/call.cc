@@ -131,6 +131,27 @@ void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& reques
   call.extra_args += 1 + kArgsPerEarlier * earlier.size();
 }
 
+// A record's reply, from its count of fields and values on: the fields, as HGETALL gave them.
+absl::StatusOr<Decision> ReadRecord(const redisReply& reply, size_t& at,
+                                    std::vector<std::pair<std::string, std::string>>& record) {
+  if (at >= reply.elements || reply.element[at]->type != REDIS_REPLY_INTEGER ||
+      reply.element[at]->integer < 0 || reply.element[at]->integer % 2 != 0 ||
+      at + 1 + static_cast<size_t>(reply.element[at]->integer) > reply.elements) {
+    return absl::InternalError("redis: the script's reply to a record is malformed");
+  }
+  const size_t n = static_cast<size_t>(reply.element[at]->integer);
+  ++at;
+  for (size_t i = 0; i < n; i += 2, at += 2) {
+    const redisReply& field = *reply.element[at];
+    const redisReply& value = *reply.element[at + 1];
+    if (field.type != REDIS_REPLY_STRING || value.type != REDIS_REPLY_STRING) {
+      return absl::InternalError("redis: the script's reply to a record is malformed");
+    }
+    record.emplace_back(std::string(field.str, field.len), std::string(value.str, value.len));
+  }
+  return Decision{.allowed = true};
+}
+
 }  // namespace
 
 void AppendHead(Call& call, std::optional<Timestamp> caller_time, size_t keys) {
@@ -179,6 +200,18 @@ void AppendSettlement(Call& call, const Settlement& settlement) {
   AppendBulk(call.args_resp, static_cast<int64_t>(charge.ahead));
   AppendBulk(call.args_resp, std::max<int64_t>(0, settlement.units - charge.units));
   AppendBulk(call.args_resp, settlement.max_debt);
+}
+
+void AppendRecord(Call& call, std::string_view redis_key,
+                  std::span<const std::pair<std::string, std::string>> set) {
+  AppendBulk(call.keys_resp, redis_key);
+  AppendBulk(call.args_resp, static_cast<int64_t>(set.size()));
+  for (const auto& [field, value] : set) {
+    AppendBulk(call.args_resp, field);
+    AppendBulk(call.args_resp, value);
+  }
+  call.extra_keys = 1;
+  call.extra_args = 1 + 2 * set.size();
 }
 
 std::string OnceKey(std::string_view prefix, std::string_view first_redis_key,
@@ -274,6 +307,9 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
   ++at;
   if (call.mode == Call::Mode::kReset) {
     return Decision{.allowed = true};
+  }
+  if (call.mode == Call::Mode::kRecord) {
+    return ReadRecord(reply, at, *call.record);
   }
   const bool receipts = call.mode == Call::Mode::kCharge;
   const size_t stride = Stride(call.mode);

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,7 +56,8 @@ struct Call {
     kGiveBack = 2,
     kDryRun = 3,
     kSettle = 4,
-    kReset = 5
+    kReset = 5,
+    kRecord = 6,  // A shared record read or written (RedisStore::ReadRecord), no limits.
   };
   Mode mode = Mode::kDecide;
   // kCharge: where ReadReply writes each limit's charge (units 0 unless the request was
@@ -63,6 +65,8 @@ struct Call {
   std::span<Charge> receipts;
   // kSettle: where ReadReply writes what the settle did on each limit, as `receipts`.
   std::span<Settled> settled;
+  // kRecord: where ReadReply writes the record's fields as they were.
+  std::vector<std::pair<std::string, std::string>>* record = nullptr;
   // Keys besides one per limit: a `once` key (kSettle), before the limits' keys; the keys of
   // the limits' earlier figures (AppendLimit), each after its limit's.
   size_t extra_keys = 0;
@@ -136,6 +140,11 @@ void AppendOnce(Call& call, std::string_view once_key, std::optional<Timestamp> 
 // After AppendLimit, in a call of mode kSettle: what to do on that limit. REQUIRES:
 // ValidateSettlement(settlement).ok(), and settlement.charge.at and .ahead within [0, 2^53).
 void AppendSettlement(Call& call, const Settlement& settlement);
+
+// In a call of mode kRecord, right after AppendHead (with no limits): the hash `redis_key`,
+// given `set`'s fields, or read whole when `set` is empty.
+void AppendRecord(Call& call, std::string_view redis_key,
+                  std::span<const std::pair<std::string, std::string>> set);
 
 // The key that holds a settle's `once` claim, under `prefix`, in the hash slot of
 // `first_redis_key` (the Redis key of the settle's first limit): "<prefix>once:{<its tag>}:<once>".

@@ -155,6 +155,20 @@ void RedisStore::Impl::SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys,
   Enqueue(std::move(call));
 }
 
+void RedisStore::Impl::SubmitRecord(std::string_view name,
+                                    std::span<const std::pair<std::string, std::string>> set,
+                                    RedisStore::Record* record, DecideDone done) {
+  auto call = std::make_unique<Call>();
+  call->mode = Call::Mode::kRecord;
+  call->record = record;
+  FillCall(*call, 0, 0, Timestamp{}, {}, std::move(done));
+  const std::string key = options_.key_prefix + std::string(name);
+  if (SameSlot(*call, key, name)) {
+    internal::AppendRecord(*call, key, set);
+    Enqueue(std::move(call));
+  }
+}
+
 void RedisStore::Impl::Enqueue(CallPtr call) {
   calls_.fetch_add(1, std::memory_order_relaxed);
   {

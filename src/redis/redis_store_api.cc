@@ -88,6 +88,44 @@ RedisStore::~RedisStore() = default;
 
 std::string_view RedisStore::Script() { return internal::kRedisDecideScript; }
 
+namespace {
+
+absl::Status CheckRecordName(std::string_view name) {
+  if (name.empty() || name.find_first_of("{}") != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        fmt::format("record name '{}': must be non-empty, without '{{' or '}}'", name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RedisStore::Record> RedisStore::ReadRecord(std::string_view name) {
+  if (absl::Status s = CheckRecordName(name); !s.ok()) {
+    return s;
+  }
+  Record record;
+  const absl::StatusOr<Decision> done =
+      Wait([&](DecideDone d) { impl_->SubmitRecord(name, {}, &record, std::move(d)); });
+  if (!done.ok()) {
+    return done.status();
+  }
+  return record;
+}
+
+absl::Status RedisStore::WriteRecord(std::string_view name,
+                                     std::span<const std::pair<std::string, std::string>> fields) {
+  if (absl::Status s = CheckRecordName(name); !s.ok()) {
+    return s;
+  }
+  if (fields.empty()) {
+    return absl::OkStatus();
+  }
+  Record unused;
+  return Wait([&](DecideDone d) { impl_->SubmitRecord(name, fields, &unused, std::move(d)); })
+      .status();
+}
+
 absl::Status RedisStore::CheckLimit(const Limit& limit) const { return Supports(limit); }
 
 bool RedisStore::HoldsState(const Limit& limit, Timestamp now) {

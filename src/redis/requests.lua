@@ -17,7 +17,9 @@
 --   request's first key is its once key, before its limits' keys), then per limit, after the
 --   seven: the charge's time, the units of it to give back and its ahead, the units to charge
 --   past the limit, and max_debt; the cost is unused. mode 5 resets: each limit's key is
---   deleted.
+--   deleted. mode 6 reads or writes a record (a hash a fleet shares): after the head (its
+--   limit count 0), n, then n fields and values to set (none: a read); its hash is the
+--   request's key.
 --   A calendar quota (a fixed_window on the calendar, Limit::calendar) has the code 8, N, P (its
 --   longest window), then in place of B, K, N', P' the four bounds of CalendarBounds: the
 --   windows before, at and after the server's time.
@@ -39,8 +41,9 @@
 -- reset_after, retry_after, delay, in microseconds; mode 2: what a cost-0 query answers after
 -- the give-back), in mode 1 seven (the five, then the charge's time and ahead), in mode 4
 -- seven (a cost-0 query's five after the settle, then the units given back and charged), in
--- mode 5 none; or 0 followed by an error message (settle.lua's ONCE_CLAIMED for a settle whose
--- `once` is claimed already).
+-- mode 5 none, in mode 6 the hash's count of fields and values, then them (0 for a write); or
+-- 0 followed by
+-- an error message (settle.lua's ONCE_CLAIMED for a settle whose `once` is claimed already).
 --
 
 -- One request, all or nothing, as MemoryStore::DecideAll: a dry run of every limit; then, if
@@ -86,6 +89,24 @@ local function give_back_request(keys, limits, now, out)
       out[#out + 1] = r[j]
     end
   end
+end
+
+-- Mode 6, a record a fleet shares (RedisStore::ReadRecord and WriteRecord): with no fields to
+-- set, answers the hash record.key whole (its count of fields and values, then them); else
+-- sets them, and answers a count of 0.
+local function record_request(record, out)
+  if #record.set == 0 then
+    local fields = redis.call('HGETALL', record.key)
+    out[#out + 1] = #fields
+    for i = 1, #fields do
+      out[#out + 1] = fields[i]
+    end
+    return
+  end
+  for i = 1, #record.set, 2 do
+    redis.call('HSET', record.key, record.set[i], record.set[i + 1])
+  end
+  out[#out + 1] = 0
 end
 
 -- A limit's seven arguments from ARGV[arg] on.
@@ -134,6 +155,15 @@ for _ = 1, tonumber(ARGV[2]) do
   arg = arg + 4
   local keys, limits = {}, {}
   local once_key, once_until
+  local record
+  if mode == 6 then -- A record: its hash key, and the fields to set after it is read.
+    record = { key = KEYS[key], set = {} }
+    for i = 1, 2 * tonumber(ARGV[arg]) do
+      record.set[i] = ARGV[arg + i]
+    end
+    arg = arg + 1 + #record.set
+    key = key + 1
+  end
   if mode == 4 then
     once_until = tonumber(ARGV[arg])
     arg = arg + 1
@@ -190,6 +220,8 @@ for _ = 1, tonumber(ARGV[2]) do
     ok, err = pcall(settle_request, keys, limits, now, once_key, once_until, out)
   elseif mode == 5 then
     ok, err = pcall(reset_request, keys, limits)
+  elseif mode == 6 then
+    ok, err = pcall(record_request, record, out)
   else
     ok, err = pcall(decide_request, keys, limits, now, cost, out, mode == 1, mode == 3)
   end

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A change of limit across a fleet on Redis: three sluiced on one redis-server, reloaded one
-by one under load, first lowering a limit, then raising it. No key gets a fresh budget: a
+by one under load, first lowering a limit, then raising it; then one restarted with the limit
+lowered again, which carries from the figures the fleet keeps in Redis. No key gets a fresh budget: a
 server that has reloaded carries what each key used (converted), and one that has not yet goes
 on counting on the key as it was (Redis keeps it, marked as carried), so that in the hour the
 test runs in no key is admitted more than the larger of the limits in force. Python 3 standard
@@ -96,9 +97,11 @@ class FleetChangeTest(unittest.TestCase):
             workdir = os.path.join(self.workdir, "s%d" % i)
             os.mkdir(workdir)
             self.write_rules(workdir, 10)
-            self.servers.append(sluiced.Sluiced(workdir, "--store", self.redis.url,
-                                                "--watch-interval", "0",
-                                                *sluiced.with_redis_timeout([])))
+            self.servers.append(self.start(workdir))
+
+    def start(self, workdir):
+        return sluiced.Sluiced(workdir, "--store", self.redis.url, "--watch-interval", "0",
+                               *sluiced.with_redis_timeout([]))
 
     def tearDown(self):
         codes = [server.stop() for server in self.servers if server.proc.poll() is None]
@@ -171,6 +174,15 @@ class FleetChangeTest(unittest.TestCase):
             self.assertLessEqual(self.count(20, user), 20, user)
             status, answer = self.servers[0].check(user, domain="fleet")
             self.assertEqual(answer["remaining"], max(0, 20 - self.count(20, user)), answer)
+        # Restarted with the limit lowered to 8 (a rolling restart's first server): it has no
+        # rules in force to carry from, and reads the figures the fleet last loaded from Redis.
+        self.assertEqual(self.servers[2].stop(), 0)
+        self.write_rules(self.servers[2].workdir, 8)
+        self.servers[2] = self.start(self.servers[2].workdir)
+        for user in USERS:
+            status, answer = self.servers[2].check(user, domain="fleet")
+            self.assertEqual(self.count(8, user), self.count(20, user) + (status == 200), user)
+            self.assertEqual(status, 200 if self.count(20, user) < 8 else 429, answer)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,40 @@ TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
   EXPECT_THAT(Strings(*command), ElementsAreArray(want));
 }
 
+// A record: its hash as the one key, the fields to set after the head; and its reply, the
+// hash's fields and values after a count, read into the call's record.
+TEST(BatchCommandTest, FramesARecordAndReadsItsFields) {
+  const std::pair<std::string, std::string> fields[] = {{"path\nname", "fixed_window:5:1:5:1"}};
+  Call write;
+  write.mode = Call::Mode::kRecord;
+  AppendHead(write, std::nullopt, 0);
+  AppendRecord(write, "p:limits", fields);
+  std::vector<CallPtr> calls;
+  calls.push_back(std::make_unique<Call>(std::move(write)));
+  const ReplyPtr command = ReadResp(BatchCommand(calls, "sha", "1000", std::nullopt));
+  ASSERT_NE(command, nullptr);
+  EXPECT_THAT(Strings(*command), ElementsAreArray<std::string>(
+                                     {"EVALSHA", "sha", "1", "p:limits", "1000", "1", "", "", "0",
+                                      "0", "6", "1", "path\nname", "fixed_window:5:1:5:1"}));
+  const ReplyPtr reply = ReadResp("*6\r\n:1\r\n:4\r\n$1\r\na\r\n$2\r\nxy\r\n$1\r\nb\r\n$0\r\n\r\n");
+  ASSERT_NE(reply, nullptr);
+  RedisStore::Record record;
+  Call read;
+  read.mode = Call::Mode::kRecord;
+  read.record = &record;
+  size_t at = 0;
+  ASSERT_TRUE(ReadReply(*reply, at, read).ok());
+  EXPECT_EQ(at, 6u);
+  EXPECT_EQ(record, (RedisStore::Record{{"a", "xy"}, {"b", ""}}));
+  // A count past the reply, or odd, is malformed.
+  for (const char* bytes : {"*3\r\n:1\r\n:4\r\n$1\r\na\r\n", "*3\r\n:1\r\n:1\r\n$1\r\na\r\n"}) {
+    const ReplyPtr bad = ReadResp(bytes);
+    ASSERT_NE(bad, nullptr);
+    at = 0;
+    EXPECT_EQ(ReadReply(*bad, at, read).status().code(), absl::StatusCode::kInternal) << bytes;
+  }
+}
+
 // Beside their framing, a call keeps its caller's keys (the reply's size, the local fallback's
 // keys) and its limits or capacities (the local fallback's).
 TEST(RedisClockTest, TimesOnRedisClockFollowTheSteadyClockFromTime) {

@@ -6,6 +6,7 @@
 // random traces of changes: small limits of every algorithm, limits of every size (the
 // script's exactness), and calendar quotas near real window edges.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -331,6 +332,32 @@ TEST(RedisChangeTest, ConvertsCalendarQuotasNearRealWindowEdges) {
         [&](const Limit&) { return random.Between(0, 3); });
   }
   EXPECT_GT(model.adopted, 20);
+}
+
+// The record a fleet shares (sluiced keeps each limit's figures there): fields written a few
+// at a time are read back whole, a field written again holds its last value, and a name that
+// would break the key's slot is refused.
+TEST(RedisRecordTest, WritesAndReadsAHashOfFields) {
+  RedisServer server;
+  std::unique_ptr<RedisStore> redis = MustStore(OptionsFor(server));
+  absl::StatusOr<RedisStore::Record> empty = redis->ReadRecord("limits");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+  const std::vector<std::pair<std::string, std::string>> first = {{"a", "1"}, {"b\n\t", "2 3"}};
+  const std::vector<std::pair<std::string, std::string>> second = {{"a", "4"}, {"c", ""}};
+  ASSERT_TRUE(redis->WriteRecord("limits", first).ok());
+  ASSERT_TRUE(redis->WriteRecord("limits", second).ok());
+  ASSERT_TRUE(redis->WriteRecord("limits", {}).ok());
+  absl::StatusOr<RedisStore::Record> record = redis->ReadRecord("limits");
+  ASSERT_TRUE(record.ok()) << record.status();
+  std::sort(record->begin(), record->end());
+  EXPECT_EQ(*record, (RedisStore::Record{{"a", "4"}, {"b\n\t", "2 3"}, {"c", ""}}));
+  testing::Client client(server.port());
+  EXPECT_EQ(client.Run({"HLEN", OptionsFor(server).key_prefix + "limits"})->integer, 3);
+  for (const char* bad : {"", "{x}", "a}"}) {
+    EXPECT_EQ(redis->ReadRecord(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(redis->WriteRecord(bad, first).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace
