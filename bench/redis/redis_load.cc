@@ -4,8 +4,11 @@
 // drawn from `--keys`; through `--stores` stores (standing for as many servers), with quota
 // leasing when `--share-max` is set. Prints decisions per second, script calls per second,
 // latency percentiles, and script calls and store calls (RedisStoreStats::calls) per decision.
-// `--limits 2` puts two limits on each request, on a key and on a second key of the same hash
-// tag (one slot), or with `--apart` of its own (two slots: on a cluster, decided slot by slot).
+// `--changed-from N` makes the limit one changed from N per second: each request names those
+// earlier figures (LimitedKey::before), as sluiced's requests do after a reload that changed
+// it (bench/redis/change.sh). `--limits 2` puts two limits on each request, on a key and on a
+// second key of the same hash tag (one slot), or with `--apart` of its own (two slots: on a
+// cluster, decided slot by slot).
 //
 // With --abuse-limit L: one key under a limit of L per second instead, asked by --inflight
 // threads each waiting for its answer, at --rate decisions per second in all (0: as fast as
@@ -26,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -46,6 +50,7 @@ using SteadyClock = std::chrono::steady_clock;
 struct Load {
   std::vector<sluice::RedisStore*> stores;
   const sluice::Limit* limit;
+  std::span<const sluice::Limit> before;  // --changed-from: the limit's earlier figures.
   const sluice::SharePolicy* share = nullptr;
   std::atomic<uint64_t> decisions{0};
   std::vector<std::string> keys;
@@ -122,9 +127,13 @@ struct Slot {
 
   // The call in flight's limits: its key's, and with --limits 2 its partner's.
   std::array<sluice::LimitedKey, 2> Requests() const {
-    return {sluice::LimitedKey{.limit = load->limit, .key = load->keys[at], .share = load->share},
+    return {sluice::LimitedKey{.limit = load->limit,
+                               .key = load->keys[at],
+                               .share = load->share,
+                               .before = load->before},
             sluice::LimitedKey{.limit = load->limit,
-                               .key = limits == 1 ? std::string_view() : load->seconds[at]}};
+                               .key = limits == 1 ? std::string_view() : load->seconds[at],
+                               .before = load->before}};
   }
 
   // --settle: the check answered, allowed; its settle, at a random real cost.
@@ -175,6 +184,8 @@ struct Flags {
   double rate = 0;
   int64_t deny_cache = 0;
   bool settle = false;
+  int64_t limit = 1'000'000;  // The gcra limit per second.
+  int64_t changed_from = 0;   // Not 0: the limit was this many per second before (a change).
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -198,6 +209,12 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--rate", f.rate, "--abuse-limit: decisions per second in all (0: unpaced)");
   app.add_option("--deny-cache", f.deny_cache, "denial cache entries (0: off)");
   app.add_flag("--settle", f.settle, "each decision a check (cost 4), then its settle (0 to 8)");
+  app.add_option("--limit", f.limit, "the gcra limit, per second (every call admitted)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}));
+  app.add_option("--changed-from", f.changed_from,
+                 "a limit changed from this many per second (0: unchanged): each request names "
+                 "its earlier figures, and a key is carried from them at its first decision")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
 }
 
 // `f.stores` stores on `f.url`, or the reason why not.
@@ -339,9 +356,14 @@ int main(int argc, char** argv) {
   }
   const sluice::SharePolicy share{.max = f.share_max,
                                   .ttl = std::chrono::milliseconds(f.share_ttl_ms)};
-  const sluice::Limit limit = *sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
-                                                      .limit = 1'000'000,
-                                                      .period = std::chrono::seconds(1)});
+  const sluice::Limit limit = *sluice::Limit::Create(
+      {.algorithm = sluice::Algorithm::kGcra, .limit = f.limit, .period = std::chrono::seconds(1)});
+  std::vector<sluice::Limit> earlier;
+  if (f.changed_from > 0) {
+    earlier.push_back(*sluice::Limit::Create({.algorithm = sluice::Algorithm::kGcra,
+                                              .limit = f.changed_from,
+                                              .period = std::chrono::seconds(1)}));
+  }
   if (f.abuse_limit > 0) {
     return RunAbusive(*stores->front(), f.abuse_limit, f.inflight, f.rate, f.duration);
   }
@@ -350,6 +372,7 @@ int main(int argc, char** argv) {
     load.stores.push_back(s.get());
   }
   load.limit = &limit;
+  load.before = earlier;
   load.share = f.share_max > 0 ? &share : nullptr;
   load.settle = f.settle;
   load.nonce = static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count());

@@ -28,12 +28,12 @@ load="$root/build/bin/sluice_redis_load"
 # shellcheck source=bench/redis/redis_server.sh
 source "$root/bench/redis/redis_server.sh"
 
-sha=$(cat "$root"/src/redis/{decide,give_back,settle,requests}.lua | redis-cli -p "$port" -x script load)
+sha=$(cat "$root"/src/redis/{decide,give_back,settle,convert,requests}.lua | redis-cli -p "$port" -x script load)
 # One gcra limit of 1,000,000 per second (every call admitted), keys k0..k99999, as
 # sluice_redis_load sends them: margin, requests, expires (none: ''), time (Redis's), cost, limits,
-# mode, then the limit's algorithm code, N, P, B, K, N', P'.
+# mode, then the limit's algorithm code, N, P, B, K, N', P', and its earlier figures (none: 0).
 key='sluice:g1000000/1000000b1000000:{k__rand_int__}'
-args=(1000 1 '' '' 1 1 0 5 1000000 1000000 1000000 1 1 1)
+args=(1000 1 '' '' 1 1 0 5 1000000 1000000 1000000 1 1 1 0)
 
 ceiling() {  # calls in flight -> calls/s
   redis-benchmark -p "$port" -c "$1" -n "$requests" -r 100000 --csv \
