@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 
 #include "sluice/convert.h"
 #include "sluice/redis_store.h"
@@ -52,25 +53,20 @@ size_t Stride(Call::Mode mode) {
   }
 }
 
-// A limit's seven arguments: its algorithm's code and figures, or a calendar quota's bounds
-// around `now`.
-void AppendFigures(std::string& args, const Limit& l, Timestamp now) {
+// A limit's seven figures as the script reads them: its algorithm's code, N, P, B, K, N', P';
+// for a calendar quota, code 8, N, P, then the bounds of the windows around `now`.
+std::array<int64_t, 7> FiguresOf(const Limit& l, Timestamp now) {
   if (l.calendar()) {
-    AppendBulk(args, kCalendarCode);
-    AppendBulk(args, l.limit());
-    AppendBulk(args, l.period().count());
-    for (const int64_t bound : CalendarBounds(l, Us(now))) {
-      AppendBulk(args, bound);
-    }
-  } else {
-    AppendBulk(args, static_cast<int64_t>(l.algorithm()));
-    AppendBulk(args, l.limit());
-    AppendBulk(args, l.period().count());
-    AppendBulk(args, l.burst());
-    AppendBulk(args, l.buckets());
-    AppendBulk(args, l.rate_units());
-    AppendBulk(args, l.rate_period_us());
+    const std::array<int64_t, 4> b = CalendarBounds(l, Us(now));
+    return {kCalendarCode, l.limit(), l.period().count(), b[0], b[1], b[2], b[3]};
   }
+  return {static_cast<int64_t>(l.algorithm()),
+          l.limit(),
+          l.period().count(),
+          l.burst(),
+          l.buckets(),
+          l.rate_units(),
+          l.rate_period_us()};
 }
 
 // The most a key of `to` may use after a change (ConvertState's ceiling): its capacity plus
@@ -97,9 +93,12 @@ std::array<int64_t, 3> CalendarStarts(const Limit& from, const Limit& to, Timest
 
 // After a limit's seven: the earlier figures of `request` and their Redis keys (with the mark
 // keys of convert.lua, the limit's own first), in the modes that carry a key's state from them
-// (decide, charge, dry run) or forget it there (reset). Figures the store cannot hold
+// (decide, charge, dry run) or forget it there (reset). Each earlier figure is one argument,
+// its numbers joined by spaces, which the script reads only when it converts: a changed
+// limit's calls pay little for them once its keys are carried. Figures the store cannot hold
 // (RedisStore::Supports) and the limit's own are left out: no key of theirs can be in Redis.
-void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& request, Timestamp now) {
+void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& request,
+                   Timestamp now) {
   const Limit& to = *request.limit;
   absl::InlinedVector<const Limit*, 4> earlier;
   if (call.mode != Call::Mode::kGiveBack && call.mode != Call::Mode::kSettle) {
@@ -113,22 +112,20 @@ void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& reques
   if (earlier.empty()) {
     return;
   }
-  AppendBulk(call.args_resp, Ceiling(to));
   AppendBulk(call.keys_resp, CarriedKey(prefix, to, request.key));
+  const int64_t ceiling = Ceiling(to);
   for (const Limit* from : earlier) {
     AppendBulk(call.keys_resp, RedisKey(prefix, *from, request.key));
     AppendBulk(call.keys_resp, CarriedKey(prefix, *from, request.key));
-    AppendFigures(call.args_resp, *from, now);
     const bool same = SameShape(*from, to);
-    AppendBulk(call.args_resp, int64_t{same ? 1 : 0});
     const std::array<int64_t, 3> starts =
         from->calendar() && !same ? CalendarStarts(*from, to, now) : std::array<int64_t, 3>{};
-    for (const int64_t n : starts) {
-      AppendBulk(call.args_resp, n);
-    }
+    AppendBulk(call.args_resp, fmt::format("{} {} {} {}", ceiling, same ? 1 : 0,
+                                           fmt::join(FiguresOf(*from, now), " "),
+                                           fmt::join(starts, " ")));
   }
   call.extra_keys += 1 + 2 * earlier.size();  // A mark key for each figure.
-  call.extra_args += 1 + kArgsPerEarlier * earlier.size();
+  call.extra_args += earlier.size();
 }
 
 // A record's reply, from its count of fields and values on: the fields, as HGETALL gave them.
@@ -169,7 +166,9 @@ void AppendLimit(Call& call, std::string_view prefix, std::string_view redis_key
                  const LimitedKey& request, Timestamp now) {
   const Limit& l = *request.limit;
   AppendBulk(call.keys_resp, redis_key);
-  AppendFigures(call.args_resp, l, now);
+  for (const int64_t n : FiguresOf(l, now)) {
+    AppendBulk(call.args_resp, n);
+  }
   AppendEarlier(call, prefix, request, now);
   call.limits.push_back(l);
   call.keys.emplace_back(request.key);

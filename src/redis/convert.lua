@@ -4,11 +4,12 @@
 --
 -- A request names, for a limit a reload changed, the Redis keys of that limit under its
 -- earlier figures (l.earlier, newest first; requests.lua), each with a mark key (f.mark; the
--- limit's own is l.mark). When the key under the figures now does not exist, or exists but is
--- marked, adopt finds the newest earlier key that exists; unless that one is marked, its state
--- is converted into the key: same shape (same algorithm, period and buckets: f.same, from
--- SameShape on the server), the state as it is, its usage capped at the limit's capacity plus
--- its debt (l.ceiling, from the server); another shape, one lump v of units charged at t.
+-- limit's own is l.mark), and its figures (f.spec, read by read_earlier). When the key under
+-- the figures now does not exist, or exists but is marked, adopt finds the newest earlier key
+-- that exists; unless that one is marked, its state is converted into the key: same shape (same
+-- algorithm, period and buckets: f.same, from SameShape on the server), the state as it is, its
+-- usage capped at the limit's capacity plus its debt (l.ceiling, from the server); another
+-- shape, one lump v of units charged at t.
 --
 -- The earlier key is copied, not moved, and marked as carried for as long as it lives: the
 -- servers of a fleet that have not reloaded yet go on counting on it, rather than finding it
@@ -273,10 +274,28 @@ local function carry(earlier_key, f, key, l, now)
   end
 end
 
+-- An earlier figure's numbers (requests.lua): l's ceiling, whether f has l's shape, f's seven
+-- (a calendar quota's bounds in place of B..P'), and a calendar f's window count cnt, lo, hi.
+local function read_earlier(f, l)
+  local v = {}
+  for x in string.gmatch(f.spec, '%S+') do
+    v[#v + 1] = tonumber(x)
+  end
+  l.ceiling = v[1]
+  f.same = v[2] == 1
+  f.algorithm, f.n, f.p, f.b, f.k, f.rn, f.rp = v[3], v[4], v[5], v[6], v[7], v[8], v[9]
+  if f.algorithm == CALENDAR then
+    f.algorithm = 0
+    f.bounds = { v[6], v[7], v[8], v[9] }
+  end
+  f.cnt, f.lo, f.hi = v[10], v[11], v[12]
+end
+
 -- ConvertState from f's earlier key to `key` of l, which does not exist: written there
 -- (unless it converts to a new key's state), and the earlier key marked as carried. An earlier
 -- state that has reset is deleted instead: it is a new key's under any figures.
 local function convert(f, key, l, now)
+  read_earlier(f, l)
   local r = { decide(f.key, f, now, 0, false) }
   if r[3] == 0 then
     redis.call('DEL', f.key)

@@ -24,12 +24,12 @@
 --   longest window), then in place of B, K, N', P' the four bounds of CalendarBounds: the
 --   windows before, at and after the server's time.
 --   After a limit's seven (and before a mode's own), E, the count of the limit's earlier figures
---   (LimitedKey::before, sent in modes 0, 1, 3 and 5; E = 0 otherwise); when E > 0, the limit's
---   ceiling (its capacity plus the debt a store keeps, convert.lua), then per earlier figure: its
---   seven, 1 when it has the limit's shape (SameShape) or 0, and for an earlier calendar quota
---   of another shape the server's count of its window starts in (its fourth bound, x] for x in
---   [lo, hi), cnt, lo and hi (0 0 0 otherwise). In KEYS, after the limit's key: its mark key,
---   then each earlier figure's key and mark key (convert.lua).
+--   (LimitedKey::before, sent in modes 0, 1, 3 and 5; E = 0 otherwise), then per earlier figure
+--   one argument, its numbers joined by spaces: the limit's ceiling (its capacity plus the debt
+--   a store keeps), 1 when the figure has the limit's shape (SameShape) or 0, its seven, and
+--   for an earlier calendar quota of another shape the server's count of its window starts in
+--   (its fourth bound, x] for x in [lo, hi), cnt, lo and hi (0 0 0 otherwise). In KEYS, after
+--   the limit's key: its mark key, then each earlier figure's key and mark key (convert.lua).
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
@@ -180,19 +180,14 @@ for _ = 1, tonumber(ARGV[2]) do
     local earlier = tonumber(ARGV[arg])
     arg = arg + 1
     if earlier > 0 then
-      limits[i].ceiling = tonumber(ARGV[arg])
       limits[i].mark = KEYS[key]
       limits[i].earlier = {}
-      arg = arg + 1
       key = key + 1
       for j = 1, earlier do
-        local f = read_limit(arg)
-        f.key, f.mark = KEYS[key], KEYS[key + 1]
-        f.same = ARGV[arg + 7] == '1'
-        f.cnt, f.lo, f.hi = tonumber(ARGV[arg + 8]), tonumber(ARGV[arg + 9]), tonumber(ARGV[arg + 10])
-        limits[i].earlier[j] = f
+        -- Read whole only when the key is carried (convert.lua's read_earlier).
+        limits[i].earlier[j] = { key = KEYS[key], mark = KEYS[key + 1], spec = ARGV[arg] }
         key = key + 2
-        arg = arg + 11
+        arg = arg + 1
       end
     end
     if mode == 2 then

@@ -90,9 +90,9 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
 }
 
 // A limit a reload changed names its earlier figures: their keys follow the limit's, each with
-// its mark key (the limit's own first), and their figures its own, with the ceiling a carried
-// key is held to and whether each has its shape; figures the store cannot hold, and the
-// limit's own, are left out. A give-back sends none.
+// its mark key (the limit's own first), and their figures its own, one argument each, with the
+// ceiling a carried key is held to and whether each has its shape; figures the store cannot
+// hold, and the limit's own, are left out. A give-back sends none.
 // A call of `mode` on `now` for "alice", with `before`.
 CallPtr CallWithEarlier(Call::Mode mode, const Limit& now, std::span<const Limit> before) {
   auto call = std::make_unique<Call>();
@@ -130,9 +130,10 @@ TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
   want.insert(want.end(), keys.begin(), keys.end());
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"1000", "2", ""},  // margin, calls, expires
-           {"", "0", "1", "0", "5", "10", "1000000", "10", "1", "1", "100000", "2", ceiling},
-           {"5", "5", "1000000", "5", "1", "1", "200000", "1", "0", "0", "0"},     // gcra
-           {"0", "7", "60000000", "7", "1", "7", "60000000", "0", "0", "0", "0"},  // fixed
+           {"", "0", "1", "0", "5", "10", "1000000", "10", "1", "1", "100000", "2"},
+           // Each earlier figure: the ceiling, the same shape or not, its seven, cnt lo hi.
+           {ceiling + " 1 5 5 1000000 5 1 1 200000 0 0 0",      // gcra
+            ceiling + " 0 0 7 60000000 7 1 7 60000000 0 0 0"},  // fixed
            {"", "0", "1", "2", "5", "10", "1000000", "10", "1", "1", "100000", "0"},
            {"0", "1", "100000"},  // The charge given back.
        }) {
