@@ -59,8 +59,9 @@ struct LimitedKey {
   // holds some under one of these is moved to `limit`, its state converted
   // (sluice/convert.h), before the call acts on it; a reset forgets it under these too. Empty:
   // the state is found by `limit` alone. Every store honours it on decisions and resets; a
-  // settle or a give-back acts on the state under `limit` alone (on Memcached and Redis), and
-  // so does a RedisStore share (SharePolicy), which takes its units under `limit`.
+  // settle or a give-back acts on the state under `limit` alone (on Memcached and Redis).
+  // RedisStore copies the state rather than moving it, and never converts into a key that
+  // exists (docs/redis.md, "Keys").
   std::span<const Limit> before = {};
 };
 

@@ -455,15 +455,19 @@ std::shared_ptr<const LimitHistory> Daemon::Previous() const {
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
+  const bool first = service_->rules()->domains().empty();
+  std::shared_ptr<const LimitHistory> previous = Previous();
   absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Load(
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
       RuleLoadOptions{.merge_domains = flags_.merge_domains,
                       .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
                       // A reload's limits carry their keys' state across a change of figures.
-                      .previous = Previous()});
-  if (rules.ok() && redis_ != nullptr) {
-    // Before they are in force: a server of the fleet restarted from now on finds them.
+                      .previous = previous});
+  // Before they are in force: a server of the fleet restarted from now on finds them. Not when
+  // the fleet's were not read at start: written then, this server's figures, which know no
+  // earlier ones, would replace the fleet's.
+  if (rules.ok() && redis_ != nullptr && (!first || previous != nullptr)) {
     WriteFleetHistory(*redis_, HistoryOf(**rules));
   }
   return rules;

@@ -39,20 +39,28 @@ std::shared_ptr<const LimitHistory> ReadFleetHistory(RedisStore& redis) {
         internal::Message(record.status()));
     return nullptr;
   }
-  std::string text;
+  // Line by line: one that this server cannot read (a zone its tzdata lacks, a newer format)
+  // loses that limit's figures only.
+  LimitHistory history;
+  size_t unreadable = 0;
+  std::string first_error;
   for (const auto& [identity, line] : *record) {
-    text += line;
-    text += '\n';
+    absl::StatusOr<LimitHistory> one = ParseHistory(line);
+    if (!one.ok() || one->size() != 1 || !one->contains(identity)) {
+      if (unreadable++ == 0) {
+        first_error = one.ok() ? "its identity is not its field's" : one.status().ToString();
+      }
+      continue;
+    }
+    history.merge(*one);
   }
-  absl::StatusOr<LimitHistory> history = ParseHistory(text);
-  if (!history.ok()) {
+  if (unreadable > 0) {
     spdlog::warn(
-        "the fleet's limits in Redis are not readable ({}); limits changed since the "
-        "fleet last loaded its rules start afresh",
-        internal::Message(history.status()));
-    return nullptr;
+        "{} of the fleet's limits in Redis are not readable here (the first: {}); "
+        "those start afresh if they changed",
+        unreadable, first_error);
   }
-  return std::make_shared<const LimitHistory>(*std::move(history));
+  return std::make_shared<const LimitHistory>(std::move(history));
 }
 
 void WriteFleetHistory(RedisStore& redis, const LimitHistory& history) {

@@ -14,9 +14,10 @@
 
 namespace sluice::server {
 
-// The fleet's figures of each limit, or nullptr when Redis cannot answer or holds nothing
-// readable (logged: the rules then load without them, and limits changed since start afresh,
-// the worst a lost history can do).
+// The fleet's figures of each limit (empty when there are none yet), or nullptr when Redis
+// cannot answer (logged: the rules then load without them, and limits changed since start
+// afresh, the worst a lost history can do). A line this server cannot read is logged and left
+// out.
 std::shared_ptr<const LimitHistory> ReadFleetHistory(RedisStore& redis);
 
 // Writes this server's figures of each limit to the fleet's record, those that differ from

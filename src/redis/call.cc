@@ -21,9 +21,8 @@
 namespace sluice::internal {
 namespace {
 
-constexpr int kArgsPerLimit = 8;        // Seven, then E (convert.lua); also per key of leases.
-constexpr size_t kArgsPerEarlier = 11;  // Per earlier figure of a limit: see requests.lua.
-constexpr int kLeaseCode = 7;           // In place of the algorithm: see src/redis/decide.lua.
+constexpr int kArgsPerLimit = 8;  // Seven, then E (convert.lua); also per key of leases.
+constexpr int kLeaseCode = 7;     // In place of the algorithm: see src/redis/decide.lua.
 constexpr int kCalendarCode = 8;  // The same, for a calendar quota: see src/redis/requests.lua.
 constexpr int kArgsPerCall = 4;
 constexpr int kArgsPerCharge = 3;      // After a limit's, in a give-back.
@@ -91,14 +90,13 @@ std::array<int64_t, 3> CalendarStarts(const Limit& from, const Limit& to, Timest
   return {CalendarWindowsBetween(from, fourth, w.start), w.start, w.end};
 }
 
-// After a limit's seven: the earlier figures of `request` and their Redis keys (with the mark
-// keys of convert.lua, the limit's own first), in the modes that carry a key's state from them
-// (decide, charge, dry run) or forget it there (reset). Each earlier figure is one argument,
+// After a limit's seven: the earlier figures of `request` and their Redis keys (each with its
+// mark key, convert.lua; a reset's own mark key first), in the modes that carry a key's state from
+// them (decide, charge, dry run) or forget it there (reset). Each earlier figure is one argument,
 // its numbers joined by spaces, which the script reads only when it converts: a changed
 // limit's calls pay little for them once its keys are carried. Figures the store cannot hold
 // (RedisStore::Supports) and the limit's own are left out: no key of theirs can be in Redis.
-void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& request,
-                   Timestamp now) {
+void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& request, Timestamp now) {
   const Limit& to = *request.limit;
   absl::InlinedVector<const Limit*, 4> earlier;
   if (call.mode != Call::Mode::kGiveBack && call.mode != Call::Mode::kSettle) {
@@ -109,10 +107,13 @@ void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& reques
     }
   }
   AppendBulk(call.args_resp, static_cast<int64_t>(earlier.size()));
+  if (call.mode == Call::Mode::kReset) {
+    AppendBulk(call.keys_resp, CarriedKey(prefix, to, request.key));  // Forgotten too.
+    ++call.extra_keys;
+  }
   if (earlier.empty()) {
     return;
   }
-  AppendBulk(call.keys_resp, CarriedKey(prefix, to, request.key));
   const int64_t ceiling = Ceiling(to);
   for (const Limit* from : earlier) {
     AppendBulk(call.keys_resp, RedisKey(prefix, *from, request.key));
@@ -120,31 +121,39 @@ void AppendEarlier(Call& call, std::string_view prefix, const LimitedKey& reques
     const bool same = SameShape(*from, to);
     const std::array<int64_t, 3> starts =
         from->calendar() && !same ? CalendarStarts(*from, to, now) : std::array<int64_t, 3>{};
-    AppendBulk(call.args_resp, fmt::format("{} {} {} {}", ceiling, same ? 1 : 0,
-                                           fmt::join(FiguresOf(*from, now), " "),
-                                           fmt::join(starts, " ")));
+    AppendBulk(call.args_resp,
+               fmt::format("{} {} {} {}", ceiling, same ? 1 : 0,
+                           fmt::join(FiguresOf(*from, now), " "), fmt::join(starts, " ")));
   }
-  call.extra_keys += 1 + 2 * earlier.size();  // A mark key for each figure.
+  call.extra_keys += 2 * earlier.size();  // And a mark key for each.
   call.extra_args += earlier.size();
 }
 
-// A record's reply, from its count of fields and values on: the fields, as HGETALL gave them.
-absl::StatusOr<Decision> ReadRecord(const redisReply& reply, size_t& at,
-                                    std::vector<std::pair<std::string, std::string>>& record) {
-  if (at >= reply.elements || reply.element[at]->type != REDIS_REPLY_INTEGER ||
+// A record's reply, from its count of fields and values on: the cursor to read on from, and
+// the fields, as HSCAN gave them.
+absl::StatusOr<Decision> ReadRecord(const redisReply& reply, size_t& at, Call& call) {
+  if (at + 1 >= reply.elements || reply.element[at]->type != REDIS_REPLY_INTEGER ||
       reply.element[at]->integer < 0 || reply.element[at]->integer % 2 != 0 ||
-      at + 1 + static_cast<size_t>(reply.element[at]->integer) > reply.elements) {
+      reply.element[at + 1]->type != REDIS_REPLY_STRING ||
+      at + 2 + static_cast<size_t>(reply.element[at]->integer) > reply.elements) {
     return absl::InternalError("redis: the script's reply to a record is malformed");
   }
   const size_t n = static_cast<size_t>(reply.element[at]->integer);
-  ++at;
+  const redisReply& cursor = *reply.element[at + 1];
+  if (call.record_cursor != nullptr) {
+    call.record_cursor->assign(cursor.str, cursor.len);
+  }
+  at += 2;
   for (size_t i = 0; i < n; i += 2, at += 2) {
     const redisReply& field = *reply.element[at];
     const redisReply& value = *reply.element[at + 1];
     if (field.type != REDIS_REPLY_STRING || value.type != REDIS_REPLY_STRING) {
       return absl::InternalError("redis: the script's reply to a record is malformed");
     }
-    record.emplace_back(std::string(field.str, field.len), std::string(value.str, value.len));
+    if (call.record != nullptr) {
+      call.record->emplace_back(std::string(field.str, field.len),
+                                std::string(value.str, value.len));
+    }
   }
   return Decision{.allowed = true};
 }
@@ -201,16 +210,17 @@ void AppendSettlement(Call& call, const Settlement& settlement) {
   AppendBulk(call.args_resp, settlement.max_debt);
 }
 
-void AppendRecord(Call& call, std::string_view redis_key,
+void AppendRecord(Call& call, std::string_view redis_key, std::string_view cursor,
                   std::span<const std::pair<std::string, std::string>> set) {
   AppendBulk(call.keys_resp, redis_key);
+  AppendBulk(call.args_resp, cursor);
   AppendBulk(call.args_resp, static_cast<int64_t>(set.size()));
   for (const auto& [field, value] : set) {
     AppendBulk(call.args_resp, field);
     AppendBulk(call.args_resp, value);
   }
   call.extra_keys = 1;
-  call.extra_args = 1 + 2 * set.size();
+  call.extra_args = 2 + 2 * set.size();
 }
 
 std::string OnceKey(std::string_view prefix, std::string_view first_redis_key,
@@ -308,7 +318,7 @@ absl::StatusOr<Decision> ReadReply(const redisReply& reply, size_t& at, Call& ca
     return Decision{.allowed = true};
   }
   if (call.mode == Call::Mode::kRecord) {
-    return ReadRecord(reply, at, *call.record);
+    return ReadRecord(reply, at, call);
   }
   const bool receipts = call.mode == Call::Mode::kCharge;
   const size_t stride = Stride(call.mode);

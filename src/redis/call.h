@@ -65,8 +65,9 @@ struct Call {
   std::span<Charge> receipts;
   // kSettle: where ReadReply writes what the settle did on each limit, as `receipts`.
   std::span<Settled> settled;
-  // kRecord: where ReadReply writes the record's fields as they were.
+  // kRecord: where ReadReply adds the fields read, and writes the cursor to read on from.
   std::vector<std::pair<std::string, std::string>>* record = nullptr;
+  std::string* record_cursor = nullptr;
   // Keys besides one per limit: a `once` key (kSettle), before the limits' keys; the keys of
   // the limits' earlier figures (AppendLimit), each after its limit's.
   size_t extra_keys = 0;
@@ -142,8 +143,9 @@ void AppendOnce(Call& call, std::string_view once_key, std::optional<Timestamp> 
 void AppendSettlement(Call& call, const Settlement& settlement);
 
 // In a call of mode kRecord, right after AppendHead (with no limits): the hash `redis_key`,
-// given `set`'s fields, or read whole when `set` is empty.
-void AppendRecord(Call& call, std::string_view redis_key,
+// given `set`'s fields, or when `set` is empty, read from `cursor` on ("0" first; ReadReply
+// gives the cursor to go on from, "0" again at the end).
+void AppendRecord(Call& call, std::string_view redis_key, std::string_view cursor,
                   std::span<const std::pair<std::string, std::string>> set);
 
 // The key that holds a settle's `once` claim, under `prefix`, in the hash slot of

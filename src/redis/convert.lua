@@ -3,21 +3,21 @@
 -- RedisStore's script after settle.lua, whose readers and state formats it shares.
 --
 -- A request names, for a limit a reload changed, the Redis keys of that limit under its
--- earlier figures (l.earlier, newest first; requests.lua), each with a mark key (f.mark; the
--- limit's own is l.mark), and its figures (f.spec, read by read_earlier). When the key under
--- the figures now does not exist, or exists but is marked, adopt finds the newest earlier key
--- that exists; unless that one is marked, its state is converted into the key: same shape (same
--- algorithm, period and buckets: f.same, from SameShape on the server), the state as it is, its
--- usage capped at the limit's capacity plus its debt (l.ceiling, from the server); another
--- shape, one lump v of units charged at t.
+-- earlier figures (l.earlier, newest first; requests.lua), each with a mark key (f.mark) and
+-- its figures (f.spec, read by read_earlier). When the key under the figures now does not
+-- exist, adopt finds the newest earlier key that does; unless that one is marked, its state is
+-- converted into the key: same shape (same algorithm, period and buckets: f.same, from
+-- SameShape on the server), the state as it is, its usage capped at the limit's capacity plus
+-- its debt (l.ceiling, from the server); another shape, one lump v of units charged at t.
 --
--- The earlier key is copied, not moved, and marked as carried for as long as it lives: the
--- servers of a fleet that have not reloaded yet go on counting on it, rather than finding it
--- gone and starting it afresh, and the mark stops a second conversion of it (were the new key
--- to expire first). A key whose figures come back (a change back) finds itself marked, and is
--- converted from the newer key. Every value stays below 2^53, as in decide.lua: the products
--- that could pass it (behind x N', a count of windows times N, used x P2'/P1') go through
--- mul_div, capped where only their minimum with a smaller figure matters.
+-- The earlier key is copied, not moved, and marked as carried: the servers of a fleet that
+-- have not reloaded yet go on counting on it, rather than finding it gone and starting it
+-- afresh, and the mark stops a second conversion of it (were the new key to expire first). A
+-- key that exists is never converted into (adopt says why): after a change back, the key under
+-- the figures in force again holds what it held before the change. Every value stays below
+-- 2^53, as in decide.lua: the products that could pass it (behind x N', a count of windows
+-- times N, used x P2'/P1') go through mul_div, capped where only their minimum with a smaller
+-- figure matters.
 
 -- min(a*b, cap), for 0 <= a, b and cap < 2^53, without forming a product above it.
 local function capped_product(a, b, cap)
@@ -320,28 +320,21 @@ local function convert(f, key, l, now)
   end
 end
 
--- Before a request acts on `key` under l: unless the key holds a state of its own that was not
--- carried on, the newest of l's earlier keys that exists, converted into it when not carried
--- already. A marked key with nothing to take counts again as its own.
+-- Before a request acts on `key` under l, when it does not exist: the newest of l's earlier
+-- keys that exists, converted into it unless carried already. A key that exists is never
+-- overwritten: it is counting for the servers that decide under l, and one that holds it under
+-- other figures (and names these as earlier: a change back, or a rollback during a rollout)
+-- counts on its own key likewise; converting either way would lose what the other admitted.
 local function adopt(key, l, now)
-  if not l.earlier then
-    return
-  end
-  local own = redis.call('EXISTS', key) == 1
-  if own and redis.call('EXISTS', l.mark) == 0 then
+  if not l.earlier or redis.call('EXISTS', key) == 1 then
     return
   end
   for _, f in ipairs(l.earlier) do
     if redis.call('EXISTS', f.key) == 1 then
       if redis.call('EXISTS', f.mark) == 0 then
-        redis.call('DEL', key)
         convert(f, key, l, now)
-        own = false
       end
-      break
+      return
     end
-  end
-  if own then
-    redis.call('DEL', l.mark)
   end
 end

@@ -155,16 +155,18 @@ void RedisStore::Impl::SubmitLeases(LeaseOp op, std::span<const LeasedKey> keys,
   Enqueue(std::move(call));
 }
 
-void RedisStore::Impl::SubmitRecord(std::string_view name,
+void RedisStore::Impl::SubmitRecord(std::string_view name, std::string_view cursor,
                                     std::span<const std::pair<std::string, std::string>> set,
-                                    RedisStore::Record* record, DecideDone done) {
+                                    RedisStore::Record* record, std::string* next_cursor,
+                                    DecideDone done) {
   auto call = std::make_unique<Call>();
   call->mode = Call::Mode::kRecord;
   call->record = record;
+  call->record_cursor = next_cursor;
   FillCall(*call, 0, 0, Timestamp{}, {}, std::move(done));
   const std::string key = options_.key_prefix + std::string(name);
   if (SameSlot(*call, key, name)) {
-    internal::AppendRecord(*call, key, set);
+    internal::AppendRecord(*call, key, cursor, set);
     Enqueue(std::move(call));
   }
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "boost/asio/ssl/context.hpp"
 #include "fmt/format.h"
 
@@ -104,13 +105,20 @@ absl::StatusOr<RedisStore::Record> RedisStore::ReadRecord(std::string_view name)
   if (absl::Status s = CheckRecordName(name); !s.ok()) {
     return s;
   }
-  Record record;
-  const absl::StatusOr<Decision> done =
-      Wait([&](DecideDone d) { impl_->SubmitRecord(name, {}, &record, std::move(d)); });
-  if (!done.ok()) {
-    return done.status();
-  }
-  return record;
+  // A part at a time (HSCAN), each call short; a field HSCAN gives twice (the hash grew
+  // meanwhile) is kept once.
+  Record parts;
+  std::string cursor = "0";
+  do {
+    const std::string from = cursor;
+    const absl::StatusOr<Decision> done = Wait(
+        [&](DecideDone d) { impl_->SubmitRecord(name, from, {}, &parts, &cursor, std::move(d)); });
+    if (!done.ok()) {
+      return done.status();
+    }
+  } while (cursor != "0");
+  absl::flat_hash_map<std::string, std::string> fields(parts.begin(), parts.end());
+  return Record(fields.begin(), fields.end());
 }
 
 absl::Status RedisStore::WriteRecord(std::string_view name,
@@ -121,8 +129,9 @@ absl::Status RedisStore::WriteRecord(std::string_view name,
   if (fields.empty()) {
     return absl::OkStatus();
   }
-  Record unused;
-  return Wait([&](DecideDone d) { impl_->SubmitRecord(name, fields, &unused, std::move(d)); })
+  return Wait([&](DecideDone d) {
+           impl_->SubmitRecord(name, "0", fields, nullptr, nullptr, std::move(d));
+         })
       .status();
 }
 

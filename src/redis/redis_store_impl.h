@@ -100,8 +100,9 @@ class RedisStore::Impl {
                     std::string_view once, Timestamp once_until, Timestamp now,
                     std::span<Settled> settled, StatusDone done);
   void SubmitReset(std::span<const LimitedKey> requests, Timestamp now, StatusDone done);
-  void SubmitRecord(std::string_view name, std::span<const std::pair<std::string, std::string>> set,
-                    RedisStore::Record* record, DecideDone done);
+  void SubmitRecord(std::string_view name, std::string_view cursor,
+                    std::span<const std::pair<std::string, std::string>> set,
+                    RedisStore::Record* record, std::string* next_cursor, DecideDone done);
   struct SettlePart;  // settle_calls.cc
   struct Settle;
 

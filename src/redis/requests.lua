@@ -18,8 +18,8 @@
 --   seven: the charge's time, the units of it to give back and its ahead, the units to charge
 --   past the limit, and max_debt; the cost is unused. mode 5 resets: each limit's key is
 --   deleted. mode 6 reads or writes a record (a hash a fleet shares): after the head (its
---   limit count 0), n, then n fields and values to set (none: a read); its hash is the
---   request's key.
+--   limit count 0), a read's cursor ('0' first), n, then n fields and values to set (none: a
+--   read); its hash is the request's key.
 --   A calendar quota (a fixed_window on the calendar, Limit::calendar) has the code 8, N, P (its
 --   longest window), then in place of B, K, N', P' the four bounds of CalendarBounds: the
 --   windows before, at and after the server's time.
@@ -29,7 +29,8 @@
 --   a store keeps), 1 when the figure has the limit's shape (SameShape) or 0, its seven, and
 --   for an earlier calendar quota of another shape the server's count of its window starts in
 --   (its fourth bound, x] for x in [lo, hi), cnt, lo and hi (0 0 0 otherwise). In KEYS, after
---   the limit's key: its mark key, then each earlier figure's key and mark key (convert.lua).
+--   the limit's key: in mode 5 its mark key, then each earlier figure's key and mark key
+--   (convert.lua).
 --   A request of leases (Store::LeaseAll) has the code 7 in place of an algorithm on each
 --   key, and its op (0 query, 1 take, 2 release) in place of the cost; per key: 7, capacity,
 --   ttl, the lease id, and three unused numbers.
@@ -41,7 +42,7 @@
 -- reset_after, retry_after, delay, in microseconds; mode 2: what a cost-0 query answers after
 -- the give-back), in mode 1 seven (the five, then the charge's time and ahead), in mode 4
 -- seven (a cost-0 query's five after the settle, then the units given back and charged), in
--- mode 5 none, in mode 6 the hash's count of fields and values, then them (0 for a write); or
+-- mode 5 none, in mode 6 a count of fields and values, the next cursor, then them; or
 -- 0 followed by
 -- an error message (settle.lua's ONCE_CLAIMED for a settle whose `once` is claimed already).
 --
@@ -92,21 +93,23 @@ local function give_back_request(keys, limits, now, out)
 end
 
 -- Mode 6, a record a fleet shares (RedisStore::ReadRecord and WriteRecord): with no fields to
--- set, answers the hash record.key whole (its count of fields and values, then them); else
--- sets them, and answers a count of 0.
+-- set, answers a part of the hash record.key from record.cursor on (HSCAN: a few hundred
+-- fields a call, so that no call holds Redis long): its count of fields and values, the next
+-- cursor ('0' at the end), then them; else sets them, and answers 0 and '0'.
 local function record_request(record, out)
+  local cursor, fields = '0', {}
   if #record.set == 0 then
-    local fields = redis.call('HGETALL', record.key)
-    out[#out + 1] = #fields
-    for i = 1, #fields do
-      out[#out + 1] = fields[i]
-    end
-    return
+    local part = redis.call('HSCAN', record.key, record.cursor, 'COUNT', 500)
+    cursor, fields = part[1], part[2]
   end
   for i = 1, #record.set, 2 do
     redis.call('HSET', record.key, record.set[i], record.set[i + 1])
   end
-  out[#out + 1] = 0
+  out[#out + 1] = #fields
+  out[#out + 1] = cursor
+  for i = 1, #fields do
+    out[#out + 1] = fields[i]
+  end
 end
 
 -- A limit's seven arguments from ARGV[arg] on.
@@ -156,12 +159,12 @@ for _ = 1, tonumber(ARGV[2]) do
   local keys, limits = {}, {}
   local once_key, once_until
   local record
-  if mode == 6 then -- A record: its hash key, and the fields to set after it is read.
-    record = { key = KEYS[key], set = {} }
-    for i = 1, 2 * tonumber(ARGV[arg]) do
-      record.set[i] = ARGV[arg + i]
+  if mode == 6 then -- A record: its hash key, the cursor of a read, the fields to set.
+    record = { key = KEYS[key], cursor = ARGV[arg], set = {} }
+    for i = 1, 2 * tonumber(ARGV[arg + 1]) do
+      record.set[i] = ARGV[arg + 1 + i]
     end
-    arg = arg + 1 + #record.set
+    arg = arg + 2 + #record.set
     key = key + 1
   end
   if mode == 4 then
@@ -179,10 +182,12 @@ for _ = 1, tonumber(ARGV[2]) do
     arg = arg + 7
     local earlier = tonumber(ARGV[arg])
     arg = arg + 1
-    if earlier > 0 then
+    if mode == 5 then -- A reset: the limit's own mark key, which it forgets too.
       limits[i].mark = KEYS[key]
-      limits[i].earlier = {}
       key = key + 1
+    end
+    if earlier > 0 then
+      limits[i].earlier = {}
       for j = 1, earlier do
         -- Read whole only when the key is carried (convert.lua's read_earlier).
         limits[i].earlier[j] = { key = KEYS[key], mark = KEYS[key + 1], spec = ARGV[arg] }

@@ -143,10 +143,7 @@ end
 -- (Store::ResetAll). Answers nothing per limit.
 local function reset_request(keys, limits)
   for i = 1, #keys do
-    redis.call('DEL', keys[i])
-    if limits[i].earlier then
-      redis.call('DEL', limits[i].mark)
-    end
+    redis.call('DEL', keys[i], limits[i].mark)
     for _, f in ipairs(limits[i].earlier or {}) do
       redis.call('DEL', f.key, f.mark) -- a change back to those figures must not find it
     end

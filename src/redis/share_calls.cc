@@ -39,8 +39,9 @@ int64_t SteadyNanos() {
 struct RedisStore::Impl::Taking {
   internal::ShareTake share;
   Limit limit;
-  std::string key;  // The caller's.
-  std::string id;   // The Redis key: the engine's name for (limit, key).
+  std::string key;            // The caller's.
+  std::vector<Limit> before;  // The limit's earlier figures (LimitedKey::before).
+  std::string id;             // The Redis key: the engine's name for (limit, key).
   SharePolicy policy;
   int64_t cost = 0;  // The request's own; 0 for a refill.
   int64_t take = 0;  // What the call charges.
@@ -79,6 +80,7 @@ bool RedisStore::Impl::SubmitLeased(std::span<const LimitedKey> requests, int64_
   auto taking = [&](int64_t own, int64_t take) {
     return std::unique_ptr<Taking>(new Taking{.limit = *r.limit,
                                               .key = std::string(r.key),
+                                              .before = {r.before.begin(), r.before.end()},
                                               .id = id,
                                               .policy = *r.share,
                                               .cost = own,
@@ -138,7 +140,8 @@ void RedisStore::Impl::TakeShare(std::unique_ptr<Taking> taking) {
   if (!SameSlot(*call, t.id, t.key)) {
     return;  // Not for one key; SameSlot has answered.
   }
-  AppendLimit(*call, options_.key_prefix, t.id, {.limit = &t.limit, .key = t.key}, t.sent);
+  AppendLimit(*call, options_.key_prefix, t.id,
+              {.limit = &t.limit, .key = t.key, .before = t.before}, t.sent);
   Enqueue(std::move(call));
 }
 

@@ -90,9 +90,9 @@ TEST(BatchCommandTest, FramesCallsAsOneEvalshaInTheLayoutOfTheScript) {
 }
 
 // A limit a reload changed names its earlier figures: their keys follow the limit's, each with
-// its mark key (the limit's own first), and their figures its own, one argument each, with the
-// ceiling a carried key is held to and whether each has its shape; figures the store cannot
-// hold, and the limit's own, are left out. A give-back sends none.
+// its mark key, and their figures its own, one argument each, with the ceiling a carried key
+// is held to and whether each has its shape; figures the store cannot hold, and the limit's
+// own, are left out. A give-back sends none.
 // A call of `mode` on `now` for "alice", with `before`.
 CallPtr CallWithEarlier(Call::Mode mode, const Limit& now, std::span<const Limit> before) {
   auto call = std::make_unique<Call>();
@@ -120,13 +120,13 @@ TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
   ASSERT_NE(command, nullptr);
   const std::string ceiling =
       std::to_string(std::min(10 + kMaxDebt, (int64_t{1} << 52) / now.rate_period_us()));
-  // The keys: the limit's and its mark's, then each earlier figure's two; the give-back's own.
+  // The keys: the limit's, then each earlier figure's and its mark's; the give-back's own.
   const std::vector<std::string> keys = {
-      "p:g10/1000000b10:{alice}", "p:carried:g10/1000000b10:{alice}",  //
-      "p:g5/1000000b5:{alice}",   "p:carried:g5/1000000b5:{alice}",    //
-      "p:f7/60000000:{alice}",    "p:carried:f7/60000000:{alice}",     //
+      "p:g10/1000000b10:{alice}",                                    //
+      "p:g5/1000000b5:{alice}",   "p:carried:g5/1000000b5:{alice}",  //
+      "p:f7/60000000:{alice}",    "p:carried:f7/60000000:{alice}",   //
       "p:g10/1000000b10:{alice}"};
-  std::vector<std::string> want = {"EVALSHA", "sha", "7"};
+  std::vector<std::string> want = {"EVALSHA", "sha", "6"};
   want.insert(want.end(), keys.begin(), keys.end());
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"1000", "2", ""},  // margin, calls, expires
@@ -142,33 +142,39 @@ TEST(BatchCommandTest, FramesALimitsEarlierFiguresAfterItsOwn) {
   EXPECT_THAT(Strings(*command), ElementsAreArray(want));
 }
 
-// A record: its hash as the one key, the fields to set after the head; and its reply, the
-// hash's fields and values after a count, read into the call's record.
+// A record: its hash as the one key, a read's cursor and the fields to set after the head; and
+// its reply, the fields and values after a count and the next cursor, read into the call.
 TEST(BatchCommandTest, FramesARecordAndReadsItsFields) {
   const std::pair<std::string, std::string> fields[] = {{"path\nname", "fixed_window:5:1:5:1"}};
   Call write;
   write.mode = Call::Mode::kRecord;
   AppendHead(write, std::nullopt, 0);
-  AppendRecord(write, "p:limits", fields);
+  AppendRecord(write, "p:limits", "0", fields);
   std::vector<CallPtr> calls;
   calls.push_back(std::make_unique<Call>(std::move(write)));
   const ReplyPtr command = ReadResp(BatchCommand(calls, "sha", "1000", std::nullopt));
   ASSERT_NE(command, nullptr);
   EXPECT_THAT(Strings(*command), ElementsAreArray<std::string>(
                                      {"EVALSHA", "sha", "1", "p:limits", "1000", "1", "", "", "0",
-                                      "0", "6", "1", "path\nname", "fixed_window:5:1:5:1"}));
-  const ReplyPtr reply = ReadResp("*6\r\n:1\r\n:4\r\n$1\r\na\r\n$2\r\nxy\r\n$1\r\nb\r\n$0\r\n\r\n");
+                                      "0", "6", "0", "1", "path\nname", "fixed_window:5:1:5:1"}));
+  const ReplyPtr reply =
+      ReadResp("*7\r\n:1\r\n:4\r\n$2\r\n17\r\n$1\r\na\r\n$2\r\nxy\r\n$1\r\nb\r\n$0\r\n\r\n");
   ASSERT_NE(reply, nullptr);
   RedisStore::Record record;
+  std::string cursor;
   Call read;
   read.mode = Call::Mode::kRecord;
   read.record = &record;
+  read.record_cursor = &cursor;
   size_t at = 0;
   ASSERT_TRUE(ReadReply(*reply, at, read).ok());
-  EXPECT_EQ(at, 6u);
+  EXPECT_EQ(at, 7u);
+  EXPECT_EQ(cursor, "17");
   EXPECT_EQ(record, (RedisStore::Record{{"a", "xy"}, {"b", ""}}));
-  // A count past the reply, or odd, is malformed.
-  for (const char* bytes : {"*3\r\n:1\r\n:4\r\n$1\r\na\r\n", "*3\r\n:1\r\n:1\r\n$1\r\na\r\n"}) {
+  // A count past the reply, an odd one, or a cursor that is no string, is malformed.
+  for (const char* bytes :
+       {"*4\r\n:1\r\n:4\r\n$1\r\n0\r\n$1\r\na\r\n", "*4\r\n:1\r\n:1\r\n$1\r\n0\r\n$1\r\na\r\n",
+        "*3\r\n:1\r\n:0\r\n:0\r\n"}) {
     const ReplyPtr bad = ReadResp(bytes);
     ASSERT_NE(bad, nullptr);
     at = 0;

@@ -54,16 +54,16 @@ int64_t RedisMaxDebt(const Limit& limit) {
 }
 
 // The Redis keys of a store as a map of (figures, key) to state, with their marks, and what
-// the script does with `before` (src/redis/convert.lua): unless the key under the figures now
-// exists unmarked, the newest earlier key that exists is converted into it when not marked,
-// and then marked (or deleted, when it had reset); a key marked with nothing to take is its
-// own again. Then the request is decided as Decide does, and written when it charged.
+// the script does with `before` (src/redis/convert.lua): when the key under the figures now
+// does not exist, the newest earlier key that does is converted into it unless marked, and
+// then marked (or deleted, when it had reset). Then the request is decided as Decide does,
+// and written when it charged.
 class KeysModel {
  public:
   Decision DecideAt(const Limit& limit, std::span<const Limit> before, const std::string& key,
                     int64_t cost, int64_t t) {
     const Id here{limit.ToString(), key};
-    if (!before.empty() && (!keys_.contains(here) || marked_.contains(here))) {
+    if (!keys_.contains(here)) {
       Adopt(limit, before, here, t);
     }
     const auto found = keys_.find(here);
@@ -81,9 +81,7 @@ class KeysModel {
       marked_.erase({l.ToString(), key});
     }
     keys_.erase({limit.ToString(), key});
-    if (!before.empty()) {
-      marked_.erase({limit.ToString(), key});
-    }
+    marked_.erase({limit.ToString(), key});
   }
 
   int adopted = 0;
@@ -92,32 +90,27 @@ class KeysModel {
   using Id = std::pair<std::string, std::string>;
 
   void Adopt(const Limit& limit, std::span<const Limit> before, const Id& here, int64_t t) {
-    bool own = keys_.contains(here);
     for (const Limit& earlier : before) {
       const auto there = keys_.find({earlier.ToString(), here.second});
       if (there == keys_.end()) {
         continue;
       }
-      if (!marked_.contains(there->first)) {
-        keys_.erase(here);
-        own = false;
-        AnyState probe = there->second;
-        if (Decide(earlier, probe, At(t), 0).reset_after == Micros{0}) {
-          keys_.erase(there);
-        } else {
-          const AnyState carried =
-              ConvertState(earlier, there->second, limit, At(t), RedisMaxDebt(limit));
-          if (carried != InitialState(limit.algorithm())) {
-            keys_[here] = carried;
-            ++adopted;
-          }
-          marked_.insert(there->first);
-        }
+      if (marked_.contains(there->first)) {
+        return;
       }
-      break;
-    }
-    if (own) {
-      marked_.erase(here);
+      AnyState probe = there->second;
+      if (Decide(earlier, probe, At(t), 0).reset_after == Micros{0}) {
+        keys_.erase(there);
+        return;
+      }
+      const AnyState carried =
+          ConvertState(earlier, there->second, limit, At(t), RedisMaxDebt(limit));
+      if (carried != InitialState(limit.algorithm())) {
+        keys_[here] = carried;
+        ++adopted;
+      }
+      marked_.insert(there->first);
+      return;
     }
   }
 
@@ -177,9 +170,11 @@ TEST(RedisChangeTest, ALoweredOrRaisedLimitKeepsTheUnitsUsedAndAResetForgetsThem
   // The earlier key stays, for the servers of a fleet that have not reloaded yet: they go on
   // from what it held (7 of 10), not afresh.
   EXPECT_EQ(Admit(*store, ten, {}, "a", kStart + 2, 10), 3);
-  // It is marked as carried: a change back finds it marked, and converts the newer key into it.
+  // A key that exists is never converted into: a change back finds "b" as it was before the
+  // change (7 of 10), not what the 20 per hour admitted since, which stays on its own key.
   const std::vector<Limit> from_twenty = {twenty, ten};
-  EXPECT_EQ(Admit(*store, ten, from_twenty, "b", kStart + 2, 5), 0);  // 20 used of 10.
+  EXPECT_EQ(Admit(*store, ten, from_twenty, "b", kStart + 2, 5), 3);
+  EXPECT_EQ(Admit(*store, twenty, from_ten, "b", kStart + 2, 5), 0);  // 20 used of 20.
   // Carried once only: when the new figures' key is gone (a shorter window ended), it starts
   // afresh rather than from the earlier key again.
   const Limit minute = MustLimit({.limit = 5, .period = 1min});
@@ -204,6 +199,59 @@ TEST(RedisChangeTest, ALoweredOrRaisedLimitKeepsTheUnitsUsedAndAResetForgetsThem
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->allowed);
   EXPECT_EQ(d->remaining, 0);  // 2 carried, 1 charged, of 3.
+}
+
+// A hot key's share (SharePolicy) is taken under the new figures with the earlier ones named:
+// its first take carries the key, as a decision does.
+TEST(RedisChangeTest, AShareOfAHotKeyCarriesItsKeyToo) {
+  RedisServer server;
+  RedisStoreOptions options = OptionsFor(server);
+  options.shares = true;
+  std::unique_ptr<RedisStore> store = MustStore(options);
+  const Limit ten = MustLimit({.limit = 10, .period = 1h});
+  const Limit four = MustLimit({.limit = 4, .period = 1h});
+  const SharePolicy policy{.max = 2, .ttl = 100ms};
+  const std::vector<Limit> from_ten = {ten};
+  EXPECT_EQ(Admit(*store, ten, {}, "hot", kStart, 7), 7);
+  for (const bool named : {true, false}) {
+    const LimitedKey request{
+        .limit = &four,
+        .key = named ? "hot" : "cold",
+        .share = &policy,
+        .before = named ? std::span<const Limit>(from_ten) : std::span<const Limit>()};
+    Decision each[1];
+    const absl::StatusOr<Decision> d = store->DecideAll({&request, 1}, 1, At(kStart + 1), each);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->allowed, !named) << (named ? "7 used of 4, carried" : "a key of its own");
+  }
+}
+
+// A rollback during a rollout: servers on 10 per hour name 20 as earlier, servers on 20 name
+// 10, and both decide on one key. Each set of figures counts on its own key (neither converts
+// into a key that exists), so each admits what its own limit leaves: never more in all than
+// both limits, and none of the admissions of one is undone by the other.
+TEST(RedisChangeTest, ARollbackDuringARolloutHoldsEachServerToItsOwnLimit) {
+  RedisServer server;
+  std::unique_ptr<RedisStore> store = MustStore(OptionsFor(server));
+  const Limit ten = MustLimit({.limit = 10, .period = 1h});
+  const Limit twenty = MustLimit({.limit = 20, .period = 1h});
+  const std::vector<Limit> from_ten = {ten};
+  const std::vector<Limit> from_twenty = {twenty};
+  EXPECT_EQ(Admit(*store, ten, {}, "k", kStart, 5), 5);
+  const LimitedKey carry{.limit = &twenty, .key = "k", .before = from_ten};
+  Decision each[1];
+  const absl::StatusOr<Decision> carried = store->DecideAll({&carry, 1}, 0, At(kStart + 1), each);
+  ASSERT_TRUE(carried.ok()) << carried.status();
+  EXPECT_EQ(carried->remaining, 15);  // 5 of 20, carried.
+  int64_t on_ten = 0;
+  int64_t on_twenty = 0;
+  for (int round = 0; round < 40; ++round) {
+    on_ten += Admit(*store, ten, from_twenty, "k", kStart + 2 + round, 1);
+    on_ten += Admit(*store, ten, from_twenty, "k", kStart + 2 + round, 1);
+    on_twenty += Admit(*store, twenty, from_ten, "k", kStart + 2 + round, 1);
+  }
+  EXPECT_EQ(on_ten, 5);      // 10 less the 5 used before.
+  EXPECT_EQ(on_twenty, 15);  // 20 less the 5 carried.
 }
 
 // A key in debt past what the new figures hold (a settle charged it up to its limit plus the
@@ -354,6 +402,17 @@ TEST(RedisRecordTest, WritesAndReadsAHashOfFields) {
   EXPECT_EQ(*record, (RedisStore::Record{{"a", "4"}, {"b\n\t", "2 3"}, {"c", ""}}));
   testing::Client client(server.port());
   EXPECT_EQ(client.Run({"HLEN", OptionsFor(server).key_prefix + "limits"})->integer, 3);
+  // More fields than one script call reads (HSCAN, 500 a part): all of them, once each.
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int i = 0; i < 3000; ++i) {
+    many.emplace_back("f" + std::to_string(i), std::to_string(i));
+  }
+  ASSERT_TRUE(redis->WriteRecord("many", many).ok());
+  absl::StatusOr<RedisStore::Record> all = redis->ReadRecord("many");
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::sort(all->begin(), all->end());
+  std::sort(many.begin(), many.end());
+  EXPECT_EQ(*all, many);
   for (const char* bad : {"", "{x}", "a}"}) {
     EXPECT_EQ(redis->ReadRecord(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(redis->WriteRecord(bad, first).code(), absl::StatusCode::kInvalidArgument) << bad;
