@@ -475,11 +475,14 @@ TEST(GrpcIntegrationTest, ReachesRedisThroughAUnixSocketAndOverTls) {
         grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()),
         fmt::format("198.51.100.{}", ++index));
   }
+  // In each database, the limit's key and the fleet's record of the limits (docs/redis.md):
+  // the unix socket's in database 2, the TLS one's in 0.
   testing::Client client(redis.port());
-  client.Run({"SELECT", "2"});
-  EXPECT_EQ(client.Run({"DBSIZE"})->integer, 1);  // The unix socket's key, in database 2.
-  client.Run({"SELECT", "0"});
-  EXPECT_EQ(client.Run({"DBSIZE"})->integer, 1);  // The TLS one's.
+  for (const char* db : {"2", "0"}) {
+    client.Run({"SELECT", db});
+    EXPECT_EQ(client.Run({"DBSIZE"})->integer, 2) << "database " << db;
+    EXPECT_EQ(client.Run({"EXISTS", "sluice:limits"})->integer, 1) << "database " << db;
+  }
   EXPECT_EQ(over_unix.Stop(), 0);
   EXPECT_EQ(over_tls.Stop(), 0);
 }
