@@ -45,21 +45,12 @@ def cli(port, *args, timeout=10):
 
 class RedisCluster:
     def __init__(self, workdir, masters=3, node_timeout_ms=2000):
+        self.node_timeout_ms = node_timeout_ms
         self.workdir = workdir
         self.procs = {}
         self.ports = []
         for i in range(2 * masters):
-            port = _free_port_with_bus()
-            self.ports.append(port)
-            d = os.path.join(workdir, f"node{i}")
-            os.makedirs(d, exist_ok=True)
-            self.procs[port] = subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", d, "--logfile", os.path.join(d, "redis.log"),
-                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                 "--cluster-node-timeout", str(node_timeout_ms)])
-        for port in self.ports:
-            self._await(lambda: cli(port, "PING") == "PONG", f"redis-server on {port}")
+            self.ports.append(self._start_node(os.path.join(workdir, f"node{i}")))
         create = subprocess.run(
             ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
              "--cluster-replicas", "1", "--cluster-yes"], capture_output=True, text=True,
@@ -69,8 +60,32 @@ class RedisCluster:
                                  create.stderr)
         self.await_healthy()
 
+    def _start_node(self, d):
+        """Starts one node in `d` and returns its port once it answers PING. The port was free a
+        moment ago, but another test's server may take it first (then redis-server exits): a
+        node that exits is started again on another port."""
+        os.makedirs(d, exist_ok=True)
+        for _ in range(5):
+            port = _free_port_with_bus()
+            proc = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", d, "--logfile", os.path.join(d, "redis.log"),
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", str(self.node_timeout_ms)])
+            self._await(lambda: proc.poll() is not None or cli(port, "PING") == "PONG",
+                        f"redis-server on {port}")
+            if proc.poll() is None:
+                self.procs[port] = proc
+                return port
+            if os.path.exists(os.path.join(d, "nodes.conf")):
+                os.remove(os.path.join(d, "nodes.conf"))
+        raise AssertionError(f"redis-server in {d} exited five times; see {d}/redis.log")
+
     @staticmethod
-    def _await(predicate, what, timeout=30):
+    def _await(predicate, what, timeout=120):
+        # Generous: on a loaded machine (a sanitizer build and CPU hogs beside it) a start or a
+        # failover takes many times what it takes on an idle one; a fixed budget is only a
+        # guard against hanging forever.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
