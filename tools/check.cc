@@ -1,5 +1,7 @@
 #include "tools/check.h"
 
+#include <iostream>
+#include <string>
 #include <utility>
 
 #include "boost/asio/connect.hpp"
@@ -135,6 +137,9 @@ absl::StatusOr<std::string> CheckBody(const CheckFlags& flags) {
   if (flags.receipt) {
     (*body)["receipt"] = true;
   }
+  if (flags.explain) {
+    (*body)["explain"] = true;
+  }
   return Dump(*body);
 }
 
@@ -223,6 +228,26 @@ absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& b
     return unavailable(failed_step);
   }
   return HttpAnswer{.status = response.result_int(), .body = std::move(response.body())};
+}
+
+std::string ErrorOf(const HttpAnswer& answer) {
+  const auto json = nlohmann::json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
+  if (json.is_object() && json.contains("error") && json["error"].is_string()) {
+    return json["error"].get<std::string>();
+  }
+  return answer.body;
+}
+
+absl::StatusOr<HttpAnswer> PostAs(std::string_view command, std::string_view server,
+                                  std::string_view path, const std::string& body,
+                                  std::string_view timeout, std::string_view bearer_token) {
+  absl::StatusOr<std::string> url = Endpoint(server, path);
+  absl::StatusOr<HttpAnswer> answer =
+      url.ok() ? PostJson(*url, body, timeout, bearer_token) : url.status();
+  if (!answer.ok()) {
+    std::cerr << "sluice " << command << ": " << answer.status().message() << "\n";
+  }
+  return answer;
 }
 
 }  // namespace sluice::tools

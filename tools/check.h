@@ -32,6 +32,7 @@ struct CheckFlags {
   std::string time_zone;            // Ad hoc, with `calendar`: its IANA zone (default UTC).
   int64_t cost = 1;
   bool receipt = false;  // Ask for a receipt, to settle the real cost later (`sluice settle`).
+  bool explain = false;  // Ask for the answer's explanation (`sluice explain`).
   std::string timeout = "5s";
   std::string max_wait;  // acquire only: how long the server may hold the request.
 };
@@ -57,5 +58,14 @@ struct HttpAnswer {
 // reached or does not answer within `timeout`.
 absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
                                     std::string_view timeout, std::string_view bearer_token = {});
+
+// PostJson to `path` on --server `server`; an error is also said on stderr, as `command`'s
+// ("sluice reset: ...").
+absl::StatusOr<HttpAnswer> PostAs(std::string_view command, std::string_view server,
+                                  std::string_view path, const std::string& body,
+                                  std::string_view timeout, std::string_view bearer_token = {});
+
+// The server's "error" of a JSON answer, or the answer itself when it has none.
+std::string ErrorOf(const HttpAnswer& answer);
 
 }  // namespace sluice::tools

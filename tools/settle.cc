@@ -13,29 +13,6 @@ namespace {
 constexpr int kRefused = 1;
 constexpr int kUsageError = 2;
 
-// The server's "error" of a JSON answer, or the answer itself when it has none.
-std::string ErrorOf(const HttpAnswer& answer) {
-  const auto json = nlohmann::json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
-  if (json.is_object() && json.contains("error") && json["error"].is_string()) {
-    return json["error"].get<std::string>();
-  }
-  return answer.body;
-}
-
-// POSTs `body` to `path` on --server `server`; the answer, or an error said on stderr as
-// `command`'s.
-absl::StatusOr<HttpAnswer> Post(std::string_view command, std::string_view server,
-                                std::string_view path, const std::string& body,
-                                std::string_view timeout, std::string_view bearer_token = {}) {
-  absl::StatusOr<std::string> url = Endpoint(server, path);
-  absl::StatusOr<HttpAnswer> answer =
-      url.ok() ? PostJson(*url, body, timeout, bearer_token) : url.status();
-  if (!answer.ok()) {
-    std::cerr << "sluice " << command << ": " << answer.status().message() << "\n";
-  }
-  return answer;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> ReadAdminToken(const std::string& path) {
@@ -63,7 +40,7 @@ int RunSettle(const SettleFlags& flags) {
   }
   const std::string body = nlohmann::json{{"receipt", flags.receipt}, {"cost", flags.cost}}.dump();
   absl::StatusOr<HttpAnswer> answer =
-      Post("settle", flags.server, "/v1/settle", body, flags.timeout);
+      PostAs("settle", flags.server, "/v1/settle", body, flags.timeout);
   if (!answer.ok()) {
     return kUsageError;
   }
@@ -92,7 +69,7 @@ int RunReset(const ResetFlags& flags) {
     return kUsageError;
   }
   absl::StatusOr<HttpAnswer> answer =
-      Post("reset", flags.request.server, "/v1/reset", *body, flags.request.timeout, *token);
+      PostAs("reset", flags.request.server, "/v1/reset", *body, flags.request.timeout, *token);
   if (!answer.ok()) {
     return kUsageError;
   }

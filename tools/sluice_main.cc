@@ -6,7 +6,8 @@
 // within --max-wait, 1 when no wait can help, 2 on an error. `sluice release` gives a lease
 // back: 0 when it was held, 1 when it had expired or been released already, 2 on an error.
 // `sluice settle` and `sluice reset` act after a decision (tools/settle.h): 0 when done, 1
-// when the server refuses (the receipt, the admin token), 2 on an error.
+// when the server refuses (the receipt, the admin token), 2 on an error. `sluice explain`
+// prints why a request was answered so (tools/explain.h), with check's exit status.
 // A bad command line exits 2, naming the subcommand and pointing to its own --help; a
 // misspelt subcommand is answered with the closest one.
 
@@ -25,6 +26,7 @@
 #include "sluice/duration.h"
 #include "sluice/limit.h"
 #include "tools/check.h"
+#include "tools/explain.h"
 #include "tools/settle.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
@@ -459,10 +461,20 @@ int Main(int argc, char** argv) {
   CLI::App* settle = AddSettle(app, settle_flags);
   ResetFlags reset_flags;
   CLI::App* reset = AddReset(app, reset_flags);
+  ExplainFlags explain_flags;
+  CLI::App* explain = app.add_subcommand(
+      "explain",
+      "Ask a running sluiced about one request and print why it answered so; exit 0 if allowed, "
+      "1 if denied");
+  AddRequestFlags(*explain, explain_flags.request);
+  explain->add_option("--admin-token-file", explain_flags.admin_token_file,
+                      "the file holding sluiced's admin token (needed at --cost 0)");
+  explain->add_flag("--json", explain_flags.json, "print the server's JSON answer as it is");
 
   app.set_version_flag("--version", fmt::format("sluice {}", build::kVersionText),
                        "Print sluice's version and exit");
-  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release, settle, reset};
+  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release,
+                                                 settle,   reset, explain};
   if (std::optional<std::string> unknown = UnknownSubcommand(commands, argc, argv)) {
     std::cerr << "sluice: " << *unknown << "\n";
     return kUsageError;
@@ -493,6 +505,9 @@ int Main(int argc, char** argv) {
   }
   if (reset->parsed()) {
     return RunReset(reset_flags);
+  }
+  if (explain->parsed()) {
+    return RunExplain(explain_flags);
   }
   return kUsageError;
 }

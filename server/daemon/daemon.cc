@@ -122,6 +122,7 @@ absl::Status Daemon::Open() {
           ? "memory " + NewReceiptId()
           : fmt::format("{} {}", flags_.store, flags_.cache_key_prefix.value_or("sluice:"));
   service_->SetReceiptSigner(signer.ForStore(store_name));
+  service_->SetKeyNames(KeyNames(flags_.hide_keys));
   if (!flags_.config.empty()) {
     absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
     if (!rules.ok()) {
@@ -253,13 +254,13 @@ absl::Status Daemon::Start(const Settings& settings) {
 
 // The debug listener: an HttpServer of its own, one event loop, over DebugApi.
 absl::Status Daemon::StartDebug(const HostPort& debug) {
-  debug_api_ = std::make_unique<DebugApi>(*service_);
+  debug_api_ = std::make_unique<DebugApi>(*service_, api_.get());
   debug_server_ = std::make_unique<HttpServer>(
       *debug_api_, HttpServerOptions{.host = debug.host, .port = debug.port, .threads = 1});
   if (absl::Status s = debug_server_->Start(); !s.ok()) {
     return absl::Status(s.code(), fmt::format("--debug: {}", internal::Message(s)));
   }
-  spdlog::info("sluiced debug pages (/rlconfig) on http://{}:{}", debug.host,
+  spdlog::info("sluiced debug pages (/rlconfig, POST /json) on http://{}:{}", debug.host,
                debug_server_->port());
   return absl::OkStatus();
 }

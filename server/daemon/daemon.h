@@ -84,6 +84,8 @@ struct Flags {
   std::string secret_file;
   // The admin endpoints' bearer token; empty: those endpoints are off.
   std::string admin_token_file;
+  // Keys shown to operators (explanations) as keyed hashes (KeyNames), never as they are.
+  bool hide_keys = false;
 };
 
 class Daemon {

@@ -200,8 +200,10 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "Receipts: the file of the secret they are signed with (>= 32 bytes; a fleet "
                  "shares one); default: a random secret of this process");
   app.add_option("--admin-token-file", flags.admin_token_file,
-                 "The file of the bearer token admin endpoints (POST /v1/reset) need; default: "
-                 "those endpoints are off");
+                 "The file of the bearer token admin endpoints (POST /v1/reset, an explanation "
+                 "at cost 0) need; default: those endpoints are off");
+  app.add_flag("--hide-keys", flags.hide_keys,
+               "Show keys to operators (explanations) as keyed hashes, never as they are");
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--debug", flags.debug,
                  "Debug listen address HOST:PORT for /rlconfig (default: none)");

@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
+#include "server/http/explain_answer.h"
 #include "server/http/request.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
@@ -79,9 +80,26 @@ size_t Utf8SequenceAt(std::string_view text, size_t i) {
   return length;
 }
 
-// `text` as a JSON string: quotes, backslashes and control characters escaped, and any byte
-// that is not part of well-formed UTF-8 (a rules file or a request may hold such bytes)
-// replaced by U+FFFD, so that the answer is always valid JSON.
+// "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
+// The answer to every check is written here: with compiled format strings (fmt's parsing of a
+// format string at run time was most of its cost), into a buffer on the stack appended at
+// once (fmt writing through a std::string's back_inserter grows it, zero-filled, piece by
+// piece).
+void AppendFigures(std::string& out, const Decision& d, bool limited) {
+  fmt::basic_memory_buffer<char, 192> buffer;
+  auto to = fmt::appender(buffer);
+  if (limited) {
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":{})"), d.allowed, d.remaining);
+  } else {
+    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":null)"), d.allowed);
+  }
+  fmt::format_to(to, FMT_COMPILE(R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})"),
+                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
+  out.append(buffer.data(), buffer.size());
+}
+
+}  // namespace
+
 void AppendJsonString(std::string& out, std::string_view text) {
   out.push_back('"');
   for (size_t i = 0; i < text.size();) {
@@ -103,26 +121,6 @@ void AppendJsonString(std::string& out, std::string_view text) {
   }
   out.push_back('"');
 }
-
-// "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
-// The answer to every check is written here: with compiled format strings (fmt's parsing of a
-// format string at run time was most of its cost), into a buffer on the stack appended at
-// once (fmt writing through a std::string's back_inserter grows it, zero-filled, piece by
-// piece).
-void AppendFigures(std::string& out, const Decision& d, bool limited) {
-  fmt::basic_memory_buffer<char, 192> buffer;
-  auto to = fmt::appender(buffer);
-  if (limited) {
-    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":{})"), d.allowed, d.remaining);
-  } else {
-    fmt::format_to(to, FMT_COMPILE(R"("allowed":{},"remaining":null)"), d.allowed);
-  }
-  fmt::format_to(to, FMT_COMPILE(R"(,"reset_after_us":{},"retry_after_us":{},"delay_us":{})"),
-                 d.reset_after.count(), d.retry_after.count(), d.delay.count());
-  out.append(buffer.data(), buffer.size());
-}
-
-}  // namespace
 
 void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision) {
   out += R"({"name":)";
@@ -206,7 +204,11 @@ std::string ResultText(const CheckResult& result, std::optional<Micros> waited) 
     }
     AppendLimit(out, result.limits[i], &result.limits[i].decision);
   }
-  out += "]}";
+  out += ']';
+  if (result.explanation != nullptr) {
+    AppendExplanation(out, *result.explanation);
+  }
+  out.push_back('}');
   return out;
 }
 
@@ -371,7 +373,14 @@ HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& req
     statuses.push_back(std::move(status));
   }
   const Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
-  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, response, request);
+  std::string body = Dump(response);
+  std::string explained;
+  AppendEnvoyExplanation(explained, answer.statuses);
+  if (!explained.empty()) {
+    body.insert(body.size() - 1, explained);  // Inside the answer's closing brace.
+  }
+  return JsonResponse(over ? http::status::too_many_requests : http::status::ok, std::move(body),
+                      request);
 }
 
 }  // namespace sluice::server

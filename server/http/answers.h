@@ -76,6 +76,11 @@ HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& req
 // The JSON body of a check's answer. `waited`: an acquire's wait, given as "waited_us".
 std::string ResultText(const CheckResult& result, std::optional<Micros> waited = std::nullopt);
 
+// `text` as a JSON string: quotes, backslashes and control characters escaped, and any byte
+// that is not part of well-formed UTF-8 (a rules file or a request may hold such bytes)
+// replaced by U+FFFD, so that the answer is always valid JSON.
+void AppendJsonString(std::string& out, std::string_view text);
+
 // One limit: its name, algorithm, limit, period and mode (what /v1/rules shows too), then,
 // when `decision` is given, its figures and flags.
 void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* decision);

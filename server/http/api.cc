@@ -185,6 +185,20 @@ void HttpApi::Check(const HttpRequest& request, Reply reply) {
     Send(std::move(reply), Failure(parsed.status(), request));
     return;
   }
+  // An explanation of a request that charges nothing is a look at keys that may be another's:
+  // for an administrator.
+  if (const auto [explain, cost] = std::visit(
+          [](const auto& r) {
+            return std::pair{r.explain, r.cost};
+          },
+          *parsed);
+      explain && cost == 0) {
+    if (std::optional<HttpResponse> refused = RefuseAdmin(request, "an explanation at cost 0")) {
+      metrics_.CountAdminRefused();
+      Send(std::move(reply), *std::move(refused));
+      return;
+    }
+  }
   auto answer = Deliver<CheckResult>(request, std::move(reply), &CheckAnswer);
   if (AdHocRequest* adhoc = std::get_if<AdHocRequest>(&*parsed)) {
     service_.CheckAdHocAsync(std::move(*adhoc), std::move(answer));
@@ -198,6 +212,13 @@ void HttpApi::Acquire(const HttpRequest& request, Reply reply, CancelWait* cance
   absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> parsed = ParseCheck(request, &max_wait);
   if (!parsed.ok()) {
     Send(std::move(reply), Failure(parsed.status(), request));
+    return;
+  }
+  if (std::visit([](const auto& r) { return r.explain; }, *parsed)) {
+    Send(std::move(reply),
+         Failure(absl::InvalidArgumentError(
+                     "explain: an acquire is not explained; ask POST /v1/check with it"),
+                 request));
     return;
   }
   CancelWait wait = service_.AcquireAsync(
@@ -227,11 +248,15 @@ void HttpApi::Settle(const HttpRequest& request, Reply reply) {
                        Deliver<SettleResult>(request, std::move(reply), &Settled));
 }
 
-std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request) const {
+std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request,
+                                                 std::string_view what) const {
   if (!admin_) {
-    return ErrorResponse(http::status::forbidden,
-                         "admin endpoints are off: start sluiced with --admin-token-file",
-                         request.version(), request.keep_alive());
+    return ErrorResponse(
+        http::status::forbidden,
+        fmt::format("admin endpoints are off: start sluiced with --admin-token-file ({} is for "
+                    "an administrator)",
+                    what),
+        request.version(), request.keep_alive());
   }
   const auto header = request.find(http::field::authorization);
   const std::string_view authorization =
@@ -239,9 +264,10 @@ std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request) con
                               : std::string_view(header->value().data(), header->value().size());
   switch (admin_->Judge(authorization)) {
     case AdminToken::Verdict::kMissing: {
-      HttpResponse response = ErrorResponse(
-          http::status::unauthorized, "this endpoint needs the admin token: Authorization: Bearer",
-          request.version(), request.keep_alive());
+      HttpResponse response =
+          ErrorResponse(http::status::unauthorized,
+                        fmt::format("{} needs the admin token: Authorization: Bearer", what),
+                        request.version(), request.keep_alive());
       response.set(http::field::www_authenticate, "Bearer");
       return response;
     }
@@ -255,7 +281,7 @@ std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request) con
 }
 
 void HttpApi::Reset(const HttpRequest& request, Reply reply) {
-  if (std::optional<HttpResponse> refused = RefuseAdmin(request)) {
+  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "POST /v1/reset")) {
     metrics_.CountAdminRefused();
     Send(std::move(reply), *std::move(refused));
     return;

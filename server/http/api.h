@@ -115,8 +115,9 @@ class HttpApi final : public HttpHandler {
   void Release(const HttpRequest& request, Reply reply);
   void Settle(const HttpRequest& request, Reply reply);
   void Reset(const HttpRequest& request, Reply reply);
-  // An admin endpoint's answer when `request` may not use it (401, or 403); empty when it may.
-  std::optional<HttpResponse> RefuseAdmin(const HttpRequest& request) const;
+  // The answer to `request` for `what` (an admin endpoint, or what only an administrator may
+  // ask, named in the message) when it may not have it (401, or 403); empty when it may.
+  std::optional<HttpResponse> RefuseAdmin(const HttpRequest& request, std::string_view what) const;
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);

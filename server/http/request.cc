@@ -352,7 +352,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
                                                                     std::optional<int64_t> cost) {
   if (absl::Status s =
           fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost",
-                            "receipt", "max_debt", "block", "calendar", "time_zone"},
+                            "receipt", "max_debt", "block", "calendar", "time_zone", "explain"},
                            also);
       !s.ok()) {
     return s;
@@ -366,6 +366,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   absl::StatusOr<std::optional<int64_t>> burst = fields.Integer({"burst"});
   absl::StatusOr<std::optional<int64_t>> buckets = fields.Integer({"buckets"});
   absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
+  absl::StatusOr<std::optional<bool>> explain = fields.Bool("explain");
   absl::StatusOr<std::optional<std::string>> block = fields.String("block");
   absl::StatusOr<std::optional<bool>> calendar = fields.Bool("calendar");
   absl::StatusOr<std::optional<std::string>> time_zone = fields.String("time_zone");
@@ -374,7 +375,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   for (const absl::Status& s :
        {key.status(), algorithm.status(), period.status(), limit.status(), burst.status(),
         buckets.status(), receipt.status(), max_debt.status(), block.status(), calendar.status(),
-        time_zone.status()}) {
+        time_zone.status(), explain.status()}) {
     if (!s.ok()) {
       return s;
     }
@@ -387,6 +388,7 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
   }
   adhoc.key = **key;
   adhoc.receipt = receipt->value_or(false);
+  adhoc.explain = explain->value_or(false);
   adhoc.max_debt = *max_debt;
   if (*block) {
     absl::StatusOr<Micros> duration = ParseDuration(**block);
@@ -417,17 +419,22 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
 // ParseAdHoc.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseRulesMode(
     JsonObject body, const Fields& fields, std::string_view also, std::optional<int64_t> cost) {
-  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "cost", "receipt"}, also);
+  if (absl::Status s =
+          fields.OnlyKnown({"domain", "descriptors", "cost", "receipt", "explain"}, also);
       !s.ok()) {
     return s;
   }
   CheckRequest check;
   check.cost = cost.value_or(1);
   absl::StatusOr<std::optional<bool>> receipt = fields.Bool("receipt");
-  if (!receipt.ok()) {
-    return receipt.status();
+  absl::StatusOr<std::optional<bool>> explain = fields.Bool("explain");
+  for (const absl::Status& s : {receipt.status(), explain.status()}) {
+    if (!s.ok()) {
+      return s;
+    }
   }
   check.receipt = receipt->value_or(false);
+  check.explain = explain->value_or(false);
   absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
   if (!domain.ok()) {
     return domain.status();
@@ -523,11 +530,18 @@ absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
   }
   const JsonObject body = *parsed;
   const Fields fields(body, Where{});
-  if (absl::Status s = fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend"});
+  // "explain" is sluice's own (Envoy's message has no such field): the answer explains itself.
+  if (absl::Status s =
+          fields.OnlyKnown({"domain", "descriptors", "hitsAddend", "hits_addend", "explain"});
       !s.ok()) {
     return s;
   }
   CheckRequest check;
+  absl::StatusOr<std::optional<bool>> explain = fields.Bool("explain");
+  if (!explain.ok()) {
+    return explain.status();
+  }
+  check.explain = explain->value_or(false);
   absl::StatusOr<std::optional<std::string>> domain = fields.String("domain");
   absl::StatusOr<std::optional<int64_t>> hits =
       AtLeast(fields.Integer({"hitsAddend", "hits_addend"}), fields, "hitsAddend", 0);

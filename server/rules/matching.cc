@@ -1,7 +1,11 @@
 // Finding the rule of a request: its domain by name, then its descriptor down the domain's tree.
 
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
 
 #include "server/rules/rules.h"
 
@@ -87,6 +91,76 @@ const Rule* RuleSet::Match(const Domain& domain, const std::vector<Entry>& entri
     return nullptr;
   }
   return &*node->rule;
+}
+
+namespace {
+
+// A node as the rules name it, and as a rule's path joins them.
+std::string NodeName(const DescriptorNode& node) {
+  return node.value ? fmt::format("{}_{}", node.key, *node.value) : node.key;
+}
+
+}  // namespace
+
+MatchReport ExplainMatch(const Domain& domain, const std::vector<Entry>& entries) {
+  MatchReport report;
+  const DescriptorLevel* level = &domain.descriptors;
+  const DescriptorNode* node = nullptr;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    node = MatchEntry(*level, entries[e]);
+    if (node == nullptr) {
+      report.entry = e;
+      const auto by_key = level->by_key.find(entries[e].key);
+      if (by_key == level->by_key.end()) {
+        report.outcome = MatchReport::Outcome::kNoKey;
+      } else {
+        report.outcome = MatchReport::Outcome::kNoValue;
+        for (const DescriptorNode* wildcard : by_key->second.wildcards) {
+          report.wildcards.push_back(wildcard->pattern);
+        }
+      }
+      return report;
+    }
+    report.path.push_back(NodeName(*node));
+    level = &node->children;
+  }
+  if (node != nullptr && node->rule) {
+    report.outcome = MatchReport::Outcome::kRule;
+    report.rule = &*node->rule;
+  }
+  return report;
+}
+
+std::string DescribeMatch(const Domain& domain, const std::vector<Entry>& entries,
+                          const MatchReport& report) {
+  std::string where = domain.name;
+  for (const std::string& name : report.path) {
+    where += "." + name;
+  }
+  switch (report.outcome) {
+    case MatchReport::Outcome::kRule:
+      return fmt::format("rule {}", report.rule->path);
+    case MatchReport::Outcome::kNoKey:
+      return fmt::format("no rule: entry {} (key \"{}\") is no descriptor key under {}",
+                         report.entry, entries[report.entry].key, where);
+    case MatchReport::Outcome::kNoValue:
+      return fmt::format(
+          "no rule: under {}, key \"{}\" has no descriptor for value \"{}\" (no exact value, "
+          "no descriptor without a value{})",
+          where, entries[report.entry].key, entries[report.entry].value,
+          report.wildcards.empty()
+              ? std::string()
+              : fmt::format(", and no wildcard matched: {}", fmt::join(report.wildcards, ", ")));
+    case MatchReport::Outcome::kNoLimit:
+      break;
+  }
+  if (entries.empty()) {
+    return "no rule: the descriptor has no entries";
+  }
+  return fmt::format(
+      "no rule: {} holds no limit (a rule matches only a descriptor with as many entries as "
+      "its path has levels)",
+      where);
 }
 
 }  // namespace sluice::server

@@ -361,6 +361,31 @@ class RuleSet {
   std::vector<std::unique_ptr<Domain>> domains_;
 };
 
+// How a request descriptor went down its domain's tree: what RuleSet::Match did, told for an
+// explanation (POST /v1/check's "explain"). Found by the same steps as Match, so that it names
+// the rule Match returns.
+struct MatchReport {
+  enum class Outcome : uint8_t {
+    kRule,     // `rule` matched.
+    kNoKey,    // entries[entry]'s key is no descriptor key at that level.
+    kNoValue,  // entries[entry]'s key is, but neither its value, nor a wildcard, nor the key
+               // alone (a descriptor with no value) matches it.
+    kNoLimit,  // Every entry matched, but the last node holds no limit (a rule is deeper, or
+               // the descriptor had no entries).
+  };
+  Outcome outcome = Outcome::kNoLimit;
+  const Rule* rule = nullptr;
+  // The nodes matched, in order, as the rules name them: "key", "key_value", "key_pre*".
+  std::vector<std::string> path;
+  size_t entry = 0;                    // kNoKey, kNoValue: the entry that found nothing.
+  std::vector<std::string> wildcards;  // kNoValue: the wildcard values tried, as written.
+};
+MatchReport ExplainMatch(const Domain& domain, const std::vector<Entry>& entries);
+// The report in a sentence: "rule api.user_*" or why there is none, naming the entry, key and
+// level ("no rule: ...").
+std::string DescribeMatch(const Domain& domain, const std::vector<Entry>& entries,
+                          const MatchReport& report);
+
 // The rules in force as envoyproxy/ratelimit's debug port shows them (GET /rlconfig): one line
 // per limit, "rl.foo_bar: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode:
 // false", domains and descriptors in file order (server/rules/dump.cc).

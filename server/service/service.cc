@@ -82,6 +82,15 @@ namespace {
 // in silence: counted (one series, no label: the domain is the caller's choice, and a series
 // per value would let any caller grow /metrics without bound) and said at debug level, the
 // domain cut short and its control bytes replaced, for it is the caller's text.
+// The indexes of every descriptor of `request`: a check explains them all.
+std::vector<size_t> AllDescriptors(const CheckRequest& request) {
+  std::vector<size_t> all(request.descriptors.size());
+  for (size_t d = 0; d < all.size(); ++d) {
+    all[d] = d;
+  }
+  return all;
+}
+
 void CountUnknownDomain(Metrics& metrics, std::string_view domain) {
   metrics.CountUnknownDomain();
   if (spdlog::should_log(spdlog::level::debug)) {
@@ -185,7 +194,11 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
       CountUnknownDomain(metrics_, request.domain);
     }
     // An unknown domain limits nothing, as envoyproxy/ratelimit.
-    co_return CheckResult{.unmatched = true};
+    CheckResult result{.unmatched = true};
+    if (request.explain) {
+      result.explanation = ExplainUnmatched(nullptr, request, AllDescriptors(request));
+    }
+    co_return result;
   }
   const Timestamp now = clock_.Now();
   std::vector<PlannedLease> leases;
@@ -196,6 +209,10 @@ RateLimitService::CheckTask RateLimitService::DecideCheck(CheckRequest request, 
     co_return plan.status();
   }
   std::vector<Planned>& planned = *plan;
+  if (request.explain) {
+    co_return co_await DecideExplained(*domain, request, AllDescriptors(request), planned, leases,
+                                       request.cost, now, count, matched);
+  }
   if (!leases.empty()) {
     co_return co_await DecideLeased(planned, leases, request.cost, now, count, request.receipt);
   }
@@ -242,6 +259,31 @@ void Describe(Timestamp now, DescriptorResult& out) {
   }
 }
 
+// A descriptor's answer from the decision of its limits, `group`.
+template <typename Group>
+void Answer(const Group& group, CheckResult result, Timestamp now, DescriptorResult& out) {
+  out.matched = true;
+  out.over_limit = !result.combined.allowed;
+  out.unlimited = !result.limited;
+  out.quota_mode = !out.unlimited && std::any_of(group.begin(), group.end(),
+                                                 [](const auto& p) { return p.quota_mode; });
+  if (group.front().rule != nullptr) {
+    out.metadata_json = group.front().rule->metadata_json;
+  }
+  for (LimitOutcome& outcome : result.limits) {
+    if (outcome.unlimited || outcome.pool || outcome.borrowed) {
+      continue;
+    }
+    const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
+    if (!out.closest || denies ||
+        (out.closest->decision.allowed &&
+         outcome.decision.remaining < out.closest->decision.remaining)) {
+      out.closest = std::move(outcome);
+    }
+  }
+  Describe(now, out);
+}
+
 }  // namespace
 
 RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
@@ -259,6 +301,9 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
   const Domain* domain = rules->FindDomain(request.domain);
   if (domain == nullptr) {
     CountUnknownDomain(metrics_, request.domain);
+    for (size_t d = 0; d < results.size() && request.explain; ++d) {
+      results[d].explanation = ExplainUnmatched(nullptr, request, {d});
+    }
     co_return std::move(results);
   }
   const Timestamp now = clock_.Now();
@@ -279,11 +324,23 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
         group.push_back(std::move(p));
       }
     }
+    const std::vector<size_t> at(1, d);
     if (group.empty()) {
+      if (request.explain) {
+        results[d].explanation = ExplainUnmatched(domain, request, at);
+      }
       continue;
     }
     const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
-    absl::StatusOr<CheckResult> result = co_await Decide(group, cost, now);
+    // Two statements, not a conditional over two co_awaits (GCC 12: see DecideAdHoc).
+    absl::StatusOr<CheckResult> result = absl::UnknownError("not decided");
+    if (request.explain) {
+      std::vector<PlannedLease> none;
+      result = co_await DecideExplained(*domain, request, at, group, none, cost, now);
+      results[d].explanation = result.ok() ? result->explanation : nullptr;
+    } else {
+      result = co_await Decide(group, cost, now);
+    }
     if (absl::IsResourceExhausted(result.status())) {
       // A shadow descriptor never changes the answer, not even by an error that
       // failure_mode_deny turns into a denial: it is answered as under its limit.
@@ -294,27 +351,7 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
     if (!result.ok()) {
       co_return result.status();
     }
-    DescriptorResult& out = results[d];
-    out.matched = true;
-    out.over_limit = !result->combined.allowed;
-    out.unlimited = !result->limited;
-    out.quota_mode = !out.unlimited && std::any_of(group.begin(), group.end(),
-                                                   [](const Planned& p) { return p.quota_mode; });
-    if (group.front().rule != nullptr) {
-      out.metadata_json = group.front().rule->metadata_json;
-    }
-    for (LimitOutcome& outcome : result->limits) {
-      if (outcome.unlimited || outcome.pool || outcome.borrowed) {
-        continue;
-      }
-      const bool denies = !outcome.decision.allowed && outcome.mode != Mode::kShadow;
-      if (!out.closest || denies ||
-          (out.closest->decision.allowed &&
-           outcome.decision.remaining < out.closest->decision.remaining)) {
-        out.closest = std::move(outcome);
-      }
-    }
-    Describe(now, out);
+    Answer(group, *std::move(result), now, results[d]);
   }
   if (!no_room.ok() && std::none_of(results.begin(), results.end(),
                                     [](const DescriptorResult& r) { return r.over_limit; })) {
@@ -351,6 +388,9 @@ absl::StatusOr<Limit> AdHocLimit(const AdHocRequest& request) {
 }
 
 RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, bool count) {
+  if (request.explain) {
+    co_return co_await ExplainAdHoc(std::move(request), count);
+  }
   absl::StatusOr<Limit> limit = AdHocLimit(request);
   if (!limit.ok()) {
     co_return limit.status();

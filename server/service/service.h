@@ -24,6 +24,7 @@
 
 #include "server/rules/rules.h"
 #include "server/service/caller_limits.h"
+#include "server/service/key_names.h"
 #include "server/service/receipt.h"
 #include "server/service/task.h"
 #include "server/service/waiting.h"
@@ -34,6 +35,8 @@
 #include "src/core/mutex.h"
 
 namespace sluice::server {
+
+struct Explanation;  // explain.h
 
 // Bounds on a rules-mode request of the HTTP API, checked before anything is decided. Each
 // names its field in the error. The Envoy API (gRPC, POST /json) has none: whatever Envoy can
@@ -86,6 +89,9 @@ struct CheckRequest {
   bool leases = true;
   // Whether the answer carries a receipt of what was charged, to settle later (SettleAsync).
   bool receipt = false;
+  // Whether the answer explains itself (CheckResult::explanation, DescriptorResult's): two
+  // queries of the store more, around the decision.
+  bool explain = false;
 };
 
 // A limit given in the request itself (POST /v1/check without rules).
@@ -96,6 +102,7 @@ struct AdHocRequest {
   bool receipt = false;             // As CheckRequest's.
   std::optional<int64_t> max_debt;  // A settle's bound past the limit; default the limit.
   Micros block{0};                  // A rule's `block` (blocks.h); 0: none.
+  bool explain = false;             // As CheckRequest's.
 };
 
 // What one limit said about a request.
@@ -151,6 +158,8 @@ struct CheckResult {
   // signed receipt of what it charged, and how long it can be settled.
   std::string receipt;
   Micros receipt_ttl{0};
+  // Asked for (CheckRequest::explain): why the request was answered so (explain.h).
+  std::shared_ptr<const Explanation> explanation;
 };
 
 // POST /v1/settle: what a request that got a receipt really cost.
@@ -229,6 +238,8 @@ struct DescriptorResult {
   uint32_t limit_remaining = 0;
   Unit unit = Unit::kUnknown;
   Micros until_reset{0};
+  // Asked for (CheckRequest::explain): this descriptor's explanation, alone in it.
+  std::shared_ptr<const Explanation> explanation;
 };
 
 class RateLimitService {
@@ -298,6 +309,11 @@ class RateLimitService {
   void ResetAsync(std::variant<AdHocRequest, CheckRequest> request,
                   Done<absl::StatusOr<ResetResult>> done);
 
+  // How keys are shown in explanations and to operators (key_names.h): as they are until set.
+  // Set it before serving.
+  void SetKeyNames(KeyNames names) { names_ = std::move(names); }
+  const KeyNames& key_names() const { return names_; }
+
   // The secret receipts are signed with; a random one until set. Set it before serving.
   void SetReceiptSigner(ReceiptSigner signer) { signer_ = std::move(signer); }
 
@@ -326,7 +342,8 @@ class RateLimitService {
  private:
   struct Planned;
   struct PlannedLease;
-  struct Deciding;  // Decide's steps, one per mode (decide.cc).
+  struct Deciding;    // Decide's steps, one per mode (decide.cc).
+  struct Explaining;  // An explanation in the making (explain.cc).
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
 
@@ -334,6 +351,18 @@ class RateLimitService {
   CheckTask DecideCheck(CheckRequest request, bool count = true);
   DescriptorsTask DecideDescriptors(CheckRequest request);
   CheckTask DecideAdHoc(AdHocRequest request, bool count = true);
+  // Explained (explain.cc): `planned` and `leases` decided as DecideCheck does, for the
+  // request's `descriptors` (Envoy's API explains each alone), with the keys' states asked
+  // before and after, into CheckResult::explanation.
+  CheckTask DecideExplained(const Domain& domain, const CheckRequest& request,
+                            std::vector<size_t> descriptors, std::vector<Planned>& planned,
+                            std::vector<PlannedLease>& leases, int64_t cost, Timestamp now,
+                            bool count = true, bool matched = true);
+  CheckTask ExplainAdHoc(AdHocRequest request, bool count);
+  // The explanation of `descriptors`, which matched no rule (or whose domain is unknown: null).
+  std::shared_ptr<const Explanation> ExplainUnmatched(const Domain* domain,
+                                                      const CheckRequest& request,
+                                                      std::vector<size_t> descriptors);
   internal::Task<absl::StatusOr<bool>> DecideRelease(std::string lease);
   internal::Task<absl::StatusOr<SettleResult>> DecideSettle(SettleRequest request);
   internal::Task<absl::StatusOr<ResetResult>> DecideReset(
@@ -407,6 +436,7 @@ class RateLimitService {
   std::atomic<uint64_t> store_errors_unlogged_{0};
   std::unique_ptr<WaitLines> lines_;  // Acquire's waiters; null without timers.
   ReceiptSigner signer_;
+  KeyNames names_;
 };
 
 // The key under which `entries` of `domain` are counted: the domain and every entry, each

@@ -18,6 +18,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,8 @@
 #include "spdlog/spdlog.h"
 
 #include "server/rules/rules.h"
+#include "server/service/explain.h"
+#include "server/service/key_names.h"
 #include "server/service/service.h"
 #include "server/service/task.h"
 
@@ -70,6 +73,54 @@ struct RateLimitService::PlannedLease {
   const ConcurrencyLimit* limit = nullptr;  // Into the RuleSet the request holds.
   std::string key;
   size_t descriptor = 0;
+};
+
+// --- Explaining a decision (explain.cc) ---
+
+// The explanation of one decision (CheckRequest::explain) in the making: the keys of its
+// limits, asked about at cost 0 before and after the decision (Ask), then the explanation
+// (Build). Lives in the deciding coroutine's frame, so the store may read `keys` until it
+// answers.
+struct RateLimitService::Explaining {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+
+  RateLimitService& service;
+  const Domain* domain = nullptr;  // Null: an unknown domain, or an ad hoc check.
+  Timestamp now;
+  const KeyNames& names;
+
+  // The keys asked about: one per distinct limit and key of `planned`, then the pools elastic
+  // limits may borrow from; the concurrency limits' keys apart.
+  void Prepare(const std::vector<Planned>& planned, const std::vector<PlannedLease>& leases);
+  // Asks the store how every key stands (cost 0), before or after the decision: whether it
+  // could tell. A failure is kept in `error`: the decision goes on without that state.
+  internal::Task<bool> Ask(bool after);
+  // The explanation of `result`, decided on `planned` and `leases`, for the request's
+  // descriptors at `descriptors`.
+  std::shared_ptr<const Explanation> Build(const CheckRequest& request,
+                                           std::span<const size_t> descriptors,
+                                           const std::vector<Planned>& planned,
+                                           const std::vector<PlannedLease>& leases,
+                                           const CheckResult& result) const;
+  // An ad hoc check's, whose one key the caller put in `keys`.
+  std::shared_ptr<const Explanation> BuildAdHoc(const AdHocRequest& request,
+                                                const CheckResult& result) const;
+
+  // Descriptor `d` of `request`: its entries, and the rule it matched or why none.
+  DescriptorExplanation Describe(const CheckRequest& request, size_t d) const;
+  // The limits of `out`'s rule that a `replaces` left out of `planned`, said so.
+  void AddReplaced(const std::vector<Planned>& planned, DescriptorExplanation& out) const;
+  // The state of keys[at] as the answer tells figures; empty when not asked or not known.
+  std::optional<Decision> State(bool after, size_t at, const RuleLimit* rule_limit,
+                                bool counting) const;
+
+  std::vector<LimitedKey> keys;
+  std::vector<size_t> slot;  // Per planned limit: its key in `keys`, or kNone.
+  std::vector<std::pair<const Pool*, size_t>> pools;  // Each with its key in `keys`.
+  std::vector<std::string> pool_keys;
+  std::vector<LeasedKey> lease_keys;
+  std::vector<Decision> rates_before, rates_after, leases_before, leases_after;
+  std::string error;
 };
 
 // --- Checks shared by the entry points (service.cc) ---

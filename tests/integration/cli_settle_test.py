@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""`sluice check --receipt`, `sluice settle` and `sluice reset` (issue 33) against a sluiced
-with a receipt secret and an admin token, and one without the token: the receipt printed
+"""`sluice check --receipt`, `sluice settle`, `sluice reset` (issue 33) and `sluice explain`
+(issue 35) against a sluiced with a receipt secret and an admin token, one without the token,
+and one that hides keys (--hide-keys): the receipt printed
 alone, a settle's answer and exit statuses (0 settled, 1 refused with the server's reason on
 stderr, 2 for a bad flag or no server), a reset refused without the right token and done with
 it, ad hoc and in rules mode. Python 3 standard library only.
@@ -26,11 +27,12 @@ ADMIN_TOKEN = "cli-admin-token-0123456789"
 
 SERVER = None
 NO_ADMIN = None
+HIDDEN = None
 FILES = None
 
 
 def setUpModule():
-    global SERVER, NO_ADMIN, FILES
+    global SERVER, NO_ADMIN, HIDDEN, FILES
     FILES = tempfile.mkdtemp(prefix="sluice-cli-settle-")
     write("secret", "k" * 40 + "\n")
     write("token", ADMIN_TOKEN + "\n")
@@ -39,10 +41,11 @@ def setUpModule():
     SERVER = sluiced.Sluiced.with_rules(RULES, *secret, "--admin-token-file",
                                         path("token")).start()
     NO_ADMIN = sluiced.Sluiced.with_rules(RULES, *secret).start()
+    HIDDEN = sluiced.Sluiced.with_rules(RULES, "--hide-keys").start()
 
 
 def tearDownModule():
-    for server in (SERVER, NO_ADMIN):
+    for server in (SERVER, NO_ADMIN, HIDDEN):
         if server is not None:
             server.cleanup()
     shutil.rmtree(FILES, ignore_errors=True)
@@ -180,6 +183,58 @@ class ResetTest(unittest.TestCase):
         off = sluice("reset", *user("dan"), "--admin-token-file", path("token"), server=NO_ADMIN)
         self.assertEqual(off.returncode, 1, off.stderr)
         self.assertIn("sluice reset: refused (403): admin endpoints are off", off.stderr)
+
+
+class ExplainTest(unittest.TestCase):
+    def test_explain_prints_the_rule_the_key_and_the_decider(self):
+        self.assertEqual(sluice("check", "--cost", "4", *user("erin")).returncode, 0)
+        last = sluice("explain", *user("erin"))
+        self.assertEqual(last.returncode, 0, last.stderr)
+        self.assertIn("shop at cost 1: admitted", last.stdout)
+        self.assertIn("descriptor 0: user=erin\n  rule shop.user\n", last.stdout)
+        self.assertIn("shop.user  <- decided the answer", last.stdout)
+        self.assertIn("sliding_log 5 per 1h, hard mode", last.stdout)
+        self.assertIn("key shop user=erin", last.stdout)
+        self.assertIn("before: 1 remaining", last.stdout)
+        self.assertIn("after:  0 remaining", last.stdout)
+        over = sluice("explain", *user("erin"))
+        self.assertEqual(over.returncode, 1, over.stderr)
+        self.assertIn("shop at cost 1: denied", over.stdout)
+        self.assertIn("retry in ", over.stdout)
+        unmatched = sluice("explain", "--domain", "shop", "--descriptor", "team=x")
+        self.assertEqual(unmatched.returncode, 0, unmatched.stderr)
+        self.assertIn('no rule: entry 0 (key "team") is no descriptor key under shop',
+                      unmatched.stdout)
+
+    def test_explain_json_is_the_servers_answer(self):
+        answer = sluice("explain", "--json", *user("fay"))
+        self.assertEqual(answer.returncode, 0, answer.stderr)
+        explained = json.loads(answer.stdout)["explain"]
+        self.assertEqual(explained["descriptors"][0]["limits"][0]["after"]["remaining"], 4)
+
+    def test_a_look_at_cost_zero_needs_the_admin_token(self):
+        sluice("check", *user("gus"))
+        refused = sluice("explain", "--cost", "0", *user("gus"))
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("the server answered 401", refused.stderr)
+        look = sluice("explain", "--cost", "0", *user("gus"), "--admin-token-file", path("token"))
+        self.assertEqual(look.returncode, 0, look.stderr)
+        self.assertIn("before: 4 remaining", look.stdout)
+        self.assertIn("after:  4 remaining", look.stdout)
+        self.assertEqual(remaining(*user("gus")), 4)
+        off = sluice("explain", "--cost", "0", *user("gus"), "--admin-token-file", path("token"),
+                     server=NO_ADMIN)
+        self.assertEqual(off.returncode, 2)
+        self.assertIn("admin endpoints are off", off.stderr)
+
+    def test_hide_keys_shows_a_hash_and_never_the_key(self):
+        first = json.loads(sluice("explain", "--json", *user("hal"), server=HIDDEN).stdout)
+        again = json.loads(sluice("explain", "--json", *user("hal"), server=HIDDEN).stdout)
+        key = first["explain"]["descriptors"][0]["limits"][0]["key"]
+        self.assertRegex(key, r"^#[0-9a-f]{16}$")
+        self.assertEqual(again["explain"]["descriptors"][0]["limits"][0]["key"], key)
+        other = json.loads(sluice("explain", "--json", *user("ida"), server=HIDDEN).stdout)
+        self.assertNotEqual(other["explain"]["descriptors"][0]["limits"][0]["key"], key)
 
 
 if __name__ == "__main__":

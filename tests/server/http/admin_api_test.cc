@@ -1,6 +1,7 @@
 // POST /v1/settle and POST /v1/reset through HttpApi: the receipt a check answers, its
 // settle, and the admin token the reset needs (off without one, 401 without the header, 403
-// with a wrong token).
+// with a wrong token); an explanation at cost 0 (a look at keys that may be another's) needs
+// it too.
 
 #include <optional>
 #include <string>
@@ -146,6 +147,32 @@ TEST_F(AdminApiTest, ResetNeedsTheRightBearerToken) {
   ASSERT_EQ(response.result(), http::status::ok) << response.body();
   EXPECT_EQ(Body(response)["limits"][0]["name"], "api.user");
   EXPECT_EQ(Remaining(), 2);
+}
+
+TEST_F(AdminApiTest, AnExplanationAtCostZeroNeedsTheAdminToken) {
+  std::string look = kUser;
+  look.insert(look.size() - 1, R"(, "cost": 0, "explain": true)");
+  std::string own = kUser;
+  own.insert(own.size() - 1, R"(, "explain": true)");
+  HttpResponse response = Post("/v1/check", look, std::string("Bearer ") + kToken);
+  EXPECT_EQ(response.result(), http::status::forbidden);  // Off without a token.
+  EXPECT_NE(Body(response).value("error", "").find("an explanation at cost 0"), std::string::npos);
+  // The caller's own request, charged, is explained to anyone.
+  response = Post("/v1/check", own);
+  ASSERT_EQ(response.result(), http::status::ok);
+  EXPECT_EQ(Body(response)["explain"]["descriptors"][0]["limits"][0]["after"]["remaining"], 1);
+
+  api_.SetAdminToken(AdminToken::Create(kToken).value());
+  EXPECT_EQ(Post("/v1/check", look).result(), http::status::unauthorized);
+  EXPECT_EQ(Post("/v1/check", look, "Bearer wrong-token-of-some-length").result(),
+            http::status::forbidden);
+  EXPECT_EQ(metrics_.admin_refused(), 3U);
+  response = Post("/v1/check", look, std::string("Bearer ") + kToken);
+  ASSERT_EQ(response.result(), http::status::ok) << response.body();
+  const nlohmann::json limit = Body(response)["explain"]["descriptors"][0]["limits"][0];
+  EXPECT_EQ(limit["before"]["remaining"], 1);
+  EXPECT_EQ(limit["after"]["remaining"], 1);
+  EXPECT_EQ(Remaining(), 1);  // The look charged nothing.
 }
 
 }  // namespace

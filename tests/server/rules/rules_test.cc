@@ -1,5 +1,6 @@
 #include "server/rules/rules.h"
 
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,6 +108,54 @@ descriptors:
                          counters);
   EXPECT_EQ(MatchPath(*rules, {{"path", "/search"}, {"user", "bob"}}), "none");
   EXPECT_EQ(MatchPath(*rules, {{"path", "/other"}, {"user", "bob"}}), "d.path.user");
+}
+
+// ExplainMatch (an explanation's account of matching) walks as Match does: on random
+// descriptors over the keys and values of kMatching (and some that are not there), it names
+// the rule Match returns, and says why when there is none.
+TEST(RuleMatchTest, ExplainMatchNamesTheRuleMatchReturns) {
+  CounterRegistry counters;
+  auto rules = MustParse(kMatching, counters);
+  const Domain& domain = *rules->domains().front();
+  const std::vector<std::string> keys = {"user", "path", "method", "team"};
+  const std::vector<std::string> values = {"alice",  "bob", "bot-7", "bot-", "/search", "/a",
+                                           "/admin", "/b",  "POST",  "GET",  ""};
+  std::mt19937 random(20261128);
+  for (int i = 0; i < 20'000; ++i) {
+    std::vector<Entry> entries(random() % 4);
+    for (Entry& entry : entries) {
+      entry = {keys[random() % keys.size()], values[random() % values.size()]};
+    }
+    const Rule* rule = RuleSet::Match(domain, entries);
+    const MatchReport report = ExplainMatch(domain, entries);
+    ASSERT_EQ(report.rule, rule) << i;
+    const std::string described = DescribeMatch(domain, entries, report);
+    if (rule != nullptr) {
+      EXPECT_EQ(described, "rule " + rule->path);
+      EXPECT_EQ(report.path.size(), entries.size());
+    } else {
+      EXPECT_TRUE(described.starts_with("no rule: ")) << described;
+      EXPECT_NE(report.outcome, MatchReport::Outcome::kRule);
+    }
+  }
+}
+
+TEST(RuleMatchTest, ExplainMatchSaysWhereItStopped) {
+  CounterRegistry counters;
+  auto rules = MustParse(kMatching, counters);
+  const Domain& domain = *rules->domains().front();
+  const auto describe = [&](std::vector<Entry> entries) {
+    return DescribeMatch(domain, entries, ExplainMatch(domain, entries));
+  };
+  EXPECT_EQ(describe({{"path", "/admin"}, {"method", "GET"}}),
+            "no rule: under api.path_/a*, key \"method\" has no descriptor for value \"GET\" (no "
+            "exact value, no descriptor without a value)");
+  EXPECT_EQ(describe({{"path", "/b"}}),
+            "no rule: under api, key \"path\" has no descriptor for value \"/b\" (no exact value, "
+            "no descriptor without a value, and no wildcard matched: /a*)");
+  EXPECT_EQ(describe({}), "no rule: the descriptor has no entries");
+  const MatchReport report = ExplainMatch(domain, {{"path", "/search"}, {"user", "x"}});
+  EXPECT_EQ(report.path, (std::vector<std::string>{"path_/search", "user"}));
 }
 
 TEST(RuleParseTest, EnvoyFieldsAndExtensions) {
