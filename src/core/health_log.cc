@@ -84,6 +84,11 @@ bool HealthLog::lost(std::string_view server) const {
   return it != servers_.end() && it->second.lost;
 }
 
+bool HealthLog::refusing(std::string_view server) const {
+  auto it = servers_.find(std::string(server));
+  return it != servers_.end() && it->second.lost && it->second.refusing;
+}
+
 void HealthLog::Count() {
   int lost = 0;
   int refusing = 0;

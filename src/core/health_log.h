@@ -52,6 +52,8 @@ class HealthLog {
   std::optional<Time> due() const;
 
   bool lost(std::string_view server) const;  // Whether `server` is lost now.
+  // Whether `server` is lost now because it answered that it cannot decide.
+  bool refusing(std::string_view server) const;
 
   // How many servers are lost now (at once, not as said: no kQuiet here), by kind: their
   // connections fail, or they answered that they cannot decide. Any thread.

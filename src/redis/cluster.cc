@@ -125,6 +125,18 @@ void RedisStore::Impl::OnSlots(const redisReply& reply, const RedisEndpoint& ask
       slot_owner_[static_cast<size_t>(slot)] = owner;
     }
   }
+  // A node that refused to decide (READONLY, CLUSTERDOWN while a failover went on) and that
+  // the map no longer makes a master of will never answer a decision that would show it well
+  // again: it no longer counts against the store's health.
+  for (const auto& node : nodes_) {
+    const std::string name = RedisEndpointName(node->endpoint);
+    if (health_.refusing(name) &&
+        std::find(slot_owner_.begin(), slot_owner_.end(), node.get()) == slot_owner_.end()) {
+      health_.Moved(name, fmt::format("Redis at {} serves no slot now (a failover): what it "
+                                      "refused no longer counts against the store",
+                                      name));
+    }
+  }
   // Calls queued by the old map go where the new one says.
   std::deque<CallPtr> all;
   all.swap(unrouted_);
