@@ -76,6 +76,15 @@ def admin_token(token):
     return check_
 
 
+def hidden_keys(t, s):
+    """An explanation names the key a limit counts under as a keyed hash, never as it is."""
+    body = {"key": "hidden-user-42", "limit": 5, "period": "1m", "explain": True}
+    answer = s.request("POST", "/v1/check", body).json()
+    key = answer["explain"]["descriptors"][0]["limits"][0]["key"]
+    t.assertRegex(key, r"^#[0-9a-f]{16}$")
+    t.assertNotIn("hidden-user-42", json.dumps(answer["explain"]))
+
+
 def refused(t, call):
     """`call` fails: a TLS handshake refused, a connection dropped, a call without answer."""
     try:
