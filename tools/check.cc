@@ -169,8 +169,12 @@ absl::StatusOr<std::string> Endpoint(std::string_view server, std::string_view p
   return base.append(path);
 }
 
-absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
-                                    std::string_view timeout, std::string_view bearer_token) {
+namespace {
+
+// One exchange of `method` with `url` (see PostJson).
+absl::StatusOr<HttpAnswer> Exchange(http::verb method, const std::string& url,
+                                    const std::string& body, std::string_view timeout,
+                                    std::string_view bearer_token) {
   absl::StatusOr<Url> parsed = ParseUrl(url);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
@@ -191,9 +195,11 @@ absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& b
   if (ec) {
     return unavailable("resolve the host");
   }
-  http::request<http::string_body> request{http::verb::post, parsed->target, 11};
+  http::request<http::string_body> request{method, parsed->target, 11};
   request.set(http::field::host, parsed->host);
-  request.set(http::field::content_type, "application/json");
+  if (method == http::verb::post) {
+    request.set(http::field::content_type, "application/json");
+  }
   request.set(http::field::user_agent, "sluice");
   if (!bearer_token.empty()) {
     request.set(http::field::authorization, fmt::format("Bearer {}", bearer_token));
@@ -228,6 +234,18 @@ absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& b
     return unavailable(failed_step);
   }
   return HttpAnswer{.status = response.result_int(), .body = std::move(response.body())};
+}
+
+}  // namespace
+
+absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
+                                    std::string_view timeout, std::string_view bearer_token) {
+  return Exchange(http::verb::post, url, body, timeout, bearer_token);
+}
+
+absl::StatusOr<HttpAnswer> GetJson(const std::string& url, std::string_view timeout,
+                                   std::string_view bearer_token) {
+  return Exchange(http::verb::get, url, "", timeout, bearer_token);
 }
 
 std::string ErrorOf(const HttpAnswer& answer) {

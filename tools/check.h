@@ -59,6 +59,10 @@ struct HttpAnswer {
 absl::StatusOr<HttpAnswer> PostJson(const std::string& url, const std::string& body,
                                     std::string_view timeout, std::string_view bearer_token = {});
 
+// As PostJson, a GET without a body.
+absl::StatusOr<HttpAnswer> GetJson(const std::string& url, std::string_view timeout,
+                                   std::string_view bearer_token = {});
+
 // PostJson to `path` on --server `server`; an error is also said on stderr, as `command`'s
 // ("sluice reset: ...").
 absl::StatusOr<HttpAnswer> PostAs(std::string_view command, std::string_view server,

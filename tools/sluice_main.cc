@@ -7,7 +7,8 @@
 // back: 0 when it was held, 1 when it had expired or been released already, 2 on an error.
 // `sluice settle` and `sluice reset` act after a decision (tools/settle.h): 0 when done, 1
 // when the server refuses (the receipt, the admin token), 2 on an error. `sluice explain`
-// prints why a request was answered so (tools/explain.h), with check's exit status.
+// prints why a request was answered so (tools/explain.h), with check's exit status; `sluice
+// top` watches each rule's top offenders (tools/top.h).
 // A bad command line exits 2, naming the subcommand and pointing to its own --help; a
 // misspelt subcommand is answered with the closest one.
 
@@ -30,6 +31,7 @@
 #include "tools/settle.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
+#include "tools/top.h"
 
 namespace sluice::tools {
 namespace {
@@ -324,6 +326,38 @@ CLI::App* AddReset(CLI::App& app, ResetFlags& flags) {
   return reset;
 }
 
+CLI::App* AddExplain(CLI::App& app, ExplainFlags& flags) {
+  CLI::App* explain = app.add_subcommand(
+      "explain",
+      "Ask a running sluiced about one request and print why it answered so; exit 0 if allowed, "
+      "1 if denied");
+  AddRequestFlags(*explain, flags.request);
+  explain->add_option("--admin-token-file", flags.admin_token_file,
+                      "the file holding sluiced's admin token (needed at --cost 0)");
+  explain->add_flag("--json", flags.json, "print the server's JSON answer as it is");
+  return explain;
+}
+
+CLI::App* AddTop(CLI::App& app, TopFlags& flags) {
+  CLI::App* top = app.add_subcommand(
+      "top", "Watch each rule's top offenders on a running sluiced, refreshed as top does");
+  top->add_option("--server", flags.server, "sluiced's HTTP address")->capture_default_str();
+  top->add_option("--admin-token-file", flags.admin_token_file,
+                  "the file holding sluiced's admin token")
+      ->required();
+  top->add_option("--rule", flags.rule, "one rule limit's name (default: every one)");
+  top->add_option("--by", flags.by, "denied or hits")->capture_default_str();
+  top->add_option("-n", flags.n, "keys per rule (1 to 100)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  top->add_option("--interval", flags.interval, "how often to refresh")->capture_default_str();
+  top->add_flag("--once", flags.once, "print one view and exit");
+  top->add_flag("--json", flags.json, "print the server's JSON answer as it is");
+  top->add_option("--timeout", flags.timeout, "how long to wait for the server")
+      ->capture_default_str();
+  return top;
+}
+
 // Edit distance from `a` to `b`, for "did you mean".
 size_t Distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -461,20 +495,15 @@ int Main(int argc, char** argv) {
   CLI::App* settle = AddSettle(app, settle_flags);
   ResetFlags reset_flags;
   CLI::App* reset = AddReset(app, reset_flags);
+  TopFlags top_flags;
+  CLI::App* top = AddTop(app, top_flags);
   ExplainFlags explain_flags;
-  CLI::App* explain = app.add_subcommand(
-      "explain",
-      "Ask a running sluiced about one request and print why it answered so; exit 0 if allowed, "
-      "1 if denied");
-  AddRequestFlags(*explain, explain_flags.request);
-  explain->add_option("--admin-token-file", explain_flags.admin_token_file,
-                      "the file holding sluiced's admin token (needed at --cost 0)");
-  explain->add_flag("--json", explain_flags.json, "print the server's JSON answer as it is");
+  CLI::App* explain = AddExplain(app, explain_flags);
 
   app.set_version_flag("--version", fmt::format("sluice {}", build::kVersionText),
                        "Print sluice's version and exit");
   const std::vector<const CLI::App*> commands = {simulate, check, acquire, release,
-                                                 settle,   reset, explain};
+                                                 settle,   reset, explain, top};
   if (std::optional<std::string> unknown = UnknownSubcommand(commands, argc, argv)) {
     std::cerr << "sluice: " << *unknown << "\n";
     return kUsageError;
@@ -508,6 +537,9 @@ int Main(int argc, char** argv) {
   }
   if (explain->parsed()) {
     return RunExplain(explain_flags);
+  }
+  if (top->parsed()) {
+    return RunTop(top_flags);
   }
   return kUsageError;
 }

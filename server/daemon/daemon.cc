@@ -195,7 +195,12 @@ absl::Status Daemon::Start(const Settings& settings) {
                    "# HELP sluice_caller_limits_in_use Distinct limits callers have in "
                    "use (at most {}).\n# TYPE sluice_caller_limits_in_use gauge\n"
                    "sluice_caller_limits_in_use {}\n",
-                   kMaxCallerLimits, service_->caller_limits_in_use());
+                   kMaxCallerLimits, service_->caller_limits_in_use()) +
+               (flags_.top_metrics > 0
+                    ? metrics_.RenderTop(
+                          static_cast<size_t>(flags_.top_metrics), SystemClock().Now(),
+                          [this](std::string_view key) { return service_->key_names().Show(key); })
+                    : std::string());
       },
       [this] { return Health(); },
       HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
@@ -207,6 +212,9 @@ absl::Status Daemon::Start(const Settings& settings) {
     }
     api_->SetAdminToken(*std::move(admin));
   }
+  // Top offenders are counted where someone can see them: GET /v1/top (the admin token), or
+  // /metrics (--top-metrics).
+  metrics_.top().Enable(!flags_.admin_token_file.empty() || flags_.top_metrics > 0);
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));

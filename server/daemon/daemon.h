@@ -84,8 +84,11 @@ struct Flags {
   std::string secret_file;
   // The admin endpoints' bearer token; empty: those endpoints are off.
   std::string admin_token_file;
-  // Keys shown to operators (explanations) as keyed hashes (KeyNames), never as they are.
+  // Keys shown to operators (explanations, top offenders) as keyed hashes (KeyNames), never as
+  // they are.
   bool hide_keys = false;
+  // The top N keys of each rule limit as Prometheus series; 0: none.
+  int top_metrics = 0;
 };
 
 class Daemon {

@@ -193,20 +193,31 @@ void AddEnvoyFlags(CLI::App& app, Flags& flags) {
                "Envoy API: a hit over the limit counts nothing (theirs counts every hit)");
 }
 
-void AddFlags(CLI::App& app, Flags& flags) {
-  app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
-  app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
+// What acts after a decision and on others' keys: receipts' secret, the admin token, and what
+// operators are shown of keys.
+void AddOperatorFlags(CLI::App& app, Flags& flags) {
   app.add_option("--secret-file", flags.secret_file,
                  "Receipts: the file of the secret they are signed with (>= 32 bytes; a fleet "
                  "shares one); default: a random secret of this process");
   app.add_option("--admin-token-file", flags.admin_token_file,
-                 "The file of the bearer token admin endpoints (POST /v1/reset, an explanation "
-                 "at cost 0) need; default: those endpoints are off");
+                 "The file of the bearer token admin endpoints (POST /v1/reset, GET /v1/top, an "
+                 "explanation at cost 0) need; default: those endpoints are off");
   app.add_flag("--hide-keys", flags.hide_keys,
-               "Show keys to operators (explanations) as keyed hashes, never as they are");
+               "Show keys to operators (explanations, top offenders) as keyed hashes, never as "
+               "they are");
+  app.add_option("--top-metrics", flags.top_metrics,
+                 "The top N keys of each rule limit, by denials and by hits, as Prometheus "
+                 "series (default 0: none)")
+      ->check(CLI::Range(0, 20));
+}
+
+void AddFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--config", flags.config, "Rules: a YAML file, or a directory of them");
+  app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
+  AddOperatorFlags(app, flags);
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--debug", flags.debug,
-                 "Debug listen address HOST:PORT for /rlconfig (default: none)");
+                 "Debug listen address HOST:PORT for /rlconfig and POST /json (default: none)");
   app.add_option("--store", flags.store,
                  "memory, memcached://host:port[,host:port...] (docs/memcached.md), or "
                  "redis://[user:pass@]host:port[/db] (redis+cluster://, "

@@ -348,6 +348,28 @@ HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request) 
   return JsonResponse(http::status::ok, std::move(out), request);
 }
 
+HttpResponse TopAnswer(const std::vector<RuleTop>& tops, TopBy by, const KeyNames& names,
+                       const HttpRequest& request) {
+  Json rules = Json::array();
+  for (const RuleTop& top : tops) {
+    Json keys = Json::array();
+    for (const RuleTop::Key& key : top.keys) {
+      keys.push_back({{"key", names.Show(key.key)}, {"count", key.count}, {"error", key.error}});
+    }
+    rules.push_back({{"rule", top.rule},
+                     {"total", top.total},
+                     {"bound", top.bound},
+                     {"keys", std::move(keys)}});
+  }
+  const Json body = {
+      {"by", by == TopBy::kHits ? "hits" : "denied"},
+      {"window_s", TopKeys::kEpochs *
+                       std::chrono::duration_cast<std::chrono::seconds>(TopKeys::kEpoch).count()},
+      {"capacity", TopKeys::kCapacity},
+      {"rules", std::move(rules)}};
+  return JsonResponse(http::status::ok, body, request);
+}
+
 HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& request) {
   const bool over = answer.over_limit;
   Json statuses = Json::array();

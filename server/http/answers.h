@@ -20,8 +20,10 @@
 
 #include "server/http/request.h"
 #include "server/http/response.h"
+#include "server/service/key_names.h"
 #include "server/service/rate_limit_headers.h"
 #include "server/service/service.h"
+#include "server/stats/top_keys.h"
 
 namespace sluice::server {
 
@@ -65,6 +67,9 @@ HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
 // POST /v1/settle and POST /v1/reset (docs/server.md).
 HttpResponse SettleAnswer(const SettleResult& result, const HttpRequest& request);
 HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request);
+// GET /v1/top: each rule limit's top keys by `by`, named as `names` shows keys.
+HttpResponse TopAnswer(const std::vector<RuleTop>& tops, TopBy by, const KeyNames& names,
+                       const HttpRequest& request);
 // An answer of RateLimitService::ShouldRateLimitAsync with its overall code.
 struct EnvoyAnswer {
   std::vector<DescriptorResult> statuses;

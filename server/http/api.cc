@@ -23,7 +23,8 @@ std::string_view AllowedMethods(std::string_view path) {
   if (path == "/v1/auth") {
     return "GET, HEAD";
   }
-  if (path == "/healthz" || path == "/healthcheck" || path == "/metrics" || path == "/v1/rules") {
+  if (path == "/healthz" || path == "/healthcheck" || path == "/metrics" || path == "/v1/rules" ||
+      path == "/v1/top") {
     return "GET, HEAD";
   }
   return {};
@@ -164,6 +165,8 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
     response.prepare_payload();
   } else if (path == "/v1/rules" && only(http::verb::get)) {
     response = Rules(request);
+  } else if (path == "/v1/top" && only(http::verb::get)) {
+    response = Top(request);
   } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
     response = ErrorResponse(http::status::method_not_allowed,
                              fmt::format("{} does not accept {}; use {}", path,
@@ -390,6 +393,19 @@ HttpResponse HttpApi::HealthCheck(const HttpRequest& request) const {
   }
   return TextResponse(http::status::internal_server_error, std::string(health.message()) + "\n",
                       request);
+}
+
+HttpResponse HttpApi::Top(const HttpRequest& request) {
+  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "GET /v1/top")) {
+    metrics_.CountAdminRefused();
+    return *std::move(refused);
+  }
+  absl::StatusOr<TopQuery> query = ParseTopQuery(request.target());
+  if (!query.ok()) {
+    return Failure(query.status(), request);
+  }
+  return TopAnswer(metrics_.top().Top(query->rule, query->by, query->n, clock_.Now()), query->by,
+                   service_.key_names(), request);
 }
 
 HttpResponse HttpApi::Rules(const HttpRequest& request) {

@@ -8,6 +8,7 @@
 //   POST /v1/release gives back the lease of a concurrency limit
 //   POST /v1/settle  settles a check's receipt at the request's real cost
 //   POST /v1/reset   forgets keys (admin token)
+//   GET  /v1/top     each rule's top offenders (admin token)
 //   POST /json       envoyproxy/ratelimit's JSON endpoint
 //   GET  /v1/auth    for nginx auth_request: descriptors from configured request headers
 //   GET  /healthz    the store and its state: 200 while decisions can be made, else 503
@@ -121,6 +122,7 @@ class HttpApi final : public HttpHandler {
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
+  HttpResponse Top(const HttpRequest& request);
   HttpResponse Healthz(const HttpRequest& request) const;
   HttpResponse HealthCheck(const HttpRequest& request) const;
 

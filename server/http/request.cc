@@ -565,19 +565,4 @@ absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request) {
   return check;
 }
 
-std::string_view DomainInQuery(std::string_view target) {
-  std::string_view domain_name;
-  if (const size_t query = target.find('?'); query != std::string_view::npos) {
-    std::string_view rest = target.substr(query + 1);
-    while (!rest.empty()) {
-      const std::string_view pair = rest.substr(0, rest.find('&'));
-      rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
-      if (pair.starts_with("domain=")) {
-        domain_name = pair.substr(7);
-      }
-    }
-  }
-  return domain_name;
-}
-
 }  // namespace sluice::server

@@ -20,6 +20,7 @@
 #include "boost/beast/http.hpp"
 
 #include "server/service/service.h"
+#include "server/stats/top_keys.h"
 #include "sluice/duration.h"
 
 namespace sluice::server {
@@ -41,6 +42,16 @@ absl::StatusOr<SettleRequest> ParseSettle(const HttpRequest& request);
 
 // POST /json's body: Envoy's RateLimitRequest in protobuf JSON.
 absl::StatusOr<CheckRequest> ParseEnvoyJson(const HttpRequest& request);
+
+// GET /v1/top's query: ?rule=NAME (percent-encoded; none: every rule) &by=denied|hits
+// (default denied) &n=N (1 to kMaxTopKeys, default 10).
+inline constexpr size_t kMaxTopKeys = 100;
+struct TopQuery {
+  std::string rule;
+  TopBy by = TopBy::kDenied;
+  size_t n = 10;
+};
+absl::StatusOr<TopQuery> ParseTopQuery(std::string_view target);
 
 // GET /v1/auth's "?domain=" in `target` (the last one given, as written: not decoded), or
 // empty when the query names none.

@@ -56,6 +56,8 @@ enum class Mode : uint8_t {
 };
 std::string_view ModeName(Mode mode);
 
+class TopKeys;  // server/stats/top_keys.h
+
 // Counters of one rule limit, kept across reloads (by name) for /metrics and statsd.
 struct RuleCounters {
   // In requests.
@@ -80,6 +82,9 @@ struct RuleCounters {
   std::atomic<uint64_t> shadow_mode_hits{0};
   // The near-limit ratio of the registry that made these counters (never null then).
   const std::atomic<float>* near_limit_ratio = nullptr;
+  // Its top offenders (server/stats/top_keys.h), made at its first decision once they are on;
+  // owned by the TopOffenders that made it.
+  std::atomic<TopKeys*> top{nullptr};
 };
 
 // One limit of a rule, ready for the store.

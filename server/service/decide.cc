@@ -539,6 +539,25 @@ void RateLimitService::Deciding::Summarise(bool count) {
   if (count) {
     CountOutcomes(result);
   }
+  RecordOffenders();
+}
+
+void RateLimitService::Deciding::RecordOffenders() const {
+  TopOffenders& top = service.metrics_.top();
+  if (!top.enabled()) [[likely]] {
+    return;
+  }
+  // Each rule limit's own keys (a pool's, shared by every key, and a concurrency limit's are
+  // not counted). A shadow limit's would-be denials count: they say who it would limit.
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const LimitOutcome& outcome = result.limits[i];
+    RuleCounters* counters = planned[i].rule_limit->counters;
+    if (outcome.unlimited || counters == nullptr) {
+      continue;
+    }
+    top.Record(*counters, planned[i].rule_limit->name, planned[i].key, !outcome.decision.allowed,
+               static_cast<uint64_t>(result.cost), now);
+  }
 }
 
 }  // namespace sluice::server

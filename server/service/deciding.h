@@ -53,6 +53,8 @@ struct RateLimitService::Deciding {
   // The request's answer (the Combine of what clients are told) and each limit's counters;
   // counted in /metrics when `count`.
   void Summarise(bool count);
+  // Counts each rule limit's key in its top offenders (metrics' TopOffenders), when they are on.
+  void RecordOffenders() const;
 
   // The store call for `group` (indices into `planned`) and the elastic `pools` charged with it.
   auto StoreCall(const std::vector<size_t>& group, int64_t group_cost,

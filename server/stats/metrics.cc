@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <tuple>
 
 #include "fmt/format.h"
 #include "sluice_build/version.h"
@@ -126,6 +127,27 @@ void Metrics::AppendRuleFamilies(std::string& out) const {
                      (counters->*family.member).load(std::memory_order_relaxed));
     }
   }
+}
+
+std::string Metrics::RenderTop(size_t n, Timestamp now,
+                               const std::function<std::string(std::string_view)>& show) const {
+  std::string out;
+  auto emit = std::back_inserter(out);
+  for (const auto& [by, name, help] :
+       {std::tuple{
+            TopBy::kDenied, "sluice_top_denied",
+            "Requests a rule limit denied a key of its top offenders, over the last minutes."},
+        std::tuple{TopBy::kHits, "sluice_top_hits",
+                   "Hits of a key of a rule limit's top offenders, over the last minutes."}}) {
+    fmt::format_to(emit, "# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+    for (const RuleTop& top : top_.Top({}, by, n, now)) {
+      for (const RuleTop::Key& key : top.keys) {
+        fmt::format_to(emit, "{}{{rule=\"{}\",key=\"{}\"}} {}\n", name, LabelValue(top.rule),
+                       LabelValue(show(key.key)), key.count);
+      }
+    }
+  }
+  return out;
 }
 
 void Metrics::AppendLatency(std::string& out) const {

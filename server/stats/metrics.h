@@ -12,9 +12,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "server/rules/rules.h"
+#include "server/stats/top_keys.h"
 #include "sluice/clock.h"
 
 namespace sluice::server {
@@ -27,6 +29,9 @@ class Metrics {
 
   CounterRegistry& rules() { return rules_; }
   const CounterRegistry& rules() const { return rules_; }
+  // Each rule limit's top offenders (top_keys.h): off until enabled.
+  TopOffenders& top() { return top_; }
+  const TopOffenders& top() const { return top_; }
 
   void RecordLatency(Micros latency);
   void CountStoreError() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
@@ -64,6 +69,12 @@ class Metrics {
   // The Prometheus text exposition of everything above, plus `extra` lines appended as they
   // are (the store's own gauges).
   std::string Render(std::string_view extra = {}) const;
+  // The top `n` keys of each rule limit followed by top(), by denials and by hits over its
+  // window at `now`, as gauges labelled with the rule and the key as `show` names it
+  // (sluiced's --top-metrics): at most 2 * n * TopOffenders::kMaxRules series, whatever the
+  // callers send.
+  std::string RenderTop(size_t n, Timestamp now,
+                        const std::function<std::string(std::string_view)>& show) const;
 
  private:
   // Render's parts: the rules' counters, and the latency histogram.
@@ -71,6 +82,7 @@ class Metrics {
   void AppendLatency(std::string& out) const;
 
   CounterRegistry rules_;
+  TopOffenders top_;
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> reloads_{0};
   std::atomic<uint64_t> reload_failures_{0};

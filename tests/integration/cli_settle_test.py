@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`sluice check --receipt`, `sluice settle`, `sluice reset` (issue 33) and `sluice explain`
-(issue 35) against a sluiced with a receipt secret and an admin token, one without the token,
+"""`sluice check --receipt`, `sluice settle`, `sluice reset` (issue 33), `sluice explain` and
+`sluice top` (issue 35) against a sluiced with a receipt secret and an admin token, one without the token,
 and one that hides keys (--hide-keys): the receipt printed
 alone, a settle's answer and exit statuses (0 settled, 1 refused with the server's reason on
 stderr, 2 for a bad flag or no server), a reset refused without the right token and done with
@@ -235,6 +235,32 @@ class ExplainTest(unittest.TestCase):
         self.assertEqual(again["explain"]["descriptors"][0]["limits"][0]["key"], key)
         other = json.loads(sluice("explain", "--json", *user("ida"), server=HIDDEN).stdout)
         self.assertNotEqual(other["explain"]["descriptors"][0]["limits"][0]["key"], key)
+
+
+class TopTest(unittest.TestCase):
+    def test_top_once_names_the_flooding_key(self):
+        for _ in range(8):
+            sluice("check", *user("flood"))
+        sluice("check", *user("quiet"))
+        top = sluice("top", "--once", "--admin-token-file", path("token"))
+        self.assertEqual(top.returncode, 0, top.stderr)
+        self.assertIn("top offenders by denied over the last 300 s", top.stdout)
+        lines = top.stdout.splitlines()
+        rule = lines.index(next(l for l in lines if l.startswith("shop.user:")))
+        self.assertRegex(lines[rule + 2], r"^\s+3\s+\d+\.\d%\s+shop user=flood$")
+        hits = sluice("top", "--once", "--json", "--by", "hits", "--rule", "shop.user", "-n", "1",
+                      "--admin-token-file", path("token"))
+        answer = json.loads(hits.stdout)
+        self.assertEqual(answer["rules"][0]["keys"][0]["key"], "shop user=flood")
+        self.assertEqual(answer["rules"][0]["keys"][0]["count"], 8)
+
+    def test_top_refused_without_the_right_token(self):
+        wrong = sluice("top", "--once", "--admin-token-file", path("wrong"))
+        self.assertEqual(wrong.returncode, 1)
+        self.assertIn("sluice top: refused (403)", wrong.stderr)
+        off = sluice("top", "--once", "--admin-token-file", path("token"), server=NO_ADMIN)
+        self.assertEqual(off.returncode, 1)
+        self.assertIn("admin endpoints are off", off.stderr)
 
 
 if __name__ == "__main__":

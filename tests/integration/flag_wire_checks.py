@@ -85,6 +85,14 @@ def hidden_keys(t, s):
     t.assertNotIn("hidden-user-42", json.dumps(answer["explain"]))
 
 
+def top_metrics(t, s):
+    """The top offenders of each rule limit are series of /metrics (the key hashed: this
+    scene also hides keys)."""
+    for _ in range(3):
+        s.request("POST", "/v1/check", {"key": "top-metrics-key", "limit": 1, "period": "1m"})
+    t.assertRegex(s.metrics(), r'(?m)^sluice_top_denied\{rule="adhoc",key="#[0-9a-f]{16}"\} 2$')
+
+
 def refused(t, call):
     """`call` fails: a TLS handshake refused, a connection dropped, a call without answer."""
     try:

@@ -1,7 +1,7 @@
 // POST /v1/settle and POST /v1/reset through HttpApi: the receipt a check answers, its
 // settle, and the admin token the reset needs (off without one, 401 without the header, 403
-// with a wrong token); an explanation at cost 0 (a look at keys that may be another's) needs
-// it too.
+// with a wrong token); an explanation at cost 0 (a look at keys that may be another's) and the
+// top offenders (GET /v1/top) need it too.
 
 #include <optional>
 #include <string>
@@ -44,8 +44,9 @@ class AdminApiTest : public ::testing::Test {
   }
 
   HttpResponse Post(std::string target, std::string body,
-                    std::optional<std::string> authorization = std::nullopt) {
-    HttpRequest request{http::verb::post, target, 11};
+                    std::optional<std::string> authorization = std::nullopt,
+                    http::verb method = http::verb::post) {
+    HttpRequest request{method, target, 11};
     if (authorization) {
       request.set(http::field::authorization, *authorization);
     }
@@ -173,6 +174,41 @@ TEST_F(AdminApiTest, AnExplanationAtCostZeroNeedsTheAdminToken) {
   EXPECT_EQ(limit["before"]["remaining"], 1);
   EXPECT_EQ(limit["after"]["remaining"], 1);
   EXPECT_EQ(Remaining(), 1);  // The look charged nothing.
+}
+
+TEST_F(AdminApiTest, TopOffendersNeedTheAdminTokenAndHideKeysWhenAsked) {
+  const auto get = [&](std::string target, std::optional<std::string> authorization) {
+    return Post(std::move(target), "", std::move(authorization), http::verb::get);
+  };
+  const std::string bearer = std::string("Bearer ") + kToken;
+  EXPECT_EQ(get("/v1/top", bearer).result(), http::status::forbidden);  // Off without a token.
+  api_.SetAdminToken(AdminToken::Create(kToken).value());
+  metrics_.top().Enable(true);  // As sluiced does with a token.
+  for (int i = 0; i < 3; ++i) {
+    Post("/v1/check", kUser);
+  }
+  EXPECT_EQ(get("/v1/top", std::nullopt).result(), http::status::unauthorized);
+  HttpResponse response = get("/v1/top?rule=api.user&by=denied&n=5", bearer);
+  ASSERT_EQ(response.result(), http::status::ok) << response.body();
+  nlohmann::json body = Body(response);
+  EXPECT_EQ(body["by"], "denied");
+  EXPECT_EQ(body["window_s"], 300);
+  ASSERT_EQ(body["rules"].size(), 1U);
+  EXPECT_EQ(body["rules"][0]["rule"], "api.user");
+  EXPECT_EQ(body["rules"][0]["total"], 1);
+  EXPECT_EQ(body["rules"][0]["keys"][0]["key"], "api user=ann");
+  EXPECT_EQ(body["rules"][0]["keys"][0]["count"], 1);
+  body = Body(get("/v1/top?by=hits&rule=api%2Euser", bearer));
+  EXPECT_EQ(body["rules"][0]["keys"][0]["count"], 3);
+  EXPECT_EQ(Body(get("/v1/top?rule=nothing", bearer))["rules"], nlohmann::json::array());
+  for (const char* bad :
+       {"/v1/top?by=most", "/v1/top?n=0", "/v1/top?n=101", "/v1/top?x=1", "/v1/top?rule=%zz"}) {
+    EXPECT_EQ(get(bad, bearer).result(), http::status::bad_request) << bad;
+  }
+  service_.SetKeyNames(KeyNames(/*hide=*/true));
+  const std::string hidden = Body(get("/v1/top", bearer))["rules"][0]["keys"][0]["key"];
+  EXPECT_EQ(hidden.size(), 17U);
+  EXPECT_EQ(hidden.find("ann"), std::string::npos);
 }
 
 }  // namespace
