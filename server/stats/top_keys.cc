@@ -1,45 +1,74 @@
 #include "server/stats/top_keys.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
+
+#include "absl/hash/hash.h"
 
 namespace sluice::server {
 
-void SpaceSaving::Add(std::string_view key, uint64_t weight) {
-  total_ += weight;
-  // (Debian's Abseil has a string_view of its own.)
-  if (auto it = keys_.find(absl::string_view(key.data(), key.size())); it != keys_.end()) {
-    it->second.count += weight;
-    return;
-  }
-  if (keys_.size() < capacity_) {
-    keys_.emplace(std::string(key), Counted{.count = weight});
-    return;
-  }
-  // Full: the least counted key gives its place, and its count, to the new one. (A linear
-  // scan: kCapacity is small, and a flood of new keys pays it once per key.)
-  auto least = keys_.begin();
-  for (auto it = keys_.begin(); it != keys_.end(); ++it) {
-    if (it->second.count < least->second.count) {
-      least = it;
+namespace {
+
+uint64_t HashOf(std::string_view key) {
+  return absl::HashOf(absl::string_view(key.data(), key.size()));
+}
+
+}  // namespace
+
+const SpaceSaving::Counted* SpaceSaving::Find(std::string_view key) const {
+  const uint64_t hash = HashOf(key);
+  for (size_t i = 0; i < used_; ++i) {
+    if (slots_[i].hash == hash && slots_[i].key == key) {
+      return &slots_[i];
     }
   }
-  const uint64_t floor = least->second.count;
-  keys_.erase(least);
-  keys_.emplace(std::string(key), Counted{.count = floor + weight, .error = floor});
+  return nullptr;
+}
+
+void SpaceSaving::Add(std::string_view key, uint64_t weight) {
+  total_ += weight;
+  const uint64_t hash = HashOf(key);
+  for (size_t i = 0; i < used_; ++i) {
+    if (slots_[i].hash == hash && slots_[i].key == key) {
+      slots_[i].count += weight;
+      return;
+    }
+  }
+  Counted* slot = nullptr;
+  uint64_t floor = 0;
+  if (used_ < capacity_) {
+    if (used_ == slots_.size()) {
+      slots_.emplace_back();
+    }
+    slot = &slots_[used_++];
+  } else {
+    // Full: the least counted key gives its place, and its count, to the new one.
+    slot = &slots_[0];
+    for (size_t i = 1; i < used_; ++i) {
+      if (slots_[i].count < slot->count) {
+        slot = &slots_[i];
+      }
+    }
+    floor = slot->count;
+  }
+  slot->key.assign(key.data(), key.size());  // Over the last text: no allocation once warm.
+  slot->hash = hash;
+  slot->count = floor + weight;
+  slot->error = floor;
 }
 
 void SpaceSaving::Clear() {
-  keys_.clear();
+  used_ = 0;
   total_ = 0;
 }
 
 uint64_t SpaceSaving::floor() const {
-  if (keys_.size() < capacity_) {
+  if (used_ < capacity_) {
     return 0;
   }
   uint64_t least = UINT64_MAX;
-  for (const auto& [key, counted] : keys_) {
+  for (const Counted& counted : keys()) {
     least = std::min(least, counted.count);
   }
   return least;
@@ -88,8 +117,8 @@ RuleTop TopKeys::Top(TopBy by, size_t n, Timestamp now) const {
     }
     const SpaceSaving& summary = by == TopBy::kHits ? epoch.hits : epoch.denied;
     top.total += summary.total();
-    for (const auto& [key, counted] : summary.keys()) {
-      RuleTop::Key& k = merged[key];
+    for (const SpaceSaving::Counted& counted : summary.keys()) {
+      RuleTop::Key& k = merged[counted.key];
       k.count += counted.count;
       k.error += counted.error;
     }

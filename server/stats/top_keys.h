@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,26 +40,34 @@
 
 namespace sluice::server {
 
-// One Space-Saving summary: at most kCapacity keys with their counts.
+// One Space-Saving summary: at most `capacity` keys with their counts. Its places are kept
+// from one use to the next (a key's text is assigned over the last one's), and a key is found by
+// its hash among at most `capacity` of them, so that an update allocates nothing once warm: a
+// flood of new keys costs a hash and two short scans each.
 class SpaceSaving {
  public:
   struct Counted {
+    std::string key;
+    uint64_t hash = 0;
     uint64_t count = 0;
     uint64_t error = 0;  // How much of `count` may be another key's (see above).
   };
 
-  explicit SpaceSaving(size_t capacity) : capacity_(capacity) {}
+  explicit SpaceSaving(size_t capacity) : capacity_(capacity) { slots_.reserve(capacity); }
 
   void Add(std::string_view key, uint64_t weight);
   void Clear();
   // The least count held when full (what a key absent may have had), else 0.
   uint64_t floor() const;
   uint64_t total() const { return total_; }
-  const absl::flat_hash_map<std::string, Counted>& keys() const { return keys_; }
+  // The keys held, in no order.
+  std::span<const Counted> keys() const { return {slots_.data(), used_}; }
+  const Counted* Find(std::string_view key) const;
 
  private:
   size_t capacity_;
-  absl::flat_hash_map<std::string, Counted> keys_;
+  std::vector<Counted> slots_;  // The first used_ hold keys; the rest wait, text kept.
+  size_t used_ = 0;
   uint64_t total_ = 0;
 };
 
