@@ -13,6 +13,7 @@
 #include "server/http/request.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
+#include "src/core/utf8.h"
 
 namespace sluice::server {
 namespace {
@@ -44,41 +45,6 @@ http::status StatusFor(const absl::Status& status) {
 
 // The answer of a check is written directly rather than built as a JSON document first: it
 // is the hot path, and a document costs an allocation per field.
-//
-// The length of the well-formed UTF-8 sequence that starts text[i] (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 when there is none.
-size_t Utf8SequenceAt(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) {
-    return 1;
-  }
-  size_t length = 0;
-  unsigned char low = 0x80;  // Bounds of the second byte.
-  unsigned char high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    low = lead == 0xE0 ? 0xA0 : 0x80;
-    high = lead == 0xED ? 0x9F : 0xBF;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    low = lead == 0xF0 ? 0x90 : 0x80;
-    high = lead == 0xF4 ? 0x8F : 0xBF;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) {
-    return 0;
-  }
-  for (size_t k = i + 2; k < i + length; ++k) {
-    if (byte(k) < 0x80 || byte(k) > 0xBF) {
-      return 0;
-    }
-  }
-  return length;
-}
 
 // "allowed", "remaining", "reset_after_us", "retry_after_us", "delay_us", in that order.
 // The answer to every check is written here: with compiled format strings (fmt's parsing of a
@@ -111,7 +77,7 @@ void AppendJsonString(std::string& out, std::string_view text) {
     } else if (static_cast<unsigned char>(c) < 0x20) {
       fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
       ++i;
-    } else if (const size_t length = Utf8SequenceAt(text, i); length > 0) {
+    } else if (const size_t length = internal::Utf8SequenceAt(text, i); length > 0) {
       out.append(text.substr(i, length));
       i += length;
     } else {

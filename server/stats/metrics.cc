@@ -7,21 +7,35 @@
 #include "fmt/format.h"
 #include "sluice_build/version.h"
 
+#include "src/core/utf8.h"
+
 namespace sluice::server {
 namespace {
 
-// Prometheus label values escape backslash, double quote and newline.
+// Prometheus label values escape backslash, double quote and newline, and must be UTF-8: a
+// key a caller sent (--top-metrics) may hold any bytes, and one bad byte would make a scraper
+// refuse the whole page. Other control bytes and what is not well-formed UTF-8 become U+FFFD.
 std::string LabelValue(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
     if (c == '\\' || c == '"') {
       out.push_back('\\');
       out.push_back(c);
+      ++i;
     } else if (c == '\n') {
       out += "\\n";
+      ++i;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += "\xef\xbf\xbd";
+      ++i;
+    } else if (const size_t length = internal::Utf8SequenceAt(text, i); length > 0) {
+      out.append(text.substr(i, length));
+      i += length;
     } else {
-      out.push_back(c);
+      out += "\xef\xbf\xbd";
+      ++i;
     }
   }
   return out;

@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 
+#include "server/stats/metrics.h"
 #include "tests/testing/util.h"
 
 namespace sluice::server {
@@ -144,6 +145,31 @@ TEST(TopOffendersTest, OffUntilEnabledAndBoundedInRules) {
   const std::vector<RuleTop> one = top.Top("r00007", TopBy::kDenied, 10, At(kStart));
   ASSERT_EQ(one.size(), 1U);
   EXPECT_EQ(one[0].keys[0].count, 1U);
+}
+
+// --top-metrics puts callers' keys in label values: whatever bytes they hold, the page stays
+// one a scraper reads (UTF-8, one line per series).
+TEST(TopOffendersTest, TopMetricsAreWellFormedWhateverTheKeys) {
+  Metrics metrics;
+  metrics.top().Enable(true);
+  RuleCounters counters;
+  // A quote, a backslash, a newline, a control byte, a stray byte, then a well-formed é.
+  const std::string hostile = std::string(
+      "a\"b\\c\nd\x01"
+      "e\xff"
+      "\xc3\xa9"
+      "f");
+  metrics.top().Record(counters, "api.user", hostile, true, 1, At(kStart));
+  const std::string text =
+      metrics.RenderTop(3, At(kStart), [](std::string_view key) { return std::string(key); });
+  const std::string replaced = "\xef\xbf\xbd";  // U+FFFD.
+  const std::string label = std::string(R"(a\"b\\c\nd)") + replaced + "e" + replaced +
+                            "\xc3\xa9"
+                            "f";
+  EXPECT_NE(text.find("sluice_top_denied{rule=\"api.user\",key=\"" + label + "\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x01'), std::string::npos);
 }
 
 }  // namespace
