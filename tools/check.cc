@@ -248,6 +248,16 @@ absl::StatusOr<HttpAnswer> GetJson(const std::string& url, std::string_view time
   return Exchange(http::verb::get, url, "", timeout, bearer_token);
 }
 
+std::string Printable(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      c = '?';
+    }
+  }
+  return out;
+}
+
 std::string ErrorOf(const HttpAnswer& answer) {
   const auto json = nlohmann::json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
   if (json.is_object() && json.contains("error") && json["error"].is_string()) {

@@ -69,6 +69,10 @@ absl::StatusOr<HttpAnswer> PostAs(std::string_view command, std::string_view ser
                                   std::string_view path, const std::string& body,
                                   std::string_view timeout, std::string_view bearer_token = {});
 
+// `text` safe to print on a terminal: control bytes (ESC and the like, which a key or a value a
+// caller chose may hold) each become '?'.
+std::string Printable(std::string_view text);
+
 // The server's "error" of a JSON answer, or the answer itself when it has none.
 std::string ErrorOf(const HttpAnswer& answer);
 

@@ -38,8 +38,11 @@ std::string Human(int64_t us) {
   return fmt::format("{:.1f}h", d / 3.6e9);
 }
 
+// A field as printed: a string's text made printable (keys and values are callers').
 std::string Text(const nlohmann::json& j) {
-  return j.is_string() ? j.get<std::string>() : j.is_null() ? std::string("-") : j.dump();
+  return j.is_string() ? Printable(j.get<std::string>())
+         : j.is_null() ? std::string("-")
+                       : j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string State(const nlohmann::json& state) {

@@ -48,8 +48,8 @@ std::string FormatTop(const nlohmann::json& answer) {
   }
   for (const nlohmann::json& rule : rules) {
     const uint64_t total = rule.value("total", uint64_t{0});
-    fmt::format_to(to, "\n{}: {} {} (each count within {})\n", rule.value("rule", "?"), total,
-                   by == "hits" ? "hits" : "denials", rule.value("bound", uint64_t{0}));
+    fmt::format_to(to, "\n{}: {} {} (each count within {})\n", Printable(rule.value("rule", "?")),
+                   total, by == "hits" ? "hits" : "denials", rule.value("bound", uint64_t{0}));
     if (rule["keys"].empty()) {
       out += "  (none)\n";
       continue;
@@ -60,7 +60,7 @@ std::string FormatTop(const nlohmann::json& answer) {
       fmt::format_to(
           to, "  {:>10} {:>6.1f}%  {}\n", count,
           total == 0 ? 0.0 : 100.0 * static_cast<double>(count) / static_cast<double>(total),
-          key.value("key", ""));
+          Printable(key.value("key", "")));
     }
   }
   return out;

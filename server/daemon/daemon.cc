@@ -123,6 +123,9 @@ absl::Status Daemon::Open() {
           : fmt::format("{} {}", flags_.store, flags_.cache_key_prefix.value_or("sluice:"));
   service_->SetReceiptSigner(signer.ForStore(store_name));
   service_->SetKeyNames(KeyNames(flags_.hide_keys));
+  // /metrics needs no token: the keys of --top-metrics are always hashed there, with the
+  // service's secret when it hides keys (so that they match GET /v1/top's), else one of their own.
+  metric_key_names_ = flags_.hide_keys ? service_->key_names() : KeyNames(/*hide=*/true);
   if (!flags_.config.empty()) {
     absl::StatusOr<std::shared_ptr<const RuleSet>> rules = LoadRules();
     if (!rules.ok()) {
@@ -199,7 +202,7 @@ absl::Status Daemon::Start(const Settings& settings) {
                (flags_.top_metrics > 0
                     ? metrics_.RenderTop(
                           static_cast<size_t>(flags_.top_metrics), SystemClock().Now(),
-                          [this](std::string_view key) { return service_->key_names().Show(key); })
+                          [this](std::string_view key) { return metric_key_names_.Show(key); })
                     : std::string());
       },
       [this] { return Health(); },

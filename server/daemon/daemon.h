@@ -28,6 +28,7 @@
 #include "server/http/debug.h"
 #include "server/http/server.h"
 #include "server/rules/rules.h"
+#include "server/service/key_names.h"
 #include "server/service/service.h"
 #include "server/stats/metrics.h"
 #include "server/stats/statsd.h"
@@ -150,6 +151,7 @@ class Daemon {
   AsioTimers timers_;                    // Acquire's waits; outlives the service.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
+  KeyNames metric_key_names_;  // How --top-metrics names keys on /metrics (always hashed).
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<DebugApi> debug_api_;
   std::unique_ptr<HttpServer> debug_server_;  // Only with --debug.

@@ -1,5 +1,6 @@
 #include "server/http/api.h"
 
+#include <algorithm>
 #include <utility>
 #include <variant>
 
@@ -303,6 +304,17 @@ void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
   if (!check.ok()) {
     Send(std::move(reply), Failure(check.status(), request));
     return;
+  }
+  // As /v1/check: an explanation of a descriptor that charges nothing (hitsAddend 0) is a look
+  // at keys that may be another's.
+  if (check->explain &&
+      std::any_of(check->descriptors.begin(), check->descriptors.end(),
+                  [&](const RequestDescriptor& d) { return d.cost.value_or(check->cost) == 0; })) {
+    if (std::optional<HttpResponse> refused = RefuseAdmin(request, "an explanation at cost 0")) {
+      metrics_.CountAdminRefused();
+      Send(std::move(reply), *std::move(refused));
+      return;
+    }
   }
   service_.ShouldRateLimitAsync(
       *std::move(check),

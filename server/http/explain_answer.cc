@@ -68,14 +68,16 @@ void AppendDescriptor(std::string& out, const DescriptorExplanation& d) {
   out += "]}";
 }
 
-void AppendDecider(std::string& out, const Explanation& e) {
+// `first`: the index in the request of e's first descriptor (the Envoy API explains each
+// descriptor alone).
+void AppendDecider(std::string& out, const Explanation& e, size_t first = 0) {
   out += R"(,"decided_by":)";
   if (!e.decided_by) {
     out += "null";
     return;
   }
   fmt::format_to(std::back_inserter(out), R"({{"descriptor":{},"limit":{},"name":)",
-                 e.decided_by->descriptor, e.decided_by->limit);
+                 first + e.decided_by->descriptor, e.decided_by->limit);
   AppendJsonString(
       out, e.descriptors[e.decided_by->descriptor].limits[e.decided_by->limit].outcome.name);
   out.push_back('}');
@@ -118,22 +120,23 @@ void AppendEnvoyExplanation(std::string& out, const std::vector<DescriptorResult
   if (first == nullptr) {
     return;
   }
-  // Each descriptor decided on its own: each says its cost, its answer and its decider.
+  // Each descriptor decided on its own: each says its cost, its answer and its decider, in the
+  // order of the statuses (null where there is nothing to say: a shadow descriptor that found
+  // no room in a full store).
   out += R"(,"explain":{"domain":)";
   AppendJsonString(out, first->domain);
   out += R"(,"descriptors":[)";
-  bool any = false;
-  for (const DescriptorResult& result : results) {
-    const Explanation* e = result.explanation.get();
+  for (size_t i = 0; i < results.size(); ++i) {
+    out += i > 0 ? "," : "";
+    const Explanation* e = results[i].explanation.get();
     if (e == nullptr || e->descriptors.size() != 1) {
+      out += "null";
       continue;
     }
-    out += any ? "," : "";
-    any = true;
     AppendDescriptor(out, e->descriptors.front());
     out.pop_back();
     fmt::format_to(std::back_inserter(out), R"(,"cost":{},"admitted":{})", e->cost, e->admitted);
-    AppendDecider(out, *e);
+    AppendDecider(out, *e, i);
     AppendError(out, *e);
     out.push_back('}');
   }

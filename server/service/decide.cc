@@ -538,8 +538,8 @@ void RateLimitService::Deciding::Summarise(bool count) {
   }
   if (count) {
     CountOutcomes(result);
+    RecordOffenders();  // (Not an acquire's tries: each would count its request again.)
   }
-  RecordOffenders();
 }
 
 void RateLimitService::Deciding::RecordOffenders() const {

@@ -115,7 +115,11 @@ void RateLimitService::Explaining::Prepare(const std::vector<Planned>& planned,
     });
     slot[i] = static_cast<size_t>(same - keys.begin());
     if (same == keys.end()) {
-      keys.push_back({.limit = limit, .key = p.key, .before = rule_limit.before});
+      // A counter is never converted (DecideCounting names no earlier figures): a query that
+      // did so would change what the next decision finds.
+      keys.push_back({.limit = limit,
+                      .key = p.key,
+                      .before = p.counting ? std::span<const Limit>() : rule_limit.before});
     }
     if (p.pool != nullptr && p.mode == Mode::kElastic &&
         std::none_of(pools.begin(), pools.end(),
@@ -197,9 +201,13 @@ DescriptorExplanation RateLimitService::Explaining::Describe(const CheckRequest&
 }
 
 void RateLimitService::Explaining::AddReplaced(const std::vector<Planned>& planned,
+                                               const RequestDescriptor& descriptor,
                                                DescriptorExplanation& out) const {
-  const MatchReport report =
-      domain != nullptr && !out.rule.empty() ? ExplainMatch(*domain, out.entries) : MatchReport{};
+  // An override replaces the rules (no limit of theirs was asked, none was replaced).
+  const bool override = descriptor.limit && descriptor.limit->unit != Unit::kUnknown;
+  const MatchReport report = domain != nullptr && !out.rule.empty() && !override
+                                 ? ExplainMatch(*domain, out.entries)
+                                 : MatchReport{};
   if (report.rule == nullptr) {
     return;
   }
@@ -222,7 +230,9 @@ void RateLimitService::Explaining::AddReplaced(const std::vector<Planned>& plann
     l.outcome.mode = report.rule->mode;
     l.source = report.rule->path;
     l.decided = false;
-    l.verdict = fmt::format("replaced by {}: not asked", fmt::join(by, ", "));
+    // Envoy's API decides each descriptor apart: the limit that replaced it may be another's.
+    l.verdict = by.empty() ? "replaced by a limit of another descriptor: not asked"
+                           : fmt::format("replaced by {}: not asked", fmt::join(by, ", "));
   }
 }
 
@@ -280,8 +290,8 @@ std::shared_ptr<const Explanation> RateLimitService::Explaining::Build(
       ++lease;
     }
   }
-  for (DescriptorExplanation& out : e->descriptors) {
-    AddReplaced(planned, out);
+  for (size_t i = 0; i < descriptors.size(); ++i) {
+    AddReplaced(planned, request.descriptors[descriptors[i]], e->descriptors[i]);
   }
   FindDecider(*e);
   return e;
@@ -334,6 +344,11 @@ RateLimitService::CheckTask RateLimitService::ExplainAdHoc(AdHocRequest request,
   absl::StatusOr<Limit> limit = AdHocLimit(request);
   if (!limit.ok()) {
     co_return limit.status();
+  }
+  // Admitted among the caller limits before it is asked about: a query may make a limit's
+  // table in the memory store, which the bound on callers' limits is there to hold.
+  if (absl::Status s = AdmitCallerLimit(*limit, clock_.Now()); !s.ok()) {
+    co_return s;
   }
   Explaining explaining{.service = *this, .now = clock_.Now(), .names = names_};
   explaining.keys.push_back({.limit = &*limit, .key = request.key});

@@ -453,9 +453,9 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   outcome.counters = adhoc_counters_;
   if (count) {
     CountOutcomes(result);
+    metrics_.top().Record(*adhoc_counters_, outcome.name, request.key, !decision->allowed,
+                          static_cast<uint64_t>(request.cost), now);
   }
-  metrics_.top().Record(*adhoc_counters_, outcome.name, request.key, !decision->allowed,
-                        static_cast<uint64_t>(request.cost), now);
   if (request.receipt && decision->allowed && request.cost > 0) {
     std::vector<ReceiptLimit> charged;
     charged.push_back({.name = outcome.name,

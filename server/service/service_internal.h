@@ -109,7 +109,8 @@ struct RateLimitService::Explaining {
   // Descriptor `d` of `request`: its entries, and the rule it matched or why none.
   DescriptorExplanation Describe(const CheckRequest& request, size_t d) const;
   // The limits of `out`'s rule that a `replaces` left out of `planned`, said so.
-  void AddReplaced(const std::vector<Planned>& planned, DescriptorExplanation& out) const;
+  void AddReplaced(const std::vector<Planned>& planned, const RequestDescriptor& descriptor,
+                   DescriptorExplanation& out) const;
   // The state of keys[at] as the answer tells figures; empty when not asked or not known.
   std::optional<Decision> State(bool after, size_t at, const RuleLimit* rule_limit,
                                 bool counting) const;

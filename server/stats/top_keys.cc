@@ -149,14 +149,15 @@ size_t TopKeys::held() const {
 
 TopKeys* TopOffenders::For(RuleCounters& counters, std::string_view rule) {
   if (TopKeys* top = counters.top.load(std::memory_order_acquire); top != nullptr) [[likely]] {
-    return top;
+    return top == &untracked_rule_ ? nullptr : top;
   }
   internal::MutexLock lock(mutex_);
   if (TopKeys* top = counters.top.load(std::memory_order_acquire); top != nullptr) {
-    return top;  // Made by another thread meanwhile.
+    return top == &untracked_rule_ ? nullptr : top;  // Settled by another thread meanwhile.
   }
   if (rules_.size() >= kMaxRules) {
     untracked_.fetch_add(1, std::memory_order_relaxed);
+    counters.top.store(&untracked_rule_, std::memory_order_release);
     return nullptr;
   }
   TopKeys* top = rules_.emplace_back(std::make_unique<TopKeys>(std::string(rule))).get();

@@ -14,10 +14,12 @@
 //     most that minute's least count there, and those add up to at most N/k);
 //   - each count is within N/k of the truth (over by its errors where it was held, under by
 //     the least counts where it was not).
+// (The window is the current epoch and the kEpochs - 1 before it: four to five minutes.)
 // A flood of distinct keys only turns the least counted over: memory per rule limit stays at
-// most 2 * kEpochs * kCapacity keys (each at most 256 bytes, server/service/service.h's
-// kMaxStoredKeyBytes), about 100 KB at worst and a few KB for short keys, and at most
-// kMaxRules rule limits are followed (those first seen; later ones are not, and counted).
+// most 2 * kEpochs * kCapacity keys (a rule's key at most 256 bytes, server/service/service.h's
+// kMaxStoredKeyBytes, about 100 KB at worst, a few KB for short keys; an ad hoc key at most
+// kMaxAdHocKeyBytes, 1 KB), and at most kMaxRules rule limits are followed (those first seen;
+// later ones are not, and are counted once).
 //
 // Thread-safe: one mutex per rule limit, held for one update.
 
@@ -140,13 +142,16 @@ class TopOffenders {
   // The top `n` keys by `by` of the rule limit named `rule`, or of every one followed when
   // `rule` is empty, in name order.
   std::vector<RuleTop> Top(std::string_view rule, TopBy by, size_t n, Timestamp now) const;
-  // Rule limits not followed for want of room (kMaxRules).
+  // Rule limits not followed for want of room (kMaxRules), each counted once.
   uint64_t untracked() const { return untracked_.load(std::memory_order_relaxed); }
 
  private:
   TopKeys* For(RuleCounters& counters, std::string_view rule);
 
   std::atomic<bool> enabled_{false};
+  // What a rule limit refused for want of room points to: never counted, never listed, and
+  // refused once rather than under the mutex at each of its decisions.
+  TopKeys untracked_rule_{""};
   mutable internal::Mutex mutex_;
   std::deque<std::unique_ptr<TopKeys>> rules_ ABSL_GUARDED_BY(mutex_);
   std::atomic<uint64_t> untracked_{0};

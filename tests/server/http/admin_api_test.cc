@@ -176,6 +176,20 @@ TEST_F(AdminApiTest, AnExplanationAtCostZeroNeedsTheAdminToken) {
   EXPECT_EQ(Remaining(), 1);  // The look charged nothing.
 }
 
+TEST_F(AdminApiTest, EnvoysJsonExplainedAtHitsAddendZeroNeedsTheAdminTokenToo) {
+  constexpr char kLook[] =
+      R"({"domain": "api", "explain": true, "descriptors": [{"entries": [{"key": "user", "value": "ann"}], "hitsAddend": 0}]})";
+  constexpr char kOwn[] =
+      R"({"domain": "api", "explain": true, "descriptors": [{"entries": [{"key": "user", "value": "ann"}]}]})";
+  EXPECT_EQ(Post("/json", kLook).result(), http::status::forbidden);  // Off without a token.
+  EXPECT_EQ(Post("/json", kOwn).result(), http::status::ok);
+  api_.SetAdminToken(AdminToken::Create(kToken).value());
+  EXPECT_EQ(Post("/json", kLook).result(), http::status::unauthorized);
+  const HttpResponse response = Post("/json", kLook, std::string("Bearer ") + kToken);
+  ASSERT_EQ(response.result(), http::status::ok) << response.body();
+  EXPECT_TRUE(Body(response)["explain"]["descriptors"][0].is_object());
+}
+
 TEST_F(AdminApiTest, TopOffendersNeedTheAdminTokenAndHideKeysWhenAsked) {
   const auto get = [&](std::string target, std::optional<std::string> authorization) {
     return Post(std::move(target), "", std::move(authorization), http::verb::get);

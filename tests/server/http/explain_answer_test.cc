@@ -127,6 +127,14 @@ TEST_F(ExplainAnswerTest, EnvoysJsonExplainsEachDescriptorOnTheApiAndTheDebugLis
     EXPECT_EQ(d["decided_by"]["name"], "second");
     EXPECT_EQ(d["limits"][1]["after"]["remaining"], 0);
   }
+  // Each descriptor's explanation sits at its index, and names it as the decider's.
+  const HttpResponse two = Post(
+      api_, "/json",
+      R"({"domain": "api", "explain": true, "descriptors": [{"entries": [{"key": "team", "value": "t"}]}, {"entries": [{"key": "user", "value": "dee"}]}]})");
+  const nlohmann::json explained = Body(two)["explain"]["descriptors"];
+  ASSERT_EQ(explained.size(), 2U) << two.body();
+  EXPECT_TRUE(explained[0]["decided_by"].is_null());
+  EXPECT_EQ(explained[1]["decided_by"]["descriptor"], 1);
   // Without "explain", the answer is Envoy's alone.
   const HttpResponse plain =
       Post(api_, "/json",

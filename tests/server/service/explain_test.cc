@@ -294,6 +294,7 @@ TEST_F(ExplainTest, EnvoysApiExplainsEachDescriptorAtItsOwnCost) {
   EXPECT_EQ(bob.descriptors[0].rule, "api.override");
   EXPECT_EQ(bob.descriptors[0].match,
             "Envoy's limit in the request, 7 per HOUR: the rules are not asked");
+  ASSERT_EQ(bob.descriptors[0].limits.size(), 1U);  // The override alone: no rule's limit.
   EXPECT_EQ(bob.descriptors[0].limits[0].after->remaining, 6);
 }
 

@@ -142,6 +142,8 @@ TEST(TopOffendersTest, OffUntilEnabledAndBoundedInRules) {
   }
   EXPECT_EQ(top.Top({}, TopBy::kDenied, 10, At(kStart)).size(), TopOffenders::kMaxRules);
   EXPECT_EQ(top.untracked(), 3U);
+  top.Record(counters.back(), "again", "k", true, 1, At(kStart));  // Refused once, not again.
+  EXPECT_EQ(top.untracked(), 3U);
   const std::vector<RuleTop> one = top.Top("r00007", TopBy::kDenied, 10, At(kStart));
   ASSERT_EQ(one.size(), 1U);
   EXPECT_EQ(one[0].keys[0].count, 1U);
