@@ -324,19 +324,20 @@ RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckReque
         group.push_back(std::move(p));
       }
     }
-    const std::vector<size_t> at(1, d);
     if (group.empty()) {
       if (request.explain) {
-        results[d].explanation = ExplainUnmatched(domain, request, at);
+        results[d].explanation = ExplainUnmatched(domain, request, {d});
       }
       continue;
     }
     const int64_t cost = request.descriptors[d].cost.value_or(request.cost);
-    // Two statements, not a conditional over two co_awaits (GCC 12: see DecideAdHoc).
-    absl::StatusOr<CheckResult> result = absl::UnknownError("not decided");
+    // Two statements, not a conditional over two co_awaits (GCC 12: see DecideAdHoc). (An
+    // empty result to start with: an error with a message would allocate per descriptor.)
+    absl::StatusOr<CheckResult> result = CheckResult{};
     if (request.explain) {
       std::vector<PlannedLease> none;
-      result = co_await DecideExplained(*domain, request, at, group, none, cost, now);
+      std::vector<size_t> at(1, d);  // (Named: GCC 12 cannot co_await over a braced list.)
+      result = co_await DecideExplained(*domain, request, std::move(at), group, none, cost, now);
       results[d].explanation = result.ok() ? result->explanation : nullptr;
     } else {
       result = co_await Decide(group, cost, now);
