@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -11,6 +10,7 @@
 #include "fmt/format.h"
 
 #include "sluice/duration.h"
+#include "src/core/url_escape.h"
 #include "tools/check.h"
 #include "tools/settle.h"
 
@@ -19,19 +19,6 @@ namespace {
 
 constexpr int kRefused = 1;
 constexpr int kUsageError = 2;
-
-// A query's value, percent-encoded (rule names hold dots, slashes, anything).
-std::string Encoded(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      fmt::format_to(std::back_inserter(out), "%{:02X}", c);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -83,7 +70,7 @@ int RunTop(const TopFlags& flags) {
   }
   std::string path = fmt::format("/v1/top?by={}&n={}", flags.by, flags.n);
   if (!flags.rule.empty()) {
-    path += "&rule=" + Encoded(flags.rule);
+    path += "&rule=" + internal::UrlEscape(flags.rule);  // Names hold dots, slashes, anything.
   }
   absl::StatusOr<std::string> url = Endpoint(flags.server, path);
   if (!url.ok()) {

@@ -12,6 +12,7 @@
 
 #include "server/daemon/environment_names.h"
 #include "server/daemon/environment_values.h"
+#include "src/core/url_escape.h"
 
 namespace sluice::server {
 namespace {
@@ -29,7 +30,7 @@ using env::kShared;
 using env::kSimple;
 using env::Malformed;
 using env::Simple;
-using env::UrlEscape;
+using internal::UrlEscape;
 
 bool Contains(const auto& list, std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);

@@ -11,19 +11,6 @@
 
 namespace sluice::server::env {
 
-std::string UrlEscape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
-        c == '~') {
-      out += c;
-    } else {
-      out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
-    }
-  }
-  return out;
-}
-
 absl::StatusOr<std::string> MemcacheStore(const std::optional<std::string>& host_port,
                                           const std::optional<std::string>& srv,
                                           const std::optional<std::string>& tls) {

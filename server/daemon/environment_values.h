@@ -52,7 +52,4 @@ absl::StatusOr<std::string> MemcacheStore(const std::optional<std::string>& host
                                           const std::optional<std::string>& srv,
                                           const std::optional<std::string>& tls);
 
-// A user or password for a URL: percent-escaped but for the characters that need none.
-std::string UrlEscape(std::string_view text);
-
 }  // namespace sluice::server::env
