@@ -207,17 +207,9 @@ absl::Status Daemon::Start(const Settings& settings) {
       },
       [this] { return Health(); },
       HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
-  if (!flags_.admin_token_file.empty()) {
-    absl::StatusOr<AdminToken> admin = AdminToken::FromFile(flags_.admin_token_file);
-    if (!admin.ok()) {
-      return absl::InvalidArgumentError(
-          fmt::format("--admin-token-file: {}", internal::Message(admin.status())));
-    }
-    api_->SetAdminToken(*std::move(admin));
+  if (absl::Status s = SetUpAdmin(); !s.ok()) {
+    return s;
   }
-  // Top offenders are counted where someone can see them: GET /v1/top (the admin token), or
-  // /metrics (--top-metrics).
-  metrics_.top().Enable(!flags_.admin_token_file.empty() || flags_.top_metrics > 0);
   const int threads = flags_.threads > 0
                           ? flags_.threads
                           : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -229,13 +221,20 @@ absl::Status Daemon::Start(const Settings& settings) {
         s.code(), fmt::format("{}; --grpc HOST:PORT sets another address", internal::Message(s)));
   }
   server_ = std::make_unique<HttpServer>(
-      *api_, HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
+      page_ != nullptr ? static_cast<HttpHandler&>(*page_) : *api_,
+      HttpServerOptions{.host = http.host, .port = http.port, .threads = threads});
   if (absl::Status s = server_->Start(); !s.ok()) {
     return s;
   }
   spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
                http.host, server_->port(), threads, service_->rules()->domains().size(),
                flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
+  if (page_ != nullptr) {
+    spdlog::info(
+        "the operator's page: http://{}:{}/ui/ (any user name; the admin token as the "
+        "password)",
+        http.host, server_->port());
+  }
   envoy_ = std::make_unique<EnvoyGrpcService>(
       *service_, EnvoyOptions{.response_headers = flags_.response_headers,
                               .headers = std::move(envoy_headers),
@@ -341,6 +340,9 @@ void Daemon::Serve(asio::signal_set& signals, const Settings& settings) {
   }
   if (settings.snapshot_interval > Micros{0}) {
     SnapshotEvery(settings.snapshot_interval);
+  }
+  if (page_ != nullptr) {
+    SampleHistory();
   }
   control_.run();
 }

@@ -31,7 +31,9 @@
 #include "server/service/key_names.h"
 #include "server/service/service.h"
 #include "server/stats/metrics.h"
+#include "server/stats/rate_history.h"
 #include "server/stats/statsd.h"
+#include "server/ui/operator_page.h"
 #include "sluice/memcached_store.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
@@ -90,6 +92,8 @@ struct Flags {
   bool hide_keys = false;
   // The top N keys of each rule limit as Prometheus series; 0: none.
   int top_metrics = 0;
+  // The operator's page at /ui/ on the HTTP listener (server/ui/); needs admin_token_file.
+  bool ui = false;
 };
 
 class Daemon {
@@ -130,6 +134,11 @@ class Daemon {
   HttpApi::HealthReport Health() const;
   HttpApi::HealthReport StoreHealth() const;
   void PublishHealth();  // gRPC's health service says what /healthcheck says, every second.
+  // daemon_ui.cc: api_'s admin token and the top offenders' counting, and --ui: the page over
+  // api_, with `admin`, and its charts' samples, every second from the control loop.
+  absl::Status SetUpAdmin();
+  void MakeOperatorPage(const AdminToken& admin);
+  void SampleHistory();
 
   absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
   // The limits the rules LoadRules loads replace (RuleLoadOptions::previous).
@@ -151,7 +160,9 @@ class Daemon {
   AsioTimers timers_;                    // Acquire's waits; outlives the service.
   std::unique_ptr<RateLimitService> service_;
   std::unique_ptr<HttpApi> api_;
-  KeyNames metric_key_names_;  // How --top-metrics names keys on /metrics (always hashed).
+  KeyNames metric_key_names_;           // How --top-metrics names keys on /metrics (always hashed).
+  RateHistory history_;                 // The page's charts (with --ui).
+  std::unique_ptr<OperatorPage> page_;  // Only with --ui: server_ serves it, over api_.
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<DebugApi> debug_api_;
   std::unique_ptr<HttpServer> debug_server_;  // Only with --debug.
@@ -161,6 +172,7 @@ class Daemon {
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};
   boost::asio::steady_timer health_timer_{control_};
+  boost::asio::steady_timer history_timer_{control_};
   std::string config_version_;         // The control loop's: what the last reload was asked for.
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
   // With --config, from Serve on; destroyed before what its loads use.

@@ -209,6 +209,9 @@ void AddOperatorFlags(CLI::App& app, Flags& flags) {
                  "The top N keys of each rule limit, by denials and by hits, as Prometheus "
                  "series (default 0: none)")
       ->check(CLI::Range(0, 20));
+  app.add_flag("--ui", flags.ui,
+               "Serve the operator's page at /ui/ on the HTTP listener (needs "
+               "--admin-token-file: the token is its password)");
 }
 
 void AddFlags(CLI::App& app, Flags& flags) {

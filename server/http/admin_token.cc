@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/escaping.h"
 #include "fmt/format.h"
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -37,6 +38,20 @@ bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// The token `authorization` presents under `scheme` (RFC 7235 section 2.1: the scheme
+// case-insensitive, then one or more spaces), or empty when it is not a credential of that
+// scheme.
+std::string_view Credential(std::string_view authorization, std::string_view scheme) {
+  if (authorization.size() <= scheme.size() ||
+      !EqualsIgnoringCase(authorization.substr(0, scheme.size()), scheme) ||
+      authorization[scheme.size()] != ' ') {
+    return {};
+  }
+  std::string_view credential = authorization.substr(scheme.size());
+  credential.remove_prefix(std::min(credential.find_first_not_of(' '), credential.size()));
+  return credential;
+}
+
 }  // namespace
 
 absl::StatusOr<AdminToken> AdminToken::Create(std::string token) {
@@ -68,18 +83,21 @@ absl::StatusOr<AdminToken> AdminToken::FromFile(const std::string& path) {
   return made;
 }
 
-AdminToken::Verdict AdminToken::Judge(std::string_view authorization) const {
-  // RFC 6750 section 2.1: credentials = "Bearer" 1*SP b64token, the scheme case-insensitive
-  // (RFC 7235 section 2.1). Anything else is not a bearer credential: no credential at all,
-  // as far as this token is concerned.
-  constexpr std::string_view kScheme = "Bearer";
-  if (authorization.size() <= kScheme.size() ||
-      !EqualsIgnoringCase(authorization.substr(0, kScheme.size()), kScheme) ||
-      authorization[kScheme.size()] != ' ') {
-    return Verdict::kMissing;
+AdminToken::Verdict AdminToken::Judge(std::string_view authorization, Schemes schemes) const {
+  // RFC 6750 section 2.1: "Bearer" 1*SP b64token. RFC 7617: "Basic" 1*SP base64(user ":"
+  // password), the token being the password. Anything else is no credential at all, as far as
+  // this token is concerned.
+  std::string_view presented = Credential(authorization, "Bearer");
+  std::string decoded;
+  if (presented.empty() && schemes == Schemes::kBearerOrBasic) {
+    if (const std::string_view basic = Credential(authorization, "Basic");
+        !basic.empty() &&
+        absl::Base64Unescape(absl::string_view(basic.data(), basic.size()), &decoded)) {
+      const size_t colon = decoded.find(':');
+      presented = colon == std::string::npos ? std::string_view()
+                                             : std::string_view(decoded).substr(colon + 1);
+    }
   }
-  std::string_view presented = authorization.substr(kScheme.size());
-  presented.remove_prefix(std::min(presented.find_first_not_of(' '), presented.size()));
   if (presented.empty()) {
     return Verdict::kMissing;
   }

@@ -1,9 +1,9 @@
 #pragma once
 
 // The admin token: what a request must carry to act on keys other than its own request's
-// (POST /v1/reset, and what later acts on others' keys). It is read from --admin-token-file
-// and sent as "Authorization: Bearer <token>". Without the flag those endpoints are off: never
-// open by default.
+// (POST /v1/reset, GET /v1/top, an explanation at cost 0, the operator's page). It is read from
+// --admin-token-file and sent as "Authorization: Bearer <token>". Without the flag those endpoints
+// are off: never open by default.
 //
 // Thread-safe: immutable once made.
 
@@ -31,10 +31,17 @@ class AdminToken {
   static absl::StatusOr<AdminToken> FromFile(const std::string& path);
   static absl::StatusOr<AdminToken> Create(std::string token);
 
+  // The credentials Judge takes: "Bearer <token>" always; with kBearerOrBasic also
+  // "Basic base64(user:token)", any user, which is what a browser sends for a page once a 401
+  // asked for it (WWW-Authenticate: Basic): the operator's page (server/ui/). Only there: a
+  // browser adds Basic credentials to requests on its own, cross-site ones too, so the
+  // endpoints that change something take Bearer alone.
+  enum class Schemes { kBearer, kBearerOrBasic };
+
   // Judges the value of a request's Authorization header (empty when absent). The comparison
   // takes the same time wherever the first difference is (CRYPTO_memcmp over digests, so the
   // length is not leaked either).
-  Verdict Judge(std::string_view authorization) const;
+  Verdict Judge(std::string_view authorization, Schemes schemes = Schemes::kBearer) const;
 
  private:
   explicit AdminToken(std::string digest) : digest_(std::move(digest)) {}

@@ -33,6 +33,8 @@ http::status StatusFor(const absl::Status& status) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
       return http::status::bad_request;
+    case absl::StatusCode::kNotFound:
+      return http::status::not_found;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kResourceExhausted:

@@ -112,6 +112,11 @@ void HttpApi::Send(Reply reply, HttpResponse response) {
 
 void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond respond,
                      CancelWait* cancel) {
+  Route(request, peer, std::move(respond), cancel, /*admin=*/false);
+}
+
+void HttpApi::Route(const HttpRequest& request, std::string_view peer, Respond respond,
+                    CancelWait* cancel, bool admin) {
   const std::string_view target = request.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request.method();
@@ -125,6 +130,7 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
               .decision = (path == "/v1/check" && only(http::verb::post)) ||
                           (path == "/json" && only(http::verb::post)) ||
                           (path == "/v1/auth" && only(http::verb::get)),
+              .admin = admin,
               .respond = std::move(respond)};
   if (path == "/v1/acquire" && only(http::verb::post)) {
     Acquire(request, std::move(reply), cancel);
@@ -167,7 +173,7 @@ void HttpApi::Handle(const HttpRequest& request, std::string_view peer, Respond 
   } else if (path == "/v1/rules" && only(http::verb::get)) {
     response = Rules(request);
   } else if (path == "/v1/top" && only(http::verb::get)) {
-    response = Top(request);
+    response = Top(request, admin);
   } else if (const std::string_view allow = AllowedMethods(path); !allow.empty()) {
     response = ErrorResponse(http::status::method_not_allowed,
                              fmt::format("{} does not accept {}; use {}", path,
@@ -197,7 +203,8 @@ void HttpApi::Check(const HttpRequest& request, Reply reply) {
           },
           *parsed);
       explain && cost == 0) {
-    if (std::optional<HttpResponse> refused = RefuseAdmin(request, "an explanation at cost 0")) {
+    if (std::optional<HttpResponse> refused =
+            RefuseAdmin(request, "an explanation at cost 0", reply.admin)) {
       metrics_.CountAdminRefused();
       Send(std::move(reply), *std::move(refused));
       return;
@@ -252,8 +259,11 @@ void HttpApi::Settle(const HttpRequest& request, Reply reply) {
                        Deliver<SettleResult>(request, std::move(reply), &Settled));
 }
 
-std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request,
-                                                 std::string_view what) const {
+std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request, std::string_view what,
+                                                 bool admin) const {
+  if (admin) {
+    return std::nullopt;
+  }
   if (!admin_) {
     return ErrorResponse(
         http::status::forbidden,
@@ -285,7 +295,7 @@ std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request,
 }
 
 void HttpApi::Reset(const HttpRequest& request, Reply reply) {
-  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "POST /v1/reset")) {
+  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "POST /v1/reset", reply.admin)) {
     metrics_.CountAdminRefused();
     Send(std::move(reply), *std::move(refused));
     return;
@@ -310,7 +320,8 @@ void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
   if (check->explain &&
       std::any_of(check->descriptors.begin(), check->descriptors.end(),
                   [&](const RequestDescriptor& d) { return d.cost.value_or(check->cost) == 0; })) {
-    if (std::optional<HttpResponse> refused = RefuseAdmin(request, "an explanation at cost 0")) {
+    if (std::optional<HttpResponse> refused =
+            RefuseAdmin(request, "an explanation at cost 0", reply.admin)) {
       metrics_.CountAdminRefused();
       Send(std::move(reply), *std::move(refused));
       return;
@@ -407,8 +418,8 @@ HttpResponse HttpApi::HealthCheck(const HttpRequest& request) const {
                       request);
 }
 
-HttpResponse HttpApi::Top(const HttpRequest& request) {
-  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "GET /v1/top")) {
+HttpResponse HttpApi::Top(const HttpRequest& request, bool admin) {
+  if (std::optional<HttpResponse> refused = RefuseAdmin(request, "GET /v1/top", admin)) {
     metrics_.CountAdminRefused();
     return *std::move(refused);
   }

@@ -81,6 +81,12 @@ class HttpApi final : public HttpHandler {
   void Handle(const HttpRequest& request, std::string_view peer, Respond respond,
               CancelWait* cancel = nullptr) override;
 
+  // As Handle, with the admin token taken as shown: for a handler that has judged the request's
+  // credential itself (the operator's page, server/ui/, which takes a browser's Basic one).
+  void HandleAsAdmin(const HttpRequest& request, std::string_view peer, Respond respond) {
+    Route(request, peer, std::move(respond), nullptr, /*admin=*/true);
+  }
+
   // The token of the endpoints that act on others' keys (POST /v1/reset); without one they
   // are off. Set it before serving.
   void SetAdminToken(std::optional<AdminToken> admin) { admin_ = std::move(admin); }
@@ -95,11 +101,15 @@ class HttpApi final : public HttpHandler {
     Timestamp start;
     bool head = false;      // HEAD: the answer's headers alone.
     bool decision = false;  // Asks the service (its latency is recorded).
+    bool admin = false;     // The admin token was judged shown already (HandleAsAdmin).
     Respond respond;
   };
   template <typename Result>
   struct Decided;
 
+  // Handle's, and HandleAsAdmin's with `admin`.
+  void Route(const HttpRequest& request, std::string_view peer, Respond respond, CancelWait* cancel,
+             bool admin);
   // The steps every answer takes before it leaves: a 400 counted, a HEAD's body dropped, a
   // decision's latency recorded.
   HttpResponse Finish(HttpResponse response, const Reply& reply);
@@ -117,12 +127,14 @@ class HttpApi final : public HttpHandler {
   void Settle(const HttpRequest& request, Reply reply);
   void Reset(const HttpRequest& request, Reply reply);
   // The answer to `request` for `what` (an admin endpoint, or what only an administrator may
-  // ask, named in the message) when it may not have it (401, or 403); empty when it may.
-  std::optional<HttpResponse> RefuseAdmin(const HttpRequest& request, std::string_view what) const;
+  // ask, named in the message) when it may not have it (401, or 403); empty when it may, or
+  // when `admin` (the token judged already).
+  std::optional<HttpResponse> RefuseAdmin(const HttpRequest& request, std::string_view what,
+                                          bool admin) const;
   void EnvoyJson(const HttpRequest& request, Reply reply);
   void Auth(const HttpRequest& request, std::string_view peer, Reply reply);
   HttpResponse Rules(const HttpRequest& request);
-  HttpResponse Top(const HttpRequest& request);
+  HttpResponse Top(const HttpRequest& request, bool admin);
   HttpResponse Healthz(const HttpRequest& request) const;
   HttpResponse HealthCheck(const HttpRequest& request) const;
 

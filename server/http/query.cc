@@ -1,10 +1,13 @@
-// The queries of the HTTP API's GET endpoints (request.h): GET /v1/top's and GET /v1/auth's.
+// The queries of the HTTP API's GET endpoints (request.h): any (ParseQuery), GET /v1/top's and
+// GET /v1/auth's.
 
 #include <algorithm>
 #include <charconv>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 
@@ -47,35 +50,50 @@ std::optional<std::string> QueryDecoded(std::string_view text) {
 
 }  // namespace
 
-absl::StatusOr<TopQuery> ParseTopQuery(std::string_view target) {
-  TopQuery query;
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
+    std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> parameters;
   const size_t start = target.find('?');
   std::string_view rest = start == std::string_view::npos ? "" : target.substr(start + 1);
   while (!rest.empty()) {
     const std::string_view pair = rest.substr(0, rest.find('&'));
     rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
     const size_t equals = pair.find('=');
-    const std::string_view name = pair.substr(0, equals);
-    const std::optional<std::string> value =
+    const std::string_view name = pair.substr(0, std::min(equals, pair.size()));
+    std::optional<std::string> value =
         QueryDecoded(equals == std::string_view::npos ? "" : pair.substr(equals + 1));
     if (!value) {
-      return absl::InvalidArgumentError(fmt::format("{}: a malformed %-escape", name));
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: a malformed %-escape", name.substr(0, std::min<size_t>(name.size(), 64))));
     }
+    if (!name.empty()) {
+      parameters.emplace_back(std::string(name), *std::move(value));
+    }
+  }
+  return parameters;
+}
+
+absl::StatusOr<TopQuery> ParseTopQuery(std::string_view target) {
+  TopQuery query;
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> parameters = ParseQuery(target);
+  if (!parameters.ok()) {
+    return parameters.status();
+  }
+  for (const auto& [name, value] : *parameters) {
     if (name == "rule") {
-      query.rule = *value;
-    } else if (name == "by" && (*value == "denied" || *value == "hits")) {
-      query.by = *value == "hits" ? TopBy::kHits : TopBy::kDenied;
+      query.rule = value;
+    } else if (name == "by" && (value == "denied" || value == "hits")) {
+      query.by = value == "hits" ? TopBy::kHits : TopBy::kDenied;
     } else if (name == "by") {
       return absl::InvalidArgumentError("by must be denied or hits");
     } else if (name == "n") {
       size_t n = 0;
-      const auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), n);
-      if (error != std::errc() || end != value->data() + value->size() || n < 1 ||
-          n > kMaxTopKeys) {
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > kMaxTopKeys) {
         return absl::InvalidArgumentError(fmt::format("n must be 1 to {}", kMaxTopKeys));
       }
       query.n = n;
-    } else if (!name.empty()) {
+    } else {
       return absl::InvalidArgumentError(
           fmt::format("unknown parameter '{}' (rule, by, n)",
                       name.substr(0, std::min<size_t>(name.size(), 64))));

@@ -14,7 +14,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "boost/beast/http.hpp"
@@ -52,6 +54,11 @@ struct TopQuery {
   size_t n = 10;
 };
 absl::StatusOr<TopQuery> ParseTopQuery(std::string_view target);
+// The parameters of `target`'s query ("name=value&..."), in order, percent-decoded ('+' a
+// space); those with no name dropped. InvalidArgument naming the parameter for a malformed
+// %-escape.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
+    std::string_view target);
 
 // GET /v1/auth's "?domain=" in `target` (the last one given, as written: not decoded), or
 // empty when the query names none.

@@ -1,5 +1,6 @@
 // DumpRules (rules.h): the rules in force as envoyproxy/ratelimit's debug port shows them
-// (their config_impl.go, rateLimitDescriptor.dump), for GET /rlconfig.
+// (their config_impl.go, rateLimitDescriptor.dump), for GET /rlconfig; FindRule, a rule by its
+// path.
 
 #include <string>
 
@@ -38,7 +39,28 @@ void DumpLevel(const DescriptorLevel& level, std::string& out) {
   }
 }
 
+const Rule* FindInLevel(const DescriptorLevel& level, std::string_view path) {
+  for (const auto& node : level.nodes) {
+    if (node->rule && node->rule->path == path) {
+      return &*node->rule;
+    }
+    if (const Rule* found = FindInLevel(node->children, path)) {
+      return found;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+const Rule* FindRule(const RuleSet& rules, std::string_view path) {
+  for (const auto& domain : rules.domains()) {
+    if (const Rule* found = FindInLevel(domain->descriptors, path)) {
+      return found;
+    }
+  }
+  return nullptr;
+}
 
 std::string DumpRules(const RuleSet& rules) {
   std::string out;

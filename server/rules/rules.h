@@ -395,5 +395,7 @@ std::string DescribeMatch(const Domain& domain, const std::vector<Entry>& entrie
 // per limit, "rl.foo_bar: unit=MINUTE requests_per_unit=10, shadow_mode: false, quota_mode:
 // false", domains and descriptors in file order (server/rules/dump.cc).
 std::string DumpRules(const RuleSet& rules);
+// The rule whose path (Rule::path, the domain first) is `path`, or nullptr (dump.cc).
+const Rule* FindRule(const RuleSet& rules, std::string_view path);
 
 }  // namespace sluice::server

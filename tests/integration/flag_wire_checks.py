@@ -96,6 +96,21 @@ def top_metrics(t, s):
     t.assertIn(f'sluice_top_denied{{rule="adhoc",key="{key}"}} 2\n', s.metrics())
 
 
+def operator_page(token):
+    """The operator's page at /ui/: refused without the token, served with it as a browser
+    sends it (Basic, any user), its charts' data beside it."""
+    def check_(t, s):
+        t.assertEqual(s.request("GET", "/ui/").status, 401)
+        basic = "Basic " + base64.b64encode(f"operator:{token}".encode()).decode()
+        page = s.request("GET", "/ui/", headers={"Authorization": basic})
+        t.assertEqual(page.status, 200)
+        t.assertIn(b"/ui/charts.js", page.body)
+        series = s.request("GET", "/ui/api/series?seconds=3", headers={"Authorization": basic})
+        t.assertEqual(series.status, 200)
+        t.assertEqual(series.json()["seconds"], 3)
+    return check_
+
+
 def refused(t, call):
     """`call` fails: a TLS handshake refused, a connection dropped, a call without answer."""
     try:

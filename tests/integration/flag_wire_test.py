@@ -79,7 +79,7 @@ def redis_flags(w):
     def build(s, port):
         return [*s.listeners(port), "--config", w.rules, "--log-level", "info",
                 "--store", w.store, "--secret-file", w.secret_file,
-                "--admin-token-file", w.admin_file, "--hide-keys", "--top-metrics", "3",
+                "--admin-token-file", w.admin_file, "--hide-keys", "--top-metrics", "3", "--ui",
                 "--redis-connections", "3", "--redis-deny-cache", "100",
                 "--redis-deny-cache-ttl", "1d", "--redis-timeout", "30s", "--redis-shares",
                 "--cache-key-prefix", "flagp:", "--quota-mode",
@@ -303,6 +303,7 @@ ROWS = [
     Row("--admin-token-file", RF, admin_token(ADMIN_TOKEN)),
     Row("--hide-keys", RF, hidden_keys),
     Row("--top-metrics", RF, top_metrics),
+    Row("--ui", RF, operator_page(ADMIN_TOKEN)),
     Row("--ratelimit-headers", RF, x_ratelimit),
     Row("HOST", TE, http_listens),  # 127.0.0.1, not their 0.0.0.0.
     Row("PORT", TE, http_listens),

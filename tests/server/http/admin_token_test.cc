@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,30 @@ TEST(AdminTokenTest, FromFileRefusesBadFilesNamingThemAndNotTheToken) {
   EXPECT_THAT(AdminToken::FromFile(short_token).status().message(), HasSubstr("15 bytes"));
   EXPECT_THAT(AdminToken::FromFile(too_big).status().message(), HasSubstr("4096 bytes"));
   EXPECT_THAT(AdminToken::FromFile(missing).status().message(), HasSubstr("cannot be read"));
+}
+
+// The operator's page's browser credential: Basic, any user, the token as the password; taken
+// only where asked for (Schemes::kBearerOrBasic), never by the endpoints that take Bearer.
+TEST(AdminTokenTest, BasicCredentialOnlyWhereAskedFor) {
+  const AdminToken token = Token();
+  const auto basic = [](const std::string& user_password) {
+    std::string encoded;
+    absl::Base64Escape(user_password, &encoded);
+    return "Basic " + encoded;
+  };
+  constexpr auto kBoth = AdminToken::Schemes::kBearerOrBasic;
+  EXPECT_EQ(token.Judge(basic("operator:" + kToken), kBoth), Verdict::kGranted);
+  EXPECT_EQ(token.Judge(basic(":" + kToken), kBoth), Verdict::kGranted);
+  EXPECT_EQ(token.Judge("basic   " + basic("x:" + kToken).substr(6), kBoth), Verdict::kGranted);
+  EXPECT_EQ(token.Judge("Bearer " + kToken, kBoth), Verdict::kGranted);
+  // Not where Bearer alone is taken.
+  EXPECT_EQ(token.Judge(basic("operator:" + kToken)), Verdict::kMissing);
+  // A wrong password, or the token as the user name, is wrong or no credential.
+  EXPECT_EQ(token.Judge(basic("operator:" + kToken + "x"), kBoth), Verdict::kWrong);
+  EXPECT_EQ(token.Judge(basic(kToken + ":"), kBoth), Verdict::kMissing);
+  EXPECT_EQ(token.Judge(basic(kToken), kBoth), Verdict::kMissing);  // No colon.
+  EXPECT_EQ(token.Judge("Basic !!!not-base64", kBoth), Verdict::kMissing);
+  EXPECT_EQ(token.Judge("Basic ", kBoth), Verdict::kMissing);
 }
 
 }  // namespace

@@ -1,0 +1,230 @@
+// The operator's page: reads sluiced's figures from /ui/api/ (the browser sends the admin
+// token it was given at the login prompt) and keeps the page current. Every text that comes
+// from the server goes in as text (textContent), never as markup.
+"use strict";
+
+const $ = (selector) => document.querySelector(selector);
+
+function element(name, text, className) {
+  const made = document.createElement(name);
+  if (text !== undefined && text !== null) {
+    made.textContent = String(text);
+  }
+  if (className) {
+    made.className = className;
+  }
+  return made;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    tr.append(cell instanceof Node ? cell : element("td", cell));
+  }
+  return tr;
+}
+
+// Shows a failure (or clears it with null) where a screen reader announces it.
+function problem(text) {
+  const p = $("#problem");
+  p.hidden = !text;
+  p.textContent = text || "";
+}
+
+// GET (or POST `body`) /ui/api/<what>: the parsed JSON, or throws naming what failed.
+async function api(what, body) {
+  const response = await fetch("/ui/api/" + what, body === undefined ? {} : {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`${what}: HTTP ${response.status}, not JSON`);
+  }
+  if (!response.ok && !(what === "check" && response.status === 429) && !(what === "health" && response.status === 503)) {
+    throw new Error(`${what}: HTTP ${response.status}: ${json.error || text}`);
+  }
+  return json;
+}
+
+async function refreshSeries() {
+  const window = await api("series");
+  renderCharts($("#charts"), window);
+  const note = window.series.length === 0 ? "No rule has admitted or denied a request in the last 15 minutes." : "";
+  $("#rates-note").textContent = note + (window.untracked > 0 ? ` ${window.untracked} more rule limits were active; the page follows the first 256.` : "");
+  $("#updated").textContent = "figures of " + new Date(window.end_ms).toLocaleTimeString();
+}
+
+async function refreshHealth() {
+  const health = await api("health");
+  const badge = $("#health");
+  const status = health.status || "unknown";
+  badge.textContent = `store ${health.store || ""}: ${status}`;
+  badge.className = "badge " + (status === "ok" ? "ok" : status === "degraded" ? "degraded" : "down");
+  const list = $("#store-list");
+  list.replaceChildren();
+  for (const [key, value] of Object.entries(health)) {
+    list.append(element("dt", key), element("dd", typeof value === "object" ? JSON.stringify(value) : value));
+  }
+}
+
+async function refreshTop() {
+  const by = $("#top-by").value;
+  const rule = $("#top-rule").value;
+  const top = await api(`top?by=${encodeURIComponent(by)}&n=10` + (rule ? `&rule=${encodeURIComponent(rule)}` : ""));
+  const body = $("#top-table tbody");
+  body.replaceChildren();
+  for (const ruleTop of top.rules || []) {
+    for (const key of ruleTop.keys) {
+      body.append(row([ruleTop.rule, element("td", key.key, "key"), element("td", key.count, "num"), element("td", ruleTop.bound, "num")]));
+    }
+  }
+  if (body.children.length === 0) {
+    const empty = element("td", by === "denied" ? "No key was denied in the last five minutes." : "No key was counted in the last five minutes.");
+    empty.colSpan = 4;
+    body.append(row([empty]));
+  }
+}
+
+function describeLimit(limit) {
+  let text = `${limit.algorithm || ""} ${limit.limit ?? ""} per ${limit.period || limit.unit || ""}`;
+  if (limit.burst !== undefined) {
+    text += `, burst ${limit.burst}`;
+  }
+  return (limit.name ? limit.name + ": " : "") + text.trim();
+}
+
+async function refreshRules() {
+  const rules = await api("rules");
+  const body = $("#rules-table tbody");
+  const topRule = $("#top-rule");
+  const simulateRule = $("#simulate-rule");
+  const chosenTop = topRule.value;
+  const chosenSimulate = simulateRule.value;
+  body.replaceChildren();
+  topRule.replaceChildren(new Option("every rule", ""));
+  simulateRule.replaceChildren();
+  for (const domain of rules.domains) {
+    for (const rule of domain.rules) {
+      const limits = element("td");
+      for (const limit of rule.limits) {
+        limits.append(element("div", describeLimit(limit)));
+        topRule.append(new Option(limit.name || rule.path, limit.name || rule.path));
+      }
+      body.append(row([rule.path, rule.mode, limits]));
+      if (rule.limits.some((l) => l.algorithm)) {
+        simulateRule.append(new Option(rule.path, rule.path));
+      }
+    }
+  }
+  topRule.value = chosenTop;
+  if (chosenSimulate) {
+    simulateRule.value = chosenSimulate;
+  }
+  if (!$("#explain-domain").value && rules.domains.length > 0) {
+    $("#explain-domain").value = rules.domains[0].domain;
+  }
+}
+
+// "key=value, key=value" per line into /v1/check's descriptors.
+function parseDescriptors(text) {
+  return text.split("\n").map((line) => line.trim()).filter((line) => line).map((line) => ({
+    entries: line.split(",").map((pair) => pair.trim()).filter((pair) => pair).map((pair) => {
+      const equals = pair.indexOf("=");
+      return equals < 0 ? { key: pair, value: "" } : { key: pair.slice(0, equals).trim(), value: pair.slice(equals + 1).trim() };
+    }),
+  }));
+}
+
+function renderExplanation(answer) {
+  const out = $("#explain-answer");
+  out.replaceChildren();
+  const explain = answer.explain || {};
+  out.append(element("p", answer.allowed ? "admitted" : "denied", "verdict " + (answer.allowed ? "admitted" : "denied")));
+  (explain.descriptors || []).forEach((descriptor, index) => {
+    const section = element("div", null, "descriptor");
+    section.dataset.index = String(index);
+    section.append(element("h3", `descriptor ${index}: ${descriptor.entries.map((e) => e.key + "=" + e.value).join(", ")}`));
+    section.append(element("p", descriptor.match, "match"));
+    const table = element("table");
+    table.append(row(["Limit", "Key", "Before", "After", "Verdict"].map((h) => element("th", h))));
+    for (const limit of descriptor.limits || []) {
+      const decided = explain.decided_by && explain.decided_by.descriptor === index && explain.decided_by.name === limit.name;
+      const remaining = (state) => (state ? `${state.remaining} remaining` : "—");
+      const tr = row([describeLimit(limit) + (decided ? " (decided the answer)" : ""), element("td", limit.key, "key"), remaining(limit.before), remaining(limit.after), element("td", limit.verdict, "limit-verdict")]);
+      table.append(tr);
+    }
+    if (table.rows.length > 1) {
+      section.append(table);
+    }
+    out.append(section);
+  });
+  const details = element("details");
+  details.append(element("summary", "The answer as JSON"), element("pre", JSON.stringify(answer, null, 2), "raw"));
+  out.append(details);
+}
+
+async function explain(event) {
+  event.preventDefault();
+  const request = {
+    domain: $("#explain-domain").value.trim(),
+    descriptors: parseDescriptors($("#explain-descriptors").value),
+    cost: 0,
+    explain: true,
+  };
+  try {
+    renderExplanation(await api("check", request));
+    problem(null);
+  } catch (e) {
+    problem(e.message);
+  }
+}
+
+async function simulate(event) {
+  event.preventDefault();
+  const rule = $("#simulate-rule").value;
+  const burst = $("#simulate-burst").value;
+  const response = await fetch(`/ui/api/simulate?rule=${encodeURIComponent(rule)}&burst=${encodeURIComponent(burst)}`);
+  if (!response.ok) {
+    const answer = await response.json().catch(() => ({}));
+    problem(`simulate: HTTP ${response.status}: ${answer.error || ""}`);
+    return;
+  }
+  problem(null);
+  // As an image, from a blob: an SVG shown by <img> runs no script, whatever it holds.
+  const picture = $("#simulate-picture");
+  if (picture.src) {
+    URL.revokeObjectURL(picture.src);
+  }
+  picture.src = URL.createObjectURL(await response.blob());
+  picture.alt = `${rule}'s limits against a burst of ${burst} requests: admitted above, denied below, over time`;
+  picture.hidden = false;
+}
+
+// Runs `refresh` now and then `ms` after each run ends, showing a failure where it is read.
+function every(ms, refresh) {
+  const run = async () => {
+    try {
+      await refresh();
+    } catch (e) {
+      problem(e.message);
+    } finally {
+      setTimeout(run, ms);
+    }
+  };
+  run();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#explain-form").addEventListener("submit", explain);
+  $("#simulate-form").addEventListener("submit", simulate);
+  $("#top-form").addEventListener("change", () => refreshTop().catch((e) => problem(e.message)));
+  every(1000, refreshSeries);
+  every(2000, refreshHealth);
+  every(3000, refreshTop);
+  every(30000, refreshRules);
+});
