@@ -25,15 +25,19 @@ install: build
 # the curl loop of examples/try.sh to try it with.
 HTTP ?= 127.0.0.1:8080
 run: build
+	@mkdir -p out && [ -s out/admin.token ] || \
+	  (umask 077 && od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > out/admin.token)
 	@echo
 	@echo "sluiced is starting on http://$(HTTP) with examples/sluice.yaml. In another terminal,"
 	@echo "examples/try.sh runs this (five 200s, then a 429, for a new user on each run):"
 	@echo
 	@sed -n '/^user=/,/^done/p' examples/try.sh
 	@echo
-	@echo "More in docs/server.md. Ctrl-C stops the server."
+	@echo "The operator's page: http://$(HTTP)/ui/ (any user name; the password is the admin"
+	@echo "token, in out/admin.token). More in docs/server.md. Ctrl-C stops the server."
 	@echo
-	@exec build/bin/sluiced --config examples/sluice.yaml --http $(HTTP)
+	@exec build/bin/sluiced --config examples/sluice.yaml --http $(HTTP) --ui \
+	  --admin-token-file out/admin.token
 
 # examples/workers: 4 workers share 5 per second and 100 per day through sluiced on Redis,
 # each pacing itself with `sluice acquire` (about 20 s); draws out/workers.svg.
