@@ -162,6 +162,21 @@ test('the page under load: charts that move, the flooding key on top, explain, s
   const second = await shoot(rates, 'charts-2.png');
   assert.notDeepStrictEqual(first, second, 'the charts did not move between the screenshots');
   assert.match(await chart.getAttribute('aria-label'), /^shop\.user: .* admitted\/s, .* denied\/s/);
+  // After its first answer the page asks only for the seconds since, and lays them after what
+  // it kept: what it holds is the server's whole window. Seconds before the page's last are
+  // final on the server (its samples file under their own second or a later one).
+  await page.waitForFunction(() => seriesKept.fetchedAt > 0 && seriesKept.series.has('shop.user'));
+  const kept = await page.evaluate(() => {
+    const s = seriesKept.series.get('shop.user');
+    return { end: seriesKept.end, admitted: s.admitted, denied: s.denied };
+  });
+  const full = await (await fetch(`${sluiced.url}/ui/api/series`, { headers: { authorization: `Bearer ${TOKEN}` } })).json();
+  const fresh = full.series.find((s) => s.name === 'shop.user');
+  const lag = (full.end_ms - kept.end) / 1000;
+  assert.ok(Number.isInteger(lag) && lag >= 0 && lag < 900, `page ${kept.end}, server ${full.end_ms}`);
+  assert.strictEqual(kept.admitted.length, 900);
+  assert.deepStrictEqual(kept.admitted.slice(lag, 899), fresh.admitted.slice(0, 899 - lag));
+  assert.deepStrictEqual(kept.denied.slice(lag, 899), fresh.denied.slice(0, 899 - lag));
 
   // Top offenders by denials: mallory floods, and leads.
   await page.waitForFunction(() => {

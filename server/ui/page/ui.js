@@ -51,8 +51,41 @@ async function api(what, body) {
   return json;
 }
 
+// The charts' 15 minutes, kept here: after the first answer only the seconds since are asked
+// (a few numbers a rule, not 1,800), and laid after those kept.
+const seriesKept = { end: null, fetchedAt: 0, series: new Map() };
+const FULL = 900;
+
+// `recent` (an answer of `n` seconds ending at end_ms) merged into `seriesKept`: null when it does
+// not join what is kept (a gap, or the server's clock stepped back), so that all is asked.
+function mergeSeries(recent, n) {
+  const shift = seriesKept.end === null ? -1 : (recent.end_ms - seriesKept.end) / 1000;
+  if (!(shift >= 0 && shift <= n && Number.isInteger(shift))) {
+    return null;
+  }
+  const zeros = new Array(FULL).fill(0);
+  const merged = recent.series.map((s) => {
+    const kept = seriesKept.series.get(s.name) || { admitted: zeros, denied: zeros };
+    return {
+      name: s.name,
+      admitted: kept.admitted.slice(shift, shift + FULL - n).concat(s.admitted),
+      denied: kept.denied.slice(shift, shift + FULL - n).concat(s.denied),
+    };
+  });
+  return { end_ms: recent.end_ms, seconds: FULL, series: merged, untracked: recent.untracked };
+}
+
 async function refreshSeries() {
-  const window = await api("series");
+  const since = Math.ceil((performance.now() - seriesKept.fetchedAt) / 1000) + 2;
+  const n = seriesKept.end === null ? FULL : Math.min(FULL, since);
+  const fetchedAt = performance.now();
+  let window = n === FULL ? await api("series") : mergeSeries(await api(`series?seconds=${n}`), n);
+  if (window === null) {
+    window = await api("series");
+  }
+  seriesKept.end = window.end_ms;
+  seriesKept.fetchedAt = fetchedAt;
+  seriesKept.series = new Map(window.series.map((s) => [s.name, s]));
   renderCharts($("#charts"), window);
   const note = window.series.length === 0 ? "No rule has admitted or denied a request in the last 15 minutes." : "";
   $("#rates-note").textContent = note + (window.untracked > 0 ? ` ${window.untracked} more rule limits were active; the page follows the first 256.` : "");
