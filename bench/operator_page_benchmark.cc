@@ -3,8 +3,8 @@
 //     OperatorPage that wraps it with --ui (a path test, then the API): compare the two;
 //   - BM_SampleHistory/counters:N: the control loop's one sample a second of N rule limits,
 //     each moving (RateHistory::Sample);
-//   - BM_SeriesAnswer/series:N: one GET /ui/api/series (900 seconds of N rule limits, as JSON),
-//     which each open page asks every second.
+//   - BM_SeriesAnswer/series:N/seconds:S: one GET /ui/api/series?seconds=S of N rule limits, as
+//     JSON: an open page asks for 900 once, then every second for the few since.
 // In one sitting, interleaved:
 //   build/bin/sluice_bench --benchmark_filter='ThroughPage|SampleHistory|SeriesAnswer'
 //       --benchmark_repetitions=10 --benchmark_enable_random_interleaving=true
@@ -118,14 +118,16 @@ void BM_SeriesAnswer(benchmark::State& state) {
     now += std::chrono::seconds(1);
     fixture.history_.Sample(fixture.metrics_.rules(), now);
   }
-  HttpRequest request{http::verb::get, "/ui/api/series", 11};
+  HttpRequest request{http::verb::get, "/ui/api/series?seconds=" + std::to_string(state.range(1)),
+                      11};
   request.set(http::field::authorization, std::string("Bearer ") + kToken);
   for (auto _ : state) {
     fixture.Handle(fixture.page_, request);
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_SeriesAnswer)->ArgName("series")->Arg(4)->Arg(32)->Arg(256);
+// seconds:900, a page's first answer; seconds:3, each one after (the seconds since).
+BENCHMARK(BM_SeriesAnswer)->ArgNames({"series", "seconds"})->ArgsProduct({{4, 32, 256}, {900, 3}});
 
 }  // namespace
 }  // namespace sluice::server
