@@ -14,27 +14,28 @@ function svgElement(name, attributes) {
   return element;
 }
 
-// The smallest of 1, 2, 5 times a power of ten at or above `value` (at least 1): the top of
-// the y axis, so that its ticks are round numbers.
-function niceCeiling(value) {
-  if (!(value > 1)) {
-    return 1;
-  }
-  const power = Math.pow(10, Math.floor(Math.log10(value)));
-  for (const step of [1, 2, 5, 10]) {
-    if (step * power >= value) {
-      return step * power;
+// The y axis for values up to `value`: a round step (1, 2 or 5 times a power of ten, at least
+// 1 request/s) and the top, four steps at most, so that every tick is a round number.
+function yScale(value) {
+  const target = Math.max(value, 1) / 4;
+  const power = Math.pow(10, Math.floor(Math.log10(target)));
+  let step = 10 * power;
+  for (const m of [1, 2, 5]) {
+    if (m * power >= target) {
+      step = m * power;
+      break;
     }
   }
-  return 10 * power;
+  step = Math.max(1, step);
+  return { step, top: step * Math.max(1, Math.ceil(Math.max(value, 1) / step)) };
 }
 
 function formatRate(value) {
-  if (value >= 10000) {
-    return (value / 1000).toFixed(0) + "k";
-  }
-  if (value >= 1000) {
-    return (value / 1000).toFixed(1) + "k";
+  for (const [size, suffix] of [[1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
+    if (value >= size) {
+      const scaled = value / size;
+      return (scaled >= 10 ? scaled.toFixed(0) : scaled.toFixed(1)) + suffix;
+    }
   }
   return String(Math.round(value * 10) / 10);
 }
@@ -63,16 +64,15 @@ function drawChart(svg, series) {
   const plotWidth = width - left - right;
   const plotHeight = height - top - bottom;
   const n = series.admitted.length;
-  const peak = niceCeiling(Math.max(1, ...series.admitted, ...series.denied));
+  const { step, top: peak } = yScale(Math.max(...series.admitted, ...series.denied));
   const x = (i) => left + (n <= 1 ? plotWidth : (i * plotWidth) / (n - 1));
   const y = (v) => top + plotHeight - (v / peak) * plotHeight;
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
 
-  // y: requests per second, four intervals.
-  for (let k = 0; k <= 4; k++) {
-    const value = (peak * k) / 4;
-    svg.append(svgElement("line", { class: k === 0 ? "axis" : "grid", x1: left, x2: width - right, y1: y(value), y2: y(value) }));
+  // y: requests per second, a tick every round step.
+  for (let value = 0; value <= peak; value += step) {
+    svg.append(svgElement("line", { class: value === 0 ? "axis" : "grid", x1: left, x2: width - right, y1: y(value), y2: y(value) }));
     const label = svgElement("text", { x: left - 6, y: y(value) + 4, "text-anchor": "end" });
     label.textContent = formatRate(value);
     svg.append(label);

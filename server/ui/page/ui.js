@@ -24,20 +24,35 @@ function row(cells) {
   return tr;
 }
 
-// Shows a failure (or clears it with null) where a screen reader announces it.
-function problem(text) {
+// Each source's failure (a refresh, the forms), shown together where a screen reader announces
+// them; a source's own success clears its own. Written only when the text changes.
+const problems = new Map();
+function problem(text, source = "form") {
+  if (text) {
+    problems.set(source, text);
+  } else {
+    problems.delete(source);
+  }
   const p = $("#problem");
-  p.hidden = !text;
-  p.textContent = text || "";
+  const shown = [...problems.values()].join(" · ");
+  if (p.textContent !== shown) {
+    p.textContent = shown;
+  }
+  p.hidden = shown === "";
 }
 
 // GET (or POST `body`) /ui/api/<what>: the parsed JSON, or throws naming what failed.
 async function api(what, body) {
-  const response = await fetch("/ui/api/" + what, body === undefined ? {} : {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(body),
-  });
+  let response;
+  try {
+    response = await fetch("/ui/api/" + what, body === undefined ? {} : {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new Error(`${what.split("?")[0]}: sluiced did not answer (${e.message})`);
+  }
   const text = await response.text();
   let json = null;
   try {
@@ -57,10 +72,11 @@ const seriesKept = { end: null, fetchedAt: 0, series: new Map() };
 const FULL = 900;
 
 // `recent` (an answer of `n` seconds ending at end_ms) merged into `seriesKept`: null when it does
-// not join what is kept (a gap, or the server's clock stepped back), so that all is asked.
+// not join what is kept (a gap, or the server's clock stepped back), so that all is asked. The
+// answer must hold the last second kept, which a sample in that same second may have grown.
 function mergeSeries(recent, n) {
   const shift = seriesKept.end === null ? -1 : (recent.end_ms - seriesKept.end) / 1000;
-  if (!(shift >= 0 && shift <= n && Number.isInteger(shift))) {
+  if (!(shift >= 0 && shift < n && Number.isInteger(shift))) {
     return null;
   }
   const zeros = new Array(FULL).fill(0);
@@ -93,10 +109,20 @@ async function refreshSeries() {
 }
 
 async function refreshHealth() {
-  const health = await api("health");
+  let health;
+  try {
+    health = await api("health");
+  } catch (e) {
+    $("#health").textContent = "sluiced unreachable";
+    $("#health").className = "badge down";
+    throw e;
+  }
   const badge = $("#health");
   const status = health.status || "unknown";
-  badge.textContent = `store ${health.store || ""}: ${status}`;
+  const text = `store ${health.store || ""}: ${status}`;
+  if (badge.textContent !== text) {
+    badge.textContent = text;
+  }
   badge.className = "badge " + (status === "ok" ? "ok" : status === "degraded" ? "degraded" : "down");
   const list = $("#store-list");
   list.replaceChildren();
@@ -221,15 +247,22 @@ async function simulate(event) {
   event.preventDefault();
   const rule = $("#simulate-rule").value;
   const burst = $("#simulate-burst").value;
-  const response = await fetch(`/ui/api/simulate?rule=${encodeURIComponent(rule)}&burst=${encodeURIComponent(burst)}`);
+  const picture = $("#simulate-picture");
+  let response;
+  try {
+    response = await fetch(`/ui/api/simulate?rule=${encodeURIComponent(rule)}&burst=${encodeURIComponent(burst)}`);
+  } catch (e) {
+    problem(`simulate: sluiced did not answer (${e.message})`);
+    return;
+  }
   if (!response.ok) {
+    picture.hidden = true;
     const answer = await response.json().catch(() => ({}));
     problem(`simulate: HTTP ${response.status}: ${answer.error || ""}`);
     return;
   }
   problem(null);
   // As an image, from a blob: an SVG shown by <img> runs no script, whatever it holds.
-  const picture = $("#simulate-picture");
   if (picture.src) {
     URL.revokeObjectURL(picture.src);
   }
@@ -243,8 +276,9 @@ function every(ms, refresh) {
   const run = async () => {
     try {
       await refresh();
+      problem(null, refresh.name);
     } catch (e) {
-      problem(e.message);
+      problem(e.message, refresh.name);
     } finally {
       setTimeout(run, ms);
     }
@@ -255,7 +289,7 @@ function every(ms, refresh) {
 document.addEventListener("DOMContentLoaded", () => {
   $("#explain-form").addEventListener("submit", explain);
   $("#simulate-form").addEventListener("submit", simulate);
-  $("#top-form").addEventListener("change", () => refreshTop().catch((e) => problem(e.message)));
+  $("#top-form").addEventListener("change", () => refreshTop().catch((e) => problem(e.message, "refreshTop")));
   every(1000, refreshSeries);
   every(2000, refreshHealth);
   every(3000, refreshTop);
