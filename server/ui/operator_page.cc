@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 
@@ -40,19 +41,6 @@ std::string_view HeaderOf(const HttpRequest& request, Name name) {
                                  : std::string_view(header->value().data(), header->value().size());
 }
 
-bool StartsWithIgnoringCase(std::string_view text, std::string_view prefix) {
-  if (text.size() < prefix.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-    if (lower(text[i]) != lower(prefix[i])) {
-      return false;
-    }
-  }
-  return true;
-}
-
 HttpResponse AssetResponse(const Asset& asset, const HttpRequest& request) {
   HttpResponse response{http::status::ok, request.version()};
   response.set(http::field::content_type, asset.content_type);
@@ -83,7 +71,9 @@ std::optional<int64_t> NumberIn(std::string_view text, int64_t low, int64_t high
 
 // Why the page's POST may not be the page's own (CSRF), or empty.
 std::string_view ForeignPost(const HttpRequest& request) {
-  if (!StartsWithIgnoringCase(HeaderOf(request, http::field::content_type), "application/json")) {
+  const std::string_view type = HeaderOf(request, http::field::content_type);
+  if (!absl::StartsWithIgnoreCase(absl::string_view(type.data(), type.size()),
+                                  "application/json")) {
     return "POST /ui/api/check needs Content-Type: application/json";
   }
   const std::string_view site = HeaderOf(request, std::string_view("Sec-Fetch-Site"));
