@@ -28,6 +28,9 @@ absl::StatusOr<std::string> BurstPicture(const RuleSet& rules, std::string_view 
     if (rule->unlimited || rule_limit.unlimited || !rule_limit.limit) {
       continue;
     }
+    if (lanes.size() == kMaxLanes) {
+      break;
+    }
     const Limit& limit = *rule_limit.limit;
     lanes.push_back(tools::Lane{.limit = limit});
     shortest = std::min(shortest, std::max(Micros{2}, limit.period() / limit.limit()));

@@ -22,6 +22,9 @@ namespace sluice::server {
 
 inline constexpr int64_t kMaxBurst = 10'000;
 inline constexpr int64_t kMaxSteady = 4'000;
+// A rule's first kMaxLanes limits are drawn (each lane keeps every row of the trace: at most
+// kMaxLanes * (kMaxBurst + kMaxSteady) decisions, whatever the rules file holds).
+inline constexpr size_t kMaxLanes = 8;
 
 // The SVG document. NotFound naming the path when no rule has it; InvalidArgument when
 // `burst` is outside 1..kMaxBurst, or the rule has no limit to draw (unlimited, or 0 per

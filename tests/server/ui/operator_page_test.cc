@@ -283,6 +283,21 @@ descriptors:
   absl::StatusOr<std::string> bounded = BurstPicture(*fast, "fast.k", kMaxBurst, At(kStart));
   ASSERT_TRUE(bounded.ok()) << bounded.status();
   EXPECT_LT(bounded->size(), size_t{8} << 20);
+  // A rule of many limits draws its first kMaxLanes.
+  std::string many = "domain: many\ndescriptors:\n  - key: k\n    limits:\n";
+  for (int i = 0; i < 20; ++i) {
+    many += "      - {name: l" + std::to_string(i) +
+            ", requests_per_unit: " + std::to_string(i + 1) + ", unit: second}\n";
+  }
+  const auto wide = testing::MustParseRules(many, metrics.rules(), store);
+  absl::StatusOr<std::string> drawn = BurstPicture(*wide, "many.k", 5, At(kStart));
+  ASSERT_TRUE(drawn.ok()) << drawn.status();
+  size_t lanes = 0;
+  for (size_t at = drawn->find("class=\"title\""); at != std::string::npos;
+       at = drawn->find("class=\"title\"", at + 1)) {
+    ++lanes;
+  }
+  EXPECT_EQ(lanes, kMaxLanes);
   EXPECT_EQ(BurstPicture(*rules, "shop.user", kMaxBurst + 1, At(kStart)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
