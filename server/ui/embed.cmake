@@ -3,6 +3,8 @@
 # it works offline and cannot drift from the binary that serves its data.
 #   cmake -DPAGE_DIR=... -DOUTPUT=... -P embed.cmake
 file(GLOB files RELATIVE "${PAGE_DIR}" "${PAGE_DIR}/*")
+# An editor's leftovers (.ui.js.swp, emacs's .#ui.js) are not the page's.
+list(FILTER files EXCLUDE REGEX "^\\.")
 list(SORT files)
 set(arrays "")
 set(entries "")
@@ -20,6 +22,9 @@ foreach(name IN LISTS files)
     message(FATAL_ERROR "embed.cmake: ${name}: no content type for this kind of file")
   endif()
   file(READ "${PAGE_DIR}/${name}" hex HEX)
+  if(hex STREQUAL "")
+    message(FATAL_ERROR "embed.cmake: ${name} is empty")
+  endif()
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
   string(APPEND arrays "const unsigned char kFile${i}[] = {${bytes}};\n")
   string(APPEND entries

@@ -76,11 +76,7 @@ std::string_view ForeignPost(const HttpRequest& request) {
                                   "application/json")) {
     return "POST /ui/api/check needs Content-Type: application/json";
   }
-  const std::string_view site = HeaderOf(request, std::string_view("Sec-Fetch-Site"));
-  if (!site.empty() && site != "same-origin") {
-    return "POST /ui/api/check is for the page itself (Sec-Fetch-Site is not same-origin)";
-  }
-  return {};
+  return {};  // (Sec-Fetch-Site is judged for every /ui/api/ path.)
 }
 
 }  // namespace
@@ -119,6 +115,17 @@ void OperatorPage::HandlePage(const HttpRequest& request, std::string_view path,
     refused.set(http::field::www_authenticate, R"(Basic realm="sluiced", charset="UTF-8")");
     send(std::move(refused));
     return;
+  }
+  // The page's data is for the page: another site's <img> or form (which a browser sends with
+  // the Basic credential it holds) gets nothing, nor makes sluiced draw (a burst costs ms).
+  if (path.starts_with("/ui/api/")) {
+    const std::string_view site = HeaderOf(request, std::string_view("Sec-Fetch-Site"));
+    if (!site.empty() && site != "same-origin" && site != "none") {
+      send(ErrorResponse(http::status::forbidden,
+                         "/ui/api/ is for the page itself (Sec-Fetch-Site is not same-origin)",
+                         request.version(), request.keep_alive()));
+      return;
+    }
   }
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   const bool post = request.method() == http::verb::post;

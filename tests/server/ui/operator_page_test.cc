@@ -210,6 +210,23 @@ TEST_F(OperatorPageTest, ItsPostMustBeItsOwn) {
   EXPECT_EQ(Ask("/ui/api/check").result(), http::status::method_not_allowed);
 }
 
+// Another site's <img src=/ui/api/simulate?...> carries the browser's Basic credential: it is
+// refused before anything is drawn.
+TEST_F(OperatorPageTest, AnotherSitesRequestForTheDataIsRefused) {
+  for (const char* target : {"/ui/api/simulate?rule=shop.user&burst=10000", "/ui/api/series",
+                             "/ui/api/top", "/ui/api/rules"}) {
+    EXPECT_EQ(Ask(target, http::verb::get, {}, Headers{.fetch_site = "cross-site"}).result(),
+              http::status::forbidden)
+        << target;
+    EXPECT_EQ(Ask(target, http::verb::get, {}, Headers{.fetch_site = "same-origin"}).result(),
+              http::status::ok)
+        << target;
+  }
+  // The page itself may be opened from a link anywhere.
+  EXPECT_EQ(Ask("/ui/", http::verb::get, {}, Headers{.fetch_site = "cross-site"}).result(),
+            http::status::ok);
+}
+
 TEST_F(OperatorPageTest, SeriesAreTheHistorysSeconds) {
   history_.Sample(metrics_.rules(), clock_.Now());
   for (int i = 0; i < 7; ++i) {
