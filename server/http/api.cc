@@ -272,11 +272,7 @@ std::optional<HttpResponse> HttpApi::RefuseAdmin(const HttpRequest& request, std
                     what),
         request.version(), request.keep_alive());
   }
-  const auto header = request.find(http::field::authorization);
-  const std::string_view authorization =
-      header == request.end() ? std::string_view()
-                              : std::string_view(header->value().data(), header->value().size());
-  switch (admin_->Judge(authorization)) {
+  switch (admin_->Judge(HeaderOf(request, http::field::authorization))) {
     case AdminToken::Verdict::kMissing: {
       HttpResponse response =
           ErrorResponse(http::status::unauthorized,

@@ -60,6 +60,15 @@ absl::StatusOr<TopQuery> ParseTopQuery(std::string_view target);
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
     std::string_view target);
 
+// The value of `request`'s header `name` (a boost::beast::http::field, or the name as text), or
+// empty when it has none.
+template <typename Name>
+std::string_view HeaderOf(const HttpRequest& request, Name name) {
+  const auto header = request.find(name);
+  return header == request.end() ? std::string_view()
+                                 : std::string_view(header->value().data(), header->value().size());
+}
+
 // GET /v1/auth's "?domain=" in `target` (the last one given, as written: not decoded), or
 // empty when the query names none.
 std::string_view DomainInQuery(std::string_view target);

@@ -34,13 +34,6 @@ void Protect(HttpResponse& response) {
   response.set(http::field::cache_control, "no-store");
 }
 
-template <typename Name>  // http::field, or the name as text.
-std::string_view HeaderOf(const HttpRequest& request, Name name) {
-  const auto header = request.find(name);
-  return header == request.end() ? std::string_view()
-                                 : std::string_view(header->value().data(), header->value().size());
-}
-
 HttpResponse AssetResponse(const Asset& asset, const HttpRequest& request) {
   HttpResponse response{http::status::ok, request.version()};
   response.set(http::field::content_type, asset.content_type);
