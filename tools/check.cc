@@ -89,6 +89,9 @@ absl::StatusOr<nlohmann::ordered_json> KeysBody(const CheckFlags& flags) {
     if (!flags.time_zone.empty()) {
       body["time_zone"] = flags.time_zone;
     }
+    if (flags.feedback) {
+      body["feedback"] = true;
+    }
   } else {
     if (flags.descriptors.empty()) {
       return absl::InvalidArgumentError("--domain needs at least one --descriptor k=v");

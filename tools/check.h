@@ -30,6 +30,7 @@ struct CheckFlags {
   std::optional<int64_t> max_debt;  // Ad hoc: how far past the limit a settle may charge.
   bool calendar = false;            // Ad hoc: a calendar quota (--period 1d, 1w, 1mo or 1y).
   std::string time_zone;            // Ad hoc, with `calendar`: its IANA zone (default UTC).
+  bool feedback = false;  // Ad hoc: the limit takes its partner's feedback (`sluice feedback`).
   int64_t cost = 1;
   bool receipt = false;  // Ask for a receipt, to settle the real cost later (`sluice settle`).
   bool explain = false;  // Ask for the answer's explanation (`sluice explain`).

@@ -8,7 +8,8 @@
 // `sluice settle` and `sluice reset` act after a decision (tools/settle.h): 0 when done, 1
 // when the server refuses (the receipt, the admin token), 2 on an error. `sluice explain`
 // prints why a request was answered so (tools/explain.h), with check's exit status; `sluice
-// top` watches each rule's top offenders (tools/top.h).
+// top` watches each rule's top offenders (tools/top.h); `sluice feedback` tells what a partner
+// answered (tools/feedback.h): 0 when told, 2 on an error.
 // A bad command line exits 2, naming the subcommand and pointing to its own --help; a
 // misspelt subcommand is answered with the closest one.
 
@@ -28,6 +29,7 @@
 #include "sluice/limit.h"
 #include "tools/check.h"
 #include "tools/explain.h"
+#include "tools/feedback.h"
 #include "tools/settle.h"
 #include "tools/simulate.h"
 #include "tools/svg.h"
@@ -270,6 +272,8 @@ void AddRequestFlags(CLI::App& command, CheckFlags& flags,
   command.add_flag("--calendar", flags.calendar,
                    "ad hoc: a calendar quota, --period 1d, 1w, 1mo or 1y from local midnight");
   command.add_option("--time-zone", flags.time_zone, "ad hoc, with --calendar: an IANA zone");
+  command.add_flag("--feedback", flags.feedback,
+                   "ad hoc: the limit takes its partner's feedback (sluice feedback)");
   if (which == RequestFlags::kAll) {
     command.add_option("--max-debt", flags.max_debt,
                        "ad hoc: how far past the limit a settle may charge the key");
@@ -324,6 +328,21 @@ CLI::App* AddReset(CLI::App& app, ResetFlags& flags) {
                    "the file holding sluiced's --admin-token-file token")
       ->required();
   return reset;
+}
+
+CLI::App* AddFeedback(CLI::App& app, FeedbackFlags& flags) {
+  CLI::App* feedback = app.add_subcommand(
+      "feedback",
+      "Tell sluiced what the partner answered (a 429, Retry-After, RateLimit headers), so that "
+      "every worker acts on it; exit 0 when told");
+  AddRequestFlags(*feedback, flags.request, RequestFlags::kKeysOnly);
+  feedback->add_option("--status", flags.status, "the partner's HTTP status");
+  feedback->add_option("--header", flags.headers,
+                       "a header of its answer, 'Name: value'; repeatable");
+  feedback->add_option("--headers-file", flags.headers_file,
+                       "its headers as curl -D writes them ('-': standard input); its status "
+                       "line gives --status");
+  return feedback;
 }
 
 CLI::App* AddExplain(CLI::App& app, ExplainFlags& flags) {
@@ -499,11 +518,13 @@ int Main(int argc, char** argv) {
   CLI::App* top = AddTop(app, top_flags);
   ExplainFlags explain_flags;
   CLI::App* explain = AddExplain(app, explain_flags);
+  FeedbackFlags feedback_flags;
+  CLI::App* feedback = AddFeedback(app, feedback_flags);
 
   app.set_version_flag("--version", fmt::format("sluice {}", build::kVersionText),
                        "Print sluice's version and exit");
-  const std::vector<const CLI::App*> commands = {simulate, check, acquire, release,
-                                                 settle,   reset, explain, top};
+  const std::vector<const CLI::App*> commands = {simulate, check,   acquire, release, settle,
+                                                 reset,    explain, top,     feedback};
   if (std::optional<std::string> unknown = UnknownSubcommand(commands, argc, argv)) {
     std::cerr << "sluice: " << *unknown << "\n";
     return kUsageError;
@@ -540,6 +561,9 @@ int Main(int argc, char** argv) {
   }
   if (top->parsed()) {
     return RunTop(top_flags);
+  }
+  if (feedback->parsed()) {
+    return RunFeedback(feedback_flags);
   }
   return kUsageError;
 }

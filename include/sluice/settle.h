@@ -31,9 +31,12 @@ namespace sluice {
 
 // One limit's part of a settle.
 struct Settlement {
-  Charge charge;         // What the decision charged there (units 0: nothing to give back).
-  int64_t units = 0;     // M, the request's real cost: 0 is a refund.
-  int64_t max_debt = 0;  // D: how far past the limit (the burst) an extra may take the key.
+  Charge charge;      // What the decision charged there (units 0: nothing to give back).
+  int64_t units = 0;  // M, the request's real cost: 0 is a refund.
+  // D: how far past the limit (the burst) an extra may take the key. Below 0, a ceiling under
+  // the limit: the key's usage is brought up to at most N + D (B + D), and no further (what a
+  // partner's lower `remaining` does, server/service/feedback.h).
+  int64_t max_debt = 0;
   friend bool operator==(const Settlement&, const Settlement&) = default;
 };
 
@@ -45,16 +48,17 @@ struct Settled {
   friend bool operator==(const Settled&, const Settled&) = default;
 };
 
-// The largest max_debt accepted, as the largest limit.
+// The largest max_debt accepted, as the largest limit, and the smallest.
 inline constexpr int64_t kMaxDebt = Limit::kMaxCount;
+inline constexpr int64_t kMinDebt = -Limit::kMaxCount;
 
 // OK, or InvalidArgument naming the field: units or max_debt negative or above their bounds.
 absl::Status ValidateSettlement(const Settlement& settlement);
 
 // Charges up to `units` on `state` at `now` whatever the limit says, as many as keep the key's
 // usage at most N + max_debt (B + max_debt), and returns how many it charged (0 when the key
-// is that far in debt already). REQUIRES: units >= 0, 0 <= max_debt <= kMaxDebt, and the state
-// matches limit.algorithm().
+// is that far in debt already). REQUIRES: units >= 0, kMinDebt <= max_debt <= kMaxDebt, and the
+// state matches limit.algorithm().
 int64_t ChargePast(const Limit& limit, AnyState& state, Timestamp now, int64_t units,
                    int64_t max_debt);
 

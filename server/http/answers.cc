@@ -125,7 +125,8 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     AppendFigures(out, *decision, /*limited=*/true);
     for (const auto& [flag, set] :
          {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
-          std::pair{"pool", outcome.pool}, std::pair{"blocked", outcome.blocked}}) {
+          std::pair{"pool", outcome.pool}, std::pair{"blocked", outcome.blocked},
+          std::pair{"paused", outcome.paused}}) {
       if (set) {
         fmt::format_to(to, FMT_COMPILE(R"(,"{}":true)"), flag);
       }
@@ -314,6 +315,25 @@ HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request) 
   }
   out += "]}";
   return JsonResponse(http::status::ok, std::move(out), request);
+}
+
+HttpResponse FeedbackAnswer(const FeedbackResult& result, const HttpRequest& request) {
+  Json limits = Json::array();
+  for (const FeedbackLimit& l : result.limits) {
+    limits.push_back({{"name", l.name},
+                      {"pause_us", l.pause.count()},
+                      {"paused", l.paused},
+                      {"pause_left_us", l.pause_left.count()},
+                      {"lowered", l.lowered},
+                      {"remaining", l.after.remaining},
+                      {"reset_after_us", l.after.reset_after.count()},
+                      {"notes", l.notes}});
+  }
+  Json out = {{"limits", std::move(limits)}, {"notes", result.notes}};
+  if (result.unmatched) {
+    out["unmatched"] = true;
+  }
+  return JsonResponse(http::status::ok, Dump(out), request);
 }
 
 HttpResponse TopAnswer(const std::vector<RuleTop>& tops, TopBy by, const KeyNames& names,

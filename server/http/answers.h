@@ -67,6 +67,8 @@ HttpResponse ReleaseAnswer(const bool& released, const HttpRequest& request);
 // POST /v1/settle and POST /v1/reset (docs/server.md).
 HttpResponse SettleAnswer(const SettleResult& result, const HttpRequest& request);
 HttpResponse ResetAnswer(const ResetResult& result, const HttpRequest& request);
+// POST /v1/feedback: what the partner's answer did on each limit, and the notes.
+HttpResponse FeedbackAnswer(const FeedbackResult& result, const HttpRequest& request);
 // GET /v1/top: each rule limit's top keys by `by`, named as `names` shows keys.
 HttpResponse TopAnswer(const std::vector<RuleTop>& tops, TopBy by, const KeyNames& names,
                        const HttpRequest& request);

@@ -18,7 +18,7 @@ namespace http = boost::beast::http;
 // The methods an endpoint accepts, for a 405's Allow header; empty for an unknown path.
 std::string_view AllowedMethods(std::string_view path) {
   if (path == "/v1/check" || path == "/v1/acquire" || path == "/v1/release" || path == "/json" ||
-      path == "/v1/settle" || path == "/v1/reset") {
+      path == "/v1/settle" || path == "/v1/reset" || path == "/v1/feedback") {
     return "POST";
   }
   if (path == "/v1/auth") {
@@ -44,6 +44,10 @@ HttpResponse Settled(const SettleResult& result, const HttpRequest& request, con
 }
 HttpResponse WasReset(const ResetResult& result, const HttpRequest& request, const AnswerHeaders&) {
   return ResetAnswer(result, request);
+}
+HttpResponse FedBack(const FeedbackResult& result, const HttpRequest& request,
+                     const AnswerHeaders&) {
+  return FeedbackAnswer(result, request);
 }
 
 }  // namespace
@@ -146,6 +150,10 @@ void HttpApi::Route(const HttpRequest& request, std::string_view peer, Respond r
   }
   if (path == "/v1/reset" && only(http::verb::post)) {
     Reset(request, std::move(reply));
+    return;
+  }
+  if (path == "/v1/feedback" && only(http::verb::post)) {
+    Feedback(request, std::move(reply));
     return;
   }
   if (reply.decision) {
@@ -303,6 +311,16 @@ void HttpApi::Reset(const HttpRequest& request, Reply reply) {
   }
   service_.ResetAsync(*std::move(parsed),
                       Deliver<ResetResult>(request, std::move(reply), &WasReset));
+}
+
+void HttpApi::Feedback(const HttpRequest& request, Reply reply) {
+  absl::StatusOr<FeedbackRequest> parsed = ParseFeedback(request, clock_.Now());
+  if (!parsed.ok()) {
+    Send(std::move(reply), Failure(parsed.status(), request));
+    return;
+  }
+  service_.FeedbackAsync(*std::move(parsed),
+                         Deliver<FeedbackResult>(request, std::move(reply), &FedBack));
 }
 
 void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {

@@ -126,6 +126,7 @@ class HttpApi final : public HttpHandler {
   void Release(const HttpRequest& request, Reply reply);
   void Settle(const HttpRequest& request, Reply reply);
   void Reset(const HttpRequest& request, Reply reply);
+  void Feedback(const HttpRequest& request, Reply reply);
   // The answer to `request` for `what` (an admin endpoint, or what only an administrator may
   // ask, named in the message) when it may not have it (401, or 403); empty when it may, or
   // when `admin` (the token judged already).

@@ -345,15 +345,43 @@ absl::Status ReadPeriod(std::string_view period, bool calendar,
   return absl::OkStatus();
 }
 
-// An ad hoc check: the limit is in the request. `also` is one more known field ("max_wait");
-// `cost`, the body's, already checked.
+// An ad hoc limit's "feedback": true, "max_pause" and "pause" (server/service/feedback.h).
+absl::Status ParseAdHocFeedback(const Fields& fields, AdHocRequest& adhoc) {
+  absl::StatusOr<std::optional<bool>> on = fields.Bool("feedback");
+  absl::StatusOr<std::optional<std::string>> max = fields.String("max_pause");
+  absl::StatusOr<std::optional<std::string>> pause = fields.String("pause");
+  for (const absl::Status& s : {on.status(), max.status(), pause.status()}) {
+    if (!s.ok()) {
+      return s;
+    }
+  }
+  const absl::StatusOr<Micros> max_pause = ParseDuration(max->value_or("1h"));
+  const absl::StatusOr<Micros> pause_for = ParseDuration(pause->value_or(""));
+  if ((*max || *pause) && !on->value_or(false)) {
+    return absl::InvalidArgumentError("max_pause and pause need \"feedback\": true");
+  }
+  const Micros d = *pause ? pause_for.value_or(Micros{-1})
+                          : std::min(FeedbackPolicy{}.pause, max_pause.value_or(Micros{0}));
+  if (!max_pause.ok() || *max_pause < kMinMaxPause || *max_pause > kMaxMaxPause || d < Micros{0} ||
+      d > *max_pause) {
+    return absl::InvalidArgumentError(
+        fmt::format("max_pause must be a duration of {} to {}, and pause one of 0 to max_pause",
+                    FormatDuration(kMinMaxPause), FormatDuration(kMaxMaxPause)));
+  }
+  if (on->value_or(false)) {
+    adhoc.feedback = FeedbackPolicy{.max_pause = *max_pause, .pause = d};
+  }
+  return absl::OkStatus();
+}
+
+// An ad hoc check: the limit is in the request; `also`, one more known field; `cost`, checked.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields& fields,
                                                                     std::string_view also,
                                                                     std::optional<int64_t> cost) {
-  if (absl::Status s =
-          fields.OnlyKnown({"key", "algorithm", "limit", "period", "burst", "buckets", "cost",
-                            "receipt", "max_debt", "block", "calendar", "time_zone", "explain"},
-                           also);
+  if (absl::Status s = fields.OnlyKnown(
+          {"key", "algorithm", "limit", "period", "burst", "buckets", "cost", "receipt", "max_debt",
+           "block", "calendar", "time_zone", "explain", "feedback", "max_pause", "pause"},
+          also);
       !s.ok()) {
     return s;
   }
@@ -397,6 +425,9 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseAdHoc(const Fields
           fmt::format("block: {}", internal::Message(duration.status())));
     }
     adhoc.block = *duration;
+  }
+  if (absl::Status s = ParseAdHocFeedback(fields, adhoc); !s.ok()) {
+    return s;
   }
   if (*algorithm) {
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(**algorithm);
@@ -455,15 +486,16 @@ absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseRulesMode(
 
 }  // namespace
 
-absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
-    const HttpRequest& request, std::optional<Micros>* max_wait) {
+absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(const HttpRequest& request,
+                                                                    std::optional<Micros>* max_wait,
+                                                                    std::string_view also_field) {
   absl::StatusOr<JsonObject> parsed = ParseObject(request);
   if (!parsed.ok()) {
     return parsed.status();
   }
   const JsonObject body = *parsed;
   const Fields fields(body, Where{});
-  const std::string_view also = max_wait != nullptr ? "max_wait" : "";
+  const std::string_view also = max_wait != nullptr ? "max_wait" : also_field;
   if (max_wait != nullptr) {
     if (absl::Status s = ParseMaxWait(fields, max_wait); !s.ok()) {
       return s;

@@ -33,9 +33,16 @@ inline constexpr int64_t kUint32Max = std::numeric_limits<uint32_t>::max();
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 
 // POST /v1/check's body: an ad hoc request (it has a "key") or a rules-mode one. With
-// `max_wait` (POST /v1/acquire), the body may also have "max_wait", a duration, read into it.
+// `max_wait` (POST /v1/acquire), the body may also have "max_wait", a duration, read into it;
+// else with `also`, a field of that name, left to the caller.
 absl::StatusOr<std::variant<AdHocRequest, CheckRequest>> ParseCheck(
-    const HttpRequest& request, std::optional<Micros>* max_wait = nullptr);
+    const HttpRequest& request, std::optional<Micros>* max_wait = nullptr,
+    std::string_view also = {});
+
+// POST /v1/feedback's body: a check's (naming the limits), and "partner": {"status": 429,
+// "headers": {"Retry-After": "5", ...}} (or headers as [["name", "value"], ...], which may
+// repeat a name), read at `now` (feedback_request.cc; server/http/partner_headers.h).
+absl::StatusOr<FeedbackRequest> ParseFeedback(const HttpRequest& request, Timestamp now);
 
 // POST /v1/release's body: {"lease": "<the token an acquire or check answered>"}.
 absl::StatusOr<std::string> ParseRelease(const HttpRequest& request);

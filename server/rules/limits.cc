@@ -1,6 +1,7 @@
 // The limits of a rule, as FileParser reads them (parser.h): a rate_limit, an entry of
 // `limits` or a pool; a concurrency limit; and soft mode's enlargement of a limit.
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,15 @@ Limit BlockLimit(Micros duration) {
       .value();
 }
 
+const Limit& PauseLimit() {
+  static const Limit pause = Limit::Create({.algorithm = Algorithm::kGcra,
+                                            .limit = 1,
+                                            .period = std::chrono::milliseconds(1),
+                                            .burst = 1})
+                                 .value();
+  return pause;
+}
+
 Limit EnvoyCounter(Micros period, std::optional<Calendar> calendar) {
   return Limit::Create({.algorithm = Algorithm::kFixedWindow,
                         .limit = Limit::kMaxCount,
@@ -30,9 +40,9 @@ Limit EnvoyCounter(Micros period, std::optional<Calendar> calendar) {
 }
 
 RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_name) const {
-  CheckKeys(node,
-            {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "period",
-             "burst", "buckets", "share", "max_debt", "block", "calendar", "time_zone"});
+  CheckKeys(node, {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
+                   "period", "burst", "buckets", "share", "max_debt", "block", "feedback",
+                   "calendar", "time_zone"});
   if (++budget_.limits > limits_.max_limits) {
     Fail(node, fmt::format("more than {} rule limits (the limit on limits)", limits_.max_limits));
   }
@@ -111,7 +121,7 @@ RuleLimit FileParser::ParseLimit(const YAML::Node& node, std::string default_nam
 }
 
 // The fields that act after a decision: `max_debt` (how far a settle may charge past the
-// limit) and `block` (a denial's penalty on the key).
+// limit), `block` (a denial's penalty on the key) and `feedback` (what the partner says).
 void FileParser::ParseAfterDecision(const YAML::Node& node, int64_t limit,
                                     RuleLimit& rule_limit) const {
   if (const YAML::Node max_debt = node["max_debt"]) {
@@ -134,6 +144,49 @@ void FileParser::ParseAfterDecision(const YAML::Node& node, int64_t limit,
       Fail(block, fmt::format("block: {}", internal::Message(s)));
     }
   }
+  if (const YAML::Node feedback = node["feedback"]) {
+    if (limit == 0) {
+      Fail(feedback, "'feedback' needs a limit to pace: requests_per_unit is 0");
+    }
+    rule_limit.feedback = ParseFeedback(feedback);
+    if (absl::Status s = check_limit_(PauseLimit()); !s.ok()) {
+      Fail(feedback, fmt::format("feedback: {}", internal::Message(s)));
+    }
+  }
+}
+
+// `feedback: true`, or a mapping of its durations: feedback: {max_pause: 10m, pause: 2s}.
+FeedbackPolicy FileParser::ParseFeedback(const YAML::Node& node) const {
+  FeedbackPolicy policy;
+  if (node.IsScalar()) {
+    if (!Bool(node, "feedback")) {
+      Fail(node, "'feedback: false' is no feedback: leave it out");
+    }
+    return policy;
+  }
+  if (!node.IsMap()) {
+    Fail(node, "'feedback' must be true or a mapping: feedback: {max_pause: 10m, pause: 1s}");
+  }
+  CheckKeys(node, {"max_pause", "pause"});
+  auto duration = [&](const char* name, Micros min, Micros max, Micros fallback) {
+    const YAML::Node field = node[name];
+    if (!field) {
+      return fallback;
+    }
+    const absl::StatusOr<Micros> d = ParseDuration(String(field, name));
+    if (!d.ok()) {
+      Fail(field, fmt::format("feedback: {}: {}", name, internal::Message(d.status())));
+    }
+    if (*d < min || *d > max) {
+      Fail(field, fmt::format("feedback: {} must be {} to {}", name, FormatDuration(min),
+                              FormatDuration(max)));
+    }
+    return *d;
+  };
+  policy.max_pause = duration("max_pause", kMinMaxPause, kMaxMaxPause, policy.max_pause);
+  policy.pause =
+      duration("pause", Micros{0}, policy.max_pause, std::min(policy.pause, policy.max_pause));
+  return policy;
 }
 
 SharePolicy FileParser::ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const {

@@ -69,6 +69,11 @@ struct RuleCounters {
   std::atomic<uint64_t> over_soft{0};      // Admitted past the limit by soft mode.
   std::atomic<uint64_t> borrowed{0};       // Admitted over the limit by an elastic pool.
   std::atomic<uint64_t> blocked{0};        // Denied by a block running on the key.
+  std::atomic<uint64_t> paused{0};         // Denied by a pause its partner asked for.
+  // Partners' answers (POST /v1/feedback) that started or lengthened a pause, and that
+  // brought the remaining down to theirs.
+  std::atomic<uint64_t> partner_pauses{0};
+  std::atomic<uint64_t> partner_lowered{0};
   // In hits (a request's cost, Envoy's hits_addend), as envoyproxy/ratelimit counts its stats
   // (src/limiter/base_limiter.go): every hit in total_hits; a request over the limit counts
   // the hits past it in over_limit_hits (and again in shadow_mode_hits in shadow mode) and,
@@ -86,6 +91,26 @@ struct RuleCounters {
   // owned by the TopOffenders that made it.
   std::atomic<TopKeys*> top{nullptr};
 };
+
+// A limit's `feedback`: how what the partner answered (its 429s, Retry-After and RateLimit
+// headers) acts on it, fleet-wide (server/service/feedback.h).
+struct FeedbackPolicy {
+  // A partner's time to wait (Retry-After, or a reset with nothing remaining) is obeyed for at
+  // most this long: a hostile or broken partner cannot stop the fleet for years.
+  Micros max_pause = std::chrono::hours(1);
+  // How long a 429 that names no time pauses the limit (0: such a 429 pauses nothing).
+  Micros pause = std::chrono::seconds(1);
+  friend bool operator==(const FeedbackPolicy&, const FeedbackPolicy&) = default;
+};
+
+// The bounds of FeedbackPolicy's durations: max_pause a millisecond to a day; pause 0 to
+// max_pause.
+inline constexpr Micros kMinMaxPause = std::chrono::milliseconds(1);
+inline constexpr Micros kMaxMaxPause = std::chrono::hours(24);
+
+// The limit a pause is kept under (server/service/feedback.h): a gcra limit of 1 per
+// millisecond with a burst of 1, whose backlog is the time the pause has left.
+const Limit& PauseLimit();
 
 // One limit of a rule, ready for the store.
 struct RuleLimit {
@@ -114,6 +139,9 @@ struct RuleLimit {
   // `block: D`: once a request is denied by this limit, its key is denied for D
   // (server/service/blocks.h); the limit that keeps such blocks, empty without one.
   std::optional<Limit> block;
+  // `feedback: {...}`: the partner this limit paces calls to may slow it down (POST
+  // /v1/feedback, server/service/feedback.h); empty: feedback on it is refused.
+  std::optional<FeedbackPolicy> feedback;
   RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
   // The figures this limit had under earlier rules, newest first, when a reload changed them
   // (docs/server.md, "Changing a limit"): a key's state under them carries to `limit`

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "server/service/deciding.h"
+#include "server/service/feedback.h"
 #include "server/service/store_answer.h"
 
 namespace sluice::server {
@@ -36,6 +37,31 @@ internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
   co_return left;
 }
 
+internal::Task<absl::StatusOr<HeldBack>> AskHeldBack(Store& store, const Limit* block,
+                                                     std::string_view key, bool pause,
+                                                     Timestamp now) {
+  HeldBack held;
+  if (block == nullptr && !pause) {
+    co_return held;
+  }
+  const std::string block_key = BlockKey(key);
+  const std::string pause_key = PauseKey(key);
+  std::vector<LimitedKey> keys;
+  if (block != nullptr) {
+    keys.push_back({.limit = block, .key = block_key});
+  }
+  if (pause) {
+    keys.push_back({.limit = &PauseLimit(), .key = pause_key});
+  }
+  absl::StatusOr<std::vector<Micros>> left = co_await BlocksLeft(store, std::move(keys), now);
+  if (!left.ok()) {
+    co_return left.status();
+  }
+  held.block = block != nullptr ? left->front() : Micros{0};
+  held.pause = pause ? left->back() : Micros{0};
+  co_return held;
+}
+
 void DenyForBlock(Decision& decision, Micros left) {
   decision.allowed = false;
   decision.remaining = 0;
@@ -59,11 +85,21 @@ internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestam
 
 internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
   std::vector<LimitedKey> blocks;
+  std::vector<std::pair<size_t, bool>> owner;  // Per key: its index in `blocking`, and a pause.
   block_keys.clear();
-  block_keys.reserve(blocking.size());  // No reallocation: `blocks` points into it.
-  for (size_t i : blocking) {
-    block_keys.push_back(BlockKey(planned[i].key));
-    blocks.push_back({.limit = &*planned[i].rule_limit->block, .key = block_keys.back()});
+  block_keys.reserve(2 * blocking.size());  // No reallocation: `blocks` points into it.
+  for (size_t j = 0; j < blocking.size(); ++j) {
+    const Planned& p = planned[blocking[j]];
+    if (p.rule_limit->block) {
+      block_keys.push_back(BlockKey(p.key));
+      blocks.push_back({.limit = &*p.rule_limit->block, .key = block_keys.back()});
+      owner.emplace_back(j, false);
+    }
+    if (p.rule_limit->feedback) {
+      block_keys.push_back(PauseKey(p.key));
+      blocks.push_back({.limit = &PauseLimit(), .key = block_keys.back()});
+      owner.emplace_back(j, true);
+    }
   }
   absl::StatusOr<std::vector<Micros>> left =
       co_await BlocksLeft(service.store_, std::move(blocks), now);
@@ -71,9 +107,12 @@ internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
     service.CountStoreFailure(left.status());
     co_return left.status();
   }
-  block_left = *std::move(left);
-  blocked =
-      std::any_of(block_left.begin(), block_left.end(), [](Micros m) { return m > Micros{0}; });
+  block_left.assign(blocking.size(), Micros{0});
+  pause_left.assign(blocking.size(), Micros{0});
+  for (size_t k = 0; k < owner.size(); ++k) {
+    (owner[k].second ? pause_left : block_left)[owner[k].first] = (*left)[k];
+  }
+  blocked = std::any_of(left->begin(), left->end(), [](Micros m) { return m > Micros{0}; });
   if (blocked) {
     admitted = false;
   }
@@ -82,12 +121,14 @@ internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
 
 void RateLimitService::Deciding::ApplyBlocks() {
   for (size_t j = 0; j < block_left.size(); ++j) {
-    if (block_left[j] <= Micros{0}) {
+    const Micros left = std::max(block_left[j], pause_left[j]);
+    if (left <= Micros{0}) {
       continue;
     }
     LimitOutcome& outcome = result.limits[blocking[j]];
-    DenyForBlock(outcome.decision, block_left[j]);
-    outcome.blocked = true;
+    DenyForBlock(outcome.decision, left);
+    outcome.blocked = block_left[j] > Micros{0};
+    outcome.paused = pause_left[j] > Micros{0};
   }
 }
 
@@ -97,6 +138,9 @@ internal::Task<absl::Status> RateLimitService::Deciding::StartBlocks(int64_t cos
   }
   for (size_t j = 0; j < blocking.size(); ++j) {
     LimitOutcome& outcome = result.limits[blocking[j]];
+    if (!planned[blocking[j]].rule_limit->block) {
+      continue;  // A partner's pause only: nothing to start.
+    }
     // A request that can never be admitted (its cost above the limit) charged nothing and
     // says so; it is no breach to punish.
     if (outcome.decision.allowed || outcome.borrowed || outcome.decision.never_allowed()) {

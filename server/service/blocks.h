@@ -12,6 +12,7 @@
 // store keeps blocks as it keeps limits (in memory, in Redis for a fleet, in Memcached), and
 // a reset forgets a block as it forgets a limit.
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,19 @@ std::string BlockKey(std::string_view key);
 internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
                                                                std::vector<LimitedKey> blocks,
                                                                Timestamp now);
+
+// What holds an ad hoc key back: the time left of its block and of its partner's pause
+// (feedback.h); 0 where none runs.
+struct HeldBack {
+  Micros block{0};
+  Micros pause{0};
+  Micros left() const { return std::max(block, pause); }
+};
+// Asks, in one call, for the block under `block` (when not null) and the pause (when `pause`)
+// on `key`. `block` and `key` must outlive the task.
+internal::Task<absl::StatusOr<HeldBack>> AskHeldBack(Store& store, const Limit* block,
+                                                     std::string_view key, bool pause,
+                                                     Timestamp now);
 
 // `decision`, of a request a block denies with `left` still to run: denied, nothing left,
 // until the block's end.

@@ -105,6 +105,9 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, i
   if (outcome.blocked) {
     counters.blocked.fetch_add(1, std::memory_order_relaxed);
   }
+  if (outcome.paused) {
+    counters.paused.fetch_add(1, std::memory_order_relaxed);
+  }
   // As envoyproxy/ratelimit: an unlimited rule counts no hits (nor does a concurrency limit,
   // which is sluice's own).
   if (!outcome.unlimited && outcome.concurrency == 0 && hits > 0) {
@@ -225,8 +228,8 @@ void RateLimitService::Deciding::Classify(int64_t cost) {
       (p.mode == Mode::kShadow ? shadow : enforced).push_back(i);
     }
     // A shadow limit never blocks: it never changes an answer.
-    if (rule_limit.block && p.mode != Mode::kShadow && !rule_limit.unlimited &&
-        (rule_limit.limit || p.counting) &&
+    if ((rule_limit.block || rule_limit.feedback) && p.mode != Mode::kShadow &&
+        !rule_limit.unlimited && (rule_limit.limit || p.counting) &&
         (earlier == planned.begin() + static_cast<ptrdiff_t>(i))) {
       blocking.push_back(i);
     }

@@ -32,9 +32,10 @@ struct RateLimitService::Deciding {
   // outcomes say so, and the request is over as it would have been had it been charged.
   bool OverWhenFull(const std::vector<Decision>& known, const std::vector<size_t>& slot,
                     int64_t cost);
-  // Blocks (blocks.cc; a rule's `block`), before the enforced limits are charged: whether a
-  // block runs on the key of any of them. When one does the request is denied, each blocked
-  // limit says until when, and the enforced limits are only asked how they stand.
+  // Blocks and pauses (blocks.cc; a rule's `block`, a partner's pause, feedback.h), before the
+  // enforced limits are charged: whether one runs on the key of any of them. When one does the
+  // request is denied, each blocked or paused limit says until when, and the enforced limits
+  // are only asked how they stand.
   internal::Task<absl::Status> CheckBlocks();
   // After the limits were asked: each limit a running block denies says so, and until when.
   void ApplyBlocks();
@@ -87,11 +88,13 @@ struct RateLimitService::Deciding {
   bool receipt = false;
   std::vector<Charge> charges;
   std::vector<ReceiptLimit> receipt_limits;
-  // The enforced limits with a `block`, and the keys their blocks are kept under.
+  // The enforced limits with a `block` or `feedback`, and the keys their blocks and pauses are
+  // kept under.
   std::vector<size_t> blocking;
   std::vector<std::string> block_keys;
   std::vector<Micros> block_left;  // The time left of each one's block (0: none runs).
-  bool blocked = false;            // A block runs on one of them: denied, nothing charged.
+  std::vector<Micros> pause_left;  // And of its pause.
+  bool blocked = false;            // A block or pause runs on one of them: denied, nothing charged.
 };
 
 }  // namespace sluice::server

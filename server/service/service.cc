@@ -405,17 +405,13 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   const std::optional<Limit> block =
       request.block > Micros{0} ? std::optional<Limit>(BlockLimit(request.block)) : std::nullopt;
   const std::string block_key = block ? BlockKey(request.key) : std::string();
-  Micros block_left{0};
-  if (block) {
-    std::vector<LimitedKey> blocks(1, LimitedKey{.limit = &*block, .key = block_key});
-    absl::StatusOr<std::vector<Micros>> left = co_await BlocksLeft(store_, std::move(blocks), now);
-    if (!left.ok()) {
-      CountStoreFailure(left.status());
-      co_return left.status();
-    }
-    block_left = left->front();
+  absl::StatusOr<HeldBack> held = co_await AskHeldBack(
+      store_, block ? &*block : nullptr, request.key, request.feedback.has_value(), now);
+  if (!held.ok()) {
+    CountStoreFailure(held.status());
+    co_return held.status();
   }
-  const int64_t cost = block_left > Micros{0} ? 0 : request.cost;
+  const int64_t cost = held->left() > Micros{0} ? 0 : request.cost;
   Decision each;
   Charge charge;
   // Two statements, not a conditional over two co_awaits: GCC 12 destroys the awaiter of
@@ -430,9 +426,8 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
     CountStoreFailure(decision.status());
     co_return decision.status();
   }
-  const bool blocked = block_left > Micros{0};
-  if (blocked) {
-    DenyForBlock(*decision, block_left);
+  if (held->left() > Micros{0}) {
+    DenyForBlock(*decision, held->left());
   } else if (block && !decision->allowed && !decision->never_allowed() && request.cost > 0) {
     if (absl::Status s = co_await StartBlock(store_, {.limit = &*block, .key = block_key}, now);
         !s.ok()) {
@@ -450,7 +445,8 @@ RateLimitService::CheckTask RateLimitService::DecideAdHoc(AdHocRequest request, 
   outcome.limit = *limit;
   outcome.nominal = limit->limit();
   outcome.decision = *decision;
-  outcome.blocked = blocked;
+  outcome.blocked = held->block > Micros{0};
+  outcome.paused = held->pause > Micros{0};
   outcome.counters = adhoc_counters_;
   if (count) {
     CountOutcomes(result);

@@ -24,6 +24,7 @@
 
 #include "server/rules/rules.h"
 #include "server/service/caller_limits.h"
+#include "server/service/feedback.h"
 #include "server/service/key_names.h"
 #include "server/service/receipt.h"
 #include "server/service/task.h"
@@ -99,10 +100,11 @@ struct AdHocRequest {
   std::string key;
   LimitSpec spec;
   int64_t cost = 1;
-  bool receipt = false;             // As CheckRequest's.
-  std::optional<int64_t> max_debt;  // A settle's bound past the limit; default the limit.
-  Micros block{0};                  // A rule's `block` (blocks.h); 0: none.
-  bool explain = false;             // As CheckRequest's.
+  bool receipt = false;                    // As CheckRequest's.
+  std::optional<int64_t> max_debt;         // A settle's bound past the limit; default the limit.
+  Micros block{0};                         // A rule's `block` (blocks.h); 0: none.
+  std::optional<FeedbackPolicy> feedback;  // A rule's `feedback` (feedback.h); empty: none.
+  bool explain = false;                    // As CheckRequest's.
 };
 
 // What one limit said about a request.
@@ -122,6 +124,7 @@ struct LimitOutcome {
   bool borrowed = false;   // Over its own limit, admitted by its pool.
   bool over_soft = false;  // Admitted past the nominal limit by soft mode.
   bool blocked = false;    // Denied by a block that runs on its key (the rule's `block`).
+  bool paused = false;     // Denied by a pause its partner asked for (feedback.h).
   // A concurrency limit: its capacity (also in `nominal`; `limit` is empty) and the time its
   // leases live. 0 for rate limits.
   int64_t concurrency = 0;
@@ -191,6 +194,13 @@ struct ResetResult {
 // Counts each limit of `result` in its rule's counters, as admitted or not by the request.
 // The service counts every decision once; an acquire, once, when it is answered.
 void CountOutcomes(const CheckResult& result);
+
+// POST /v1/feedback: which limits (named as a check names them) and what their partner
+// answered (feedback.h).
+struct FeedbackRequest {
+  std::variant<AdHocRequest, CheckRequest> target;
+  PartnerAnswer answer;
+};
 
 // A lease token taken apart: the id and the keys it is held on.
 struct ParsedLease {
@@ -309,6 +319,13 @@ class RateLimitService {
   void ResetAsync(std::variant<AdHocRequest, CheckRequest> request,
                   Done<absl::StatusOr<ResetResult>> done);
 
+  // Acts on `request.target`'s limits that take feedback as feedback.h says, fleet-wide:
+  // pauses them, or brings their count down to the partner's. Limits without `feedback` are
+  // left alone, and named in the result's notes. InvalidArgument for a malformed target (as a
+  // check's), or an ad hoc one without feedback; the store's error when it cannot act
+  // (nothing changed then, or, on a Cluster, some keys only).
+  void FeedbackAsync(FeedbackRequest request, Done<absl::StatusOr<FeedbackResult>> done);
+
   // How keys are shown in explanations and to operators (key_names.h): as they are until set.
   // Set it before serving.
   void SetKeyNames(KeyNames names) { names_ = std::move(names); }
@@ -333,6 +350,7 @@ class RateLimitService {
   absl::StatusOr<bool> Release(std::string lease);
   absl::StatusOr<SettleResult> Settle(SettleRequest request);
   absl::StatusOr<ResetResult> Reset(std::variant<AdHocRequest, CheckRequest> request);
+  absl::StatusOr<FeedbackResult> Feedback(FeedbackRequest request);
 
   // Blocks until every decision started by an *Async call has called its `done`. A server
   // calls it once it takes no more requests, before it tears down what those callbacks use.
@@ -367,6 +385,7 @@ class RateLimitService {
   internal::Task<absl::StatusOr<SettleResult>> DecideSettle(SettleRequest request);
   internal::Task<absl::StatusOr<ResetResult>> DecideReset(
       std::variant<AdHocRequest, CheckRequest> request);
+  internal::Task<absl::StatusOr<FeedbackResult>> DecideFeedback(FeedbackRequest request);
   // Signs the receipt of `limits` charged at `now` into `result` (settle.cc).
   void IssueReceipt(std::vector<ReceiptLimit> limits, Timestamp now, CheckResult& result) const;
   internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,

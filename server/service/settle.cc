@@ -85,22 +85,38 @@ internal::Task<absl::StatusOr<SettleResult>> RateLimitService::DecideSettle(Sett
   co_return std::move(result);
 }
 
+namespace {
+
+// An ad hoc reset's keys: the limit, and the block and pause on its key.
+internal::Task<absl::Status> ResetAdHoc(Store& store, const AdHocRequest& adhoc, Timestamp now) {
+  const absl::StatusOr<Limit> limit = AdHocLimit(adhoc);
+  if (!limit.ok()) {
+    co_return limit.status();
+  }
+  std::vector<LimitedKey> keys = {{.limit = &*limit, .key = adhoc.key}};
+  const std::optional<Limit> block =
+      adhoc.block > Micros{0} ? std::optional<Limit>(BlockLimit(adhoc.block)) : std::nullopt;
+  const std::string block_key = BlockKey(adhoc.key);
+  const std::string pause_key = PauseKey(adhoc.key);
+  if (block) {
+    keys.push_back({.limit = &*block, .key = block_key});
+  }
+  if (adhoc.feedback) {
+    keys.push_back({.limit = &PauseLimit(), .key = pause_key});
+  }
+  co_return co_await StoreReset(store, keys, now);
+}
+
+}  // namespace
+
 internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
     std::variant<AdHocRequest, CheckRequest> request) {
   const Timestamp now = clock_.Now();
   if (const AdHocRequest* adhoc = std::get_if<AdHocRequest>(&request)) {
-    const absl::StatusOr<Limit> limit = AdHocLimit(*adhoc);
-    if (!limit.ok()) {
-      co_return limit.status();
+    if (absl::Status s = AdHocLimit(*adhoc).status(); !s.ok()) {
+      co_return s;
     }
-    std::vector<LimitedKey> keys = {{.limit = &*limit, .key = adhoc->key}};
-    const std::optional<Limit> block =
-        adhoc->block > Micros{0} ? std::optional<Limit>(BlockLimit(adhoc->block)) : std::nullopt;
-    const std::string block_key = BlockKey(adhoc->key);
-    if (block) {
-      keys.push_back({.limit = &*block, .key = block_key});
-    }
-    if (absl::Status s = co_await StoreReset(store_, keys, now); !s.ok()) {
+    if (absl::Status s = co_await ResetAdHoc(store_, *adhoc, now); !s.ok()) {
       CountStoreFailure(s);
       co_return s;
     }
@@ -122,10 +138,10 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
     co_return plan.status();
   }
   // Every stored form of each limit: the limit, the Envoy API's counter of its window, and
-  // the block on its key.
+  // the block and the partner's pause on its key.
   std::vector<LimitedKey> keys;
   std::vector<std::string> block_keys;
-  block_keys.reserve(plan->size());  // No reallocation: `keys` points into it.
+  block_keys.reserve(2 * plan->size());  // No reallocation: `keys` points into it.
   ResetResult result{.unmatched = !matched};
   // `before`: a reset forgets the key under the limit's earlier figures too (RuleLimit::before).
   auto add = [&keys](const Limit& limit, const std::string& key,
@@ -147,6 +163,9 @@ internal::Task<absl::StatusOr<ResetResult>> RateLimitService::DecideReset(
     }
     if (rule_limit.block) {
       add(*rule_limit.block, block_keys.emplace_back(BlockKey(p.key)));
+    }
+    if (rule_limit.feedback) {
+      add(PauseLimit(), block_keys.emplace_back(PauseKey(p.key)));
     }
     if ((rule_limit.limit || rule_limit.counter) &&
         std::find(result.limits.begin(), result.limits.end(), rule_limit.name) ==

@@ -88,6 +88,10 @@ std::string Metrics::Render(std::string_view extra) const {
           "malformed.",
           settles_refused_);
   counter("sluice_resets_total", "Resets made (POST /v1/reset).", resets_);
+  counter("sluice_feedback_total", "Partners' answers told (POST /v1/feedback).", feedback_);
+  counter("sluice_feedback_ignored_total",
+          "Parts of partners' answers ignored or bounded (each named in its answer's notes).",
+          feedback_notes_);
   counter("sluice_admin_refused_total",
           "Requests to admin endpoints without the right token (401, 403).", admin_refused_);
   out += BuildInfo();
@@ -105,7 +109,7 @@ void Metrics::AppendRuleFamilies(std::string& out) const {
     const char* help;
     std::atomic<uint64_t> RuleCounters::*member;
   };
-  static constexpr std::array<Family, 13> kFamilies = {{
+  static constexpr std::array<Family, 16> kFamilies = {{
       {"sluice_rule_checks_total", "Requests a rule limit applied to.", &RuleCounters::checks},
       {"sluice_rule_admitted_total", "Requests admitted where the rule limit applied.",
        &RuleCounters::admitted},
@@ -120,6 +124,14 @@ void Metrics::AppendRuleFamilies(std::string& out) const {
        &RuleCounters::borrowed},
       {"sluice_rule_blocked_total", "Requests denied by a block running on their key.",
        &RuleCounters::blocked},
+      {"sluice_rule_paused_total", "Requests denied by a pause their partner asked for.",
+       &RuleCounters::paused},
+      {"sluice_rule_partner_pauses_total",
+       "Pauses a partner's answer started or lengthened (POST /v1/feedback).",
+       &RuleCounters::partner_pauses},
+      {"sluice_rule_partner_lowered_total",
+       "Partners' answers that brought the limit's remaining down to theirs.",
+       &RuleCounters::partner_lowered},
       {"sluice_rule_hits_total", "Hits (request costs) counted against the rule limit.",
        &RuleCounters::total_hits},
       {"sluice_rule_over_limit_hits_total", "Hits past the rule limit.",

@@ -51,6 +51,11 @@ class Metrics {
     (made ? settles_ : settles_refused_).fetch_add(1, std::memory_order_relaxed);
   }
   void CountReset() { resets_.fetch_add(1, std::memory_order_relaxed); }
+  // A partner's answer told (POST /v1/feedback), and the parts of it ignored or bounded.
+  void CountFeedback(uint64_t notes) {
+    feedback_.fetch_add(1, std::memory_order_relaxed);
+    feedback_notes_.fetch_add(notes, std::memory_order_relaxed);
+  }
   // A request to an admin endpoint without the right token (401, 403).
   void CountAdminRefused() { admin_refused_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t settles() const { return settles_.load(std::memory_order_relaxed); }
@@ -93,6 +98,8 @@ class Metrics {
   std::atomic<uint64_t> settles_{0};
   std::atomic<uint64_t> settles_refused_{0};
   std::atomic<uint64_t> resets_{0};
+  std::atomic<uint64_t> feedback_{0};
+  std::atomic<uint64_t> feedback_notes_{0};
   std::atomic<uint64_t> admin_refused_{0};
   std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};

@@ -165,9 +165,9 @@ absl::Status ValidateSettlement(const Settlement& settlement) {
     return absl::InvalidArgumentError(
         fmt::format("cost must be 0 to {}, not {}", Limit::kMaxCount, settlement.units));
   }
-  if (settlement.max_debt < 0 || settlement.max_debt > kMaxDebt) {
+  if (settlement.max_debt < kMinDebt || settlement.max_debt > kMaxDebt) {
     return absl::InvalidArgumentError(
-        fmt::format("max_debt must be 0 to {}, not {}", kMaxDebt, settlement.max_debt));
+        fmt::format("max_debt must be {} to {}, not {}", kMinDebt, kMaxDebt, settlement.max_debt));
   }
   if (settlement.charge.units < 0) {
     return absl::InvalidArgumentError(
@@ -179,7 +179,7 @@ absl::Status ValidateSettlement(const Settlement& settlement) {
 int64_t ChargePast(const Limit& limit, AnyState& state, Timestamp now, int64_t units,
                    int64_t max_debt) {
   assert(state.index() == static_cast<size_t>(limit.algorithm()));
-  assert(units >= 0 && max_debt >= 0 && max_debt <= kMaxDebt);
+  assert(units >= 0 && max_debt >= kMinDebt && max_debt <= kMaxDebt);
   if (units <= 0) {
     return 0;
   }

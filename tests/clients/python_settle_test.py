@@ -308,7 +308,7 @@ class ResetTest(unittest.TestCase):
         self.assertGreater(self.client.check(**ask).retry_after, 60)
         self.client.reset(admin_token=ADMIN_TOKEN, **ask)
         self.assertTrue(self.client.check(**ask).allowed)
-        with self.assertRaisesRegex(TypeError, "block are for ad hoc"):
+        with self.assertRaisesRegex(TypeError, "block and feedback are for ad hoc"):
             self.client.check(block="1h", **user("x"))
 
     def test_admin_endpoints_off_without_the_flag(self):

@@ -7,6 +7,7 @@
         time.sleep(decision.retry_after)
 """
 
+from . import adapters
 from .aio import AsyncClient
 from .client import Client
 from .decision import Decision, Limit, SettledLimit, Settlement
@@ -14,9 +15,11 @@ from .decorator import limited
 from .errors import BadRequest, Forbidden, RateLimited, SluiceError, UnmatchedWarning
 from .lease import Lease
 from .metered import Meter
+from .partner import Feedback, FeedbackLimit
 from .tasks import take_turn
 
-__all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Forbidden", "Lease", "Limit",
-           "Meter", "RateLimited", "SettledLimit", "Settlement", "SluiceError",
+__all__ = ["AsyncClient", "BadRequest", "Client", "Decision", "Feedback", "FeedbackLimit",
+           "Forbidden", "Lease", "Limit",
+           "Meter", "RateLimited", "adapters", "SettledLimit", "Settlement", "SluiceError",
            "UnmatchedWarning", "limited", "take_turn"]
 __version__ = "0.1.0"

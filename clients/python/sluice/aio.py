@@ -37,6 +37,9 @@ class AsyncClient:
 
         return dataclasses.replace(decision, _settle=settle_in_a_thread)
 
+    async def feedback(self, status=None, headers=(), **kwargs):
+        return await asyncio.to_thread(self.sync.feedback, status, headers, **kwargs)
+
     async def settle(self, receipt, cost):
         """As Client.settle."""
         return await asyncio.to_thread(self.sync.settle, receipt, cost)

@@ -18,6 +18,7 @@ import threading
 import urllib.parse
 
 from . import decision as decisions
+from . import partner
 from . import request
 from .errors import BadRequest, Forbidden, SluiceError, warn_if_unmatched
 from .lease import Lease
@@ -129,6 +130,35 @@ class Client:
             raise Forbidden(str(answer.get("error", answer)), status)
         raise SluiceError("sluiced did not reset: %s"
                           % (error or "HTTP %d: %.200s" % (status, answer.get("error", answer))))
+
+    def feedback(self, status=None, headers=(), **kwargs):
+        """POST /v1/feedback: tells sluiced what the partner answered (its HTTP `status`, its
+        `headers` as a mapping or (name, value) pairs), for the limits a check's arguments
+        name (without cost), so that every worker of the fleet acts on it: a 429 pauses them,
+        a lower remaining brings theirs down (docs/server.md). Only the rate limit headers are
+        sent (partner.RATE_HEADERS). Returns a Feedback; when the answer says nothing about
+        limits, an empty one, without asking sluiced. Raises BadRequest for a malformed
+        request; when sluiced cannot be asked, the Feedback is falsy with `error` set (and a
+        warning logged)."""
+        pairs = partner.worth_telling(status, headers)
+        if pairs is None:
+            return partner.Feedback(told=False)
+        body = request.keys(**kwargs)
+        body["partner"] = {"headers": pairs}
+        if status is not None:
+            body["partner"]["status"] = int(status)
+        code, answer, error = self._post("/v1/feedback", body, self.timeout)
+        if error is None and code == 200:
+            try:
+                return partner.from_answer(answer)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                error = "not a feedback answer (%s): %.200r" % (e, answer)
+        elif error is None and code == 400:
+            raise BadRequest(str(answer.get("error", answer)), code)
+        elif error is None:
+            error = "HTTP %d: %s" % (code, answer.get("error", answer))
+        log.warning("sluice: the partner's answer was not told (%s)", error)
+        return partner.Feedback(told=False, error=error)
 
     def acquire(self, max_wait=30.0, **kwargs):
         """POST /v1/acquire: waits on the server, up to `max_wait` (seconds or "30s"), until

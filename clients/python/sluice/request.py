@@ -36,13 +36,15 @@ def _entries(descriptor):
 
 
 def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None, cost=None,
-         domain=None, descriptors=None, max_wait=None, receipt=False, max_debt=None, block=None):
+         domain=None, descriptors=None, max_wait=None, receipt=False, max_debt=None, block=None,
+         feedback=None):
     """The JSON object of /v1/check or, with max_wait, /v1/acquire: ad hoc when `key` is given,
     rules mode when `domain` is. `receipt`: ask for a receipt to settle later; `max_debt`
     (ad hoc): how far past the limit a settle may charge the key; `block` (ad hoc): how long a
     denial shuts the key out."""
     out = keys(key=key, algorithm=algorithm, limit=limit, period=period, burst=burst,
-               buckets=buckets, domain=domain, descriptors=descriptors, block=block)
+               buckets=buckets, domain=domain, descriptors=descriptors, block=block,
+               feedback=feedback)
     if max_debt is not None:
         if key is None:
             raise TypeError("max_debt is for ad hoc checks; rules mode takes it from the rules")
@@ -59,10 +61,11 @@ def body(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=
 
 
 def keys(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=None,
-         domain=None, descriptors=None, block=None):
-    """The part of a body that names the keys and their limits (that of POST /v1/reset): ad
-    hoc when `key` is given, rules mode when `domain` is. An ad hoc limit's `block` is part of
-    it: a reset lifts the block of the limit it names."""
+         domain=None, descriptors=None, block=None, feedback=None):
+    """The part of a body that names the keys and their limits (that of POST /v1/reset and
+    /v1/feedback): ad hoc when `key` is given, rules mode when `domain` is. An ad hoc limit's
+    `block` and `feedback` (True, or {"max_pause": "10m", "pause": "1s"}: its partner's
+    answers pace it) are part of it: a reset lifts the block and pause of the limit it names."""
     if (key is None) == (domain is None):
         raise TypeError("give either key= (an ad hoc limit) or domain= and descriptors= (rules)")
     if key is not None:
@@ -74,13 +77,29 @@ def keys(key=None, algorithm=None, limit=None, period=None, burst=None, buckets=
                 out[name] = value
         if block is not None:
             out["block"] = duration(block, "block")
+        out.update(_feedback(feedback))
     else:
-        if any(v is not None for v in (algorithm, limit, period, burst, buckets, block)):
-            raise TypeError("algorithm, limit, period, burst, buckets and block are for ad hoc "
-                            "checks; rules mode takes its limits from the rules")
+        if any(v is not None for v in (algorithm, limit, period, burst, buckets, block, feedback)):
+            raise TypeError("algorithm, limit, period, burst, buckets, block and feedback are for "
+                            "ad hoc checks; rules mode takes its limits from the rules")
         if descriptors is None or isinstance(descriptors, (str, bytes)) or hasattr(descriptors, "items"):
             raise TypeError("descriptors= is a list of descriptors, each a dict")
         out = {"domain": domain, "descriptors": [_entries(d) for d in descriptors]}
+    return out
+
+
+def _feedback(feedback):
+    """An ad hoc limit's feedback fields: none, {"feedback": True}, or with its durations."""
+    if feedback is None or feedback is False:
+        return {}
+    if feedback is True:
+        return {"feedback": True}
+    if not hasattr(feedback, "items") or set(feedback) - {"max_pause", "pause"}:
+        raise TypeError("feedback is True or {'max_pause': ..., 'pause': ...}, not %r"
+                        % (feedback,))
+    out = {"feedback": True}
+    for name, value in feedback.items():
+        out[name] = duration(value, name)
     return out
 
 
