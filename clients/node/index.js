@@ -1,9 +1,10 @@
 'use strict';
-// sluice: the client of sluiced, the sluice rate limit server, and an Express middleware
-// (docs/node.md). No dependency beyond Node's own fetch.
+// sluice: the client of sluiced, the sluice rate limit server, an Express middleware, and a
+// fetch that paces calls to a partner (docs/node.md). No dependency beyond Node's own fetch.
 
 const { Client } = require('./lib/client');
 const { middleware } = require('./lib/middleware');
+const { pacedFetch } = require('./lib/partner');
 const { SluiceError, BadRequest, Forbidden, RateLimited } = require('./lib/errors');
 
-module.exports = { Client, middleware, SluiceError, BadRequest, Forbidden, RateLimited };
+module.exports = { Client, middleware, pacedFetch, SluiceError, BadRequest, Forbidden, RateLimited };

@@ -8,6 +8,7 @@
 const { fromAnswer, failed, settlementOf, unsettled } = require('./decision');
 const { body, keys, duration, secondsOf, settleCost } = require('./request');
 const { BadRequest, Forbidden, RateLimited, SluiceError } = require('./errors');
+const { worthTelling } = require('./partner');
 
 function describe(e) {
   if (e && e.name === 'TimeoutError') return 'timed out';
@@ -112,6 +113,39 @@ class Client {
       throw new Forbidden(String(answer.error ?? JSON.stringify(answer)), status);
     }
     throw new SluiceError(`sluiced did not reset: ${error ?? `HTTP ${status}: ${answer.error ?? JSON.stringify(answer)}`}`);
+  }
+
+  /** POST /v1/feedback: tells sluiced what the partner answered (its HTTP `status`, its
+   * `headers`: a fetch Headers, an object or [name, value] pairs) for the limits `options` (a
+   * check's, without cost) name, so that every worker acts on it: a 429 pauses them, a lower
+   * remaining brings theirs down (docs/server.md). Only the rate limit headers are sent.
+   * Resolves to {told, limits: [{name, pause, paused, pauseLeft, lowered, remaining, notes}],
+   * notes, error} (seconds); {told: false} without asking when the answer says nothing about
+   * limits, or with `error` when sluiced cannot be asked. Rejects with BadRequest for a
+   * malformed request. */
+  async feedback(status, headers, options) {
+    const pairs = worthTelling(status, headers);
+    if (pairs === null) return { told: false, limits: [], notes: [], error: null };
+    const request = keys(options);
+    request.partner = { headers: pairs };
+    if (status !== undefined && status !== null) request.partner.status = status;
+    const { status: code, answer, error } = await this._post('/v1/feedback', request, this.timeout);
+    if (!error && code === 200 && Array.isArray(answer.limits)) {
+      const seconds = (us) => us / 1e6;
+      return {
+        told: true,
+        limits: answer.limits.map((l) => ({
+          name: l.name, pause: seconds(l.pause_us), paused: l.paused, pauseLeft: seconds(l.pause_left_us),
+          lowered: l.lowered, remaining: l.remaining, notes: l.notes || [],
+        })),
+        notes: answer.notes || [],
+        error: null,
+      };
+    }
+    if (!error && code === 400) throw new BadRequest(String(answer.error ?? JSON.stringify(answer)), code);
+    const why = error ?? `HTTP ${code}: ${answer.error ?? JSON.stringify(answer)}`;
+    console.warn(`sluice: the partner's answer was not told (${why})`);
+    return { told: false, limits: [], notes: [], error: why };
   }
 
   /** POST /v1/acquire: waits on the server up to `maxWait` (seconds or '30s', default 30 s)

@@ -67,9 +67,17 @@ function keys(options) {
     for (const name of ['algorithm', 'burst', 'buckets']) if (o[name] !== undefined) out[name] = o[name];
     // An ad hoc limit's block is part of it: a reset lifts the block of the limit it names.
     if (o.block !== undefined) out.block = duration(o.block, 'block');
+    // And its feedback: true, or {maxPause, pause}: its partner's answers pace it (feedback()).
+    if (o.feedback === true) out.feedback = true;
+    if (o.feedback && typeof o.feedback === 'object') {
+      out.feedback = true;
+      if (o.feedback.maxPause !== undefined) out.max_pause = duration(o.feedback.maxPause, 'maxPause');
+      if (o.feedback.pause !== undefined) out.pause = duration(o.feedback.pause, 'pause');
+    }
   } else {
-    if (['algorithm', 'limit', 'period', 'burst', 'buckets', 'block'].some((n) => o[n] !== undefined)) {
-      throw new TypeError('algorithm, limit, period, burst, buckets and block are for ad hoc checks');
+    const adhoc = ['algorithm', 'limit', 'period', 'burst', 'buckets', 'block', 'feedback'];
+    if (adhoc.some((n) => o[n] !== undefined)) {
+      throw new TypeError('algorithm, limit, period, burst, buckets, block and feedback are for ad hoc checks');
     }
     if (!Array.isArray(o.descriptors)) throw new TypeError('descriptors is an array of descriptors');
     Object.assign(out, { domain: o.domain, descriptors: o.descriptors.map(entries) });
