@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build install run simulate workers test test-release test-asan test-tsan soak fuzz bench bench-peers bench-http bench-grpc bench-redis bench-memcached format tidy clean
+.PHONY: all deps build install run simulate workers partner test test-release test-asan test-tsan soak fuzz bench bench-peers bench-http bench-grpc bench-redis bench-memcached format tidy clean
 
 all: build
 
@@ -43,6 +43,13 @@ run: build
 # each pacing itself with `sluice acquire` (about 20 s); draws out/workers.svg.
 workers: build
 	@python3 examples/workers/run.py --svg out/workers.svg
+
+# examples/partner: 4 workers call a partner whose real limit is lower than the rules say and
+# drops halfway, once without telling sluiced what it answers and once with it (POST
+# /v1/feedback); prints its 429s and the calls it accepted, and draws both runs into
+# out/partner.svg (about a minute).
+partner: build
+	@python3 examples/partner/run.py --svg out/partner.svg
 
 # Replays examples/burst.csv (10 per second, with a burst across a window edge) through every
 # algorithm and draws the comparison.
