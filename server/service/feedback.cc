@@ -101,30 +101,14 @@ Settlement PauseSettlement(Micros pause) {
 
 namespace {
 
-// One limit a feedback acts on.
-struct Target {
-  std::string name;
-  const Limit* limit = nullptr;
-  std::string key;
-  FeedbackPolicy policy;
-  int64_t soft_extra = 0;
-  RuleCounters* counters = nullptr;
-};
+using Target = FeedbackTarget;
 
-void Log(const Target& target, const FeedbackLimit& done, const PartnerAnswer& answer) {
-  const std::string figures =
-      fmt::format("status {}, retry {}, remaining {}, reset {}", answer.status,
-                  answer.retry_after ? FormatDuration(*answer.retry_after) : "-",
-                  answer.remaining ? fmt::format("{}", *answer.remaining) : "-",
-                  answer.reset ? FormatDuration(*answer.reset) : "-");
-  if (done.paused) {
-    spdlog::info("feedback: {} paused for {} by its partner ({})", target.name,
-                 FormatDuration(done.pause_left), figures);
-  }
-  if (done.lowered > 0) {
-    spdlog::info("feedback: {} brought down by {} to the partner's remaining ({})", target.name,
-                 done.lowered, figures);
-  }
+// The partner's figures, for the log.
+std::string Figures(const PartnerAnswer& answer) {
+  return fmt::format("status {}, retry {}, remaining {}, reset {}", answer.status,
+                     answer.retry_after ? FormatDuration(*answer.retry_after) : "-",
+                     answer.remaining ? fmt::format("{}", *answer.remaining) : "-",
+                     answer.reset ? FormatDuration(*answer.reset) : "-");
 }
 
 // Makes what `answer` asks of every target in one store call: on each, its limit's settlement
@@ -169,13 +153,6 @@ internal::Task<absl::StatusOr<std::vector<FeedbackLimit>>> Act(Store& store,
     d.lowered = d.pause > Micros{0} ? 0 : limit.charged;
     d.after = limit.after;
     d.after.remaining = std::max<int64_t>(d.after.remaining - targets[i].soft_extra, 0);
-    if (d.paused) {
-      targets[i].counters->partner_pauses.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (d.lowered > 0) {
-      targets[i].counters->partner_lowered.fetch_add(1, std::memory_order_relaxed);
-    }
-    Log(targets[i], d, answer);
   }
   co_return std::move(done);
 }
@@ -258,7 +235,33 @@ internal::Task<absl::StatusOr<FeedbackResult>> RateLimitService::DecideFeedback(
     co_return done.status();
   }
   result.limits = *std::move(done);
+  CountAndLog(targets, result.limits, request.answer);
   co_return std::move(result);
+}
+
+void RateLimitService::CountAndLog(const std::vector<FeedbackTarget>& targets,
+                                   const std::vector<FeedbackLimit>& done,
+                                   const PartnerAnswer& answer) {
+  for (size_t i = 0; i < done.size(); ++i) {
+    const FeedbackLimit& d = done[i];
+    // A pause is logged each time it starts or lengthens: once per 429 the fleet meets.
+    if (d.paused) {
+      targets[i].counters->partner_pauses.fetch_add(1, std::memory_order_relaxed);
+      spdlog::info("feedback: {} paused for {} by its partner ({})", targets[i].name,
+                   FormatDuration(d.pause_left), Figures(answer));
+    }
+    // A partner may lower ours on every answer: at most one line every 10 s.
+    uint64_t held = 0;
+    bool first = false;
+    if (d.lowered > 0) {
+      targets[i].counters->partner_lowered.fetch_add(1, std::memory_order_relaxed);
+      if (lowered_logged_.Allow(clock_.Now().time_since_epoch().count(), &held, &first)) {
+        spdlog::info("feedback: {} brought down by {} to the partner's remaining ({}){}",
+                     targets[i].name, d.lowered, Figures(answer),
+                     held > 1 ? fmt::format("; {} such since the last line", held) : "");
+      }
+    }
+  }
 }
 
 void RateLimitService::FeedbackAsync(FeedbackRequest request,

@@ -81,6 +81,17 @@ struct FeedbackResult {
   bool unmatched = false;  // No rule matched: nothing was changed.
 };
 
+// One limit a feedback acts on (RateLimitService::FeedbackAsync): its limit and key, and what
+// it is named and counted by.
+struct FeedbackTarget {
+  std::string name;
+  const Limit* limit = nullptr;  // Owned by the rules (or the request) the feedback holds.
+  std::string key;
+  FeedbackPolicy policy;
+  int64_t soft_extra = 0;  // Soft mode's enlargement of the stored limit (RuleLimit).
+  RuleCounters* counters = nullptr;
+};
+
 // The key a pause on `key` is kept under: `key` and a suffix that starts with a control byte,
 // which no limit's key holds (as BlockKey).
 std::string PauseKey(std::string_view key);

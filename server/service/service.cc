@@ -471,20 +471,13 @@ void RateLimitService::CountStoreFailure(const absl::Status& status) {
   }
   metrics_.CountStoreError();
   // Counted in sluice_store_errors_total, and said in the log, at most every 10 s: how many
-  // failed since the last line, and why the last did. The clock is the wall clock: a step
-  // back counts as the 10 s gone (one line more), not as a wait for the clock to catch up
-  // (silence for as long as the step).
-  constexpr int64_t kEveryUs = 10'000'000;
-  store_errors_unlogged_.fetch_add(1, std::memory_order_relaxed);
-  const int64_t now = clock_.Now().time_since_epoch().count();
-  int64_t last = store_error_logged_us_.load(std::memory_order_relaxed);
-  if ((last != INT64_MIN && now >= last && now - last < kEveryUs) ||
-      !store_error_logged_us_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
-    return;
+  // failed since the last line, and why the last did.
+  uint64_t unlogged = 0;
+  bool first = false;
+  if (store_errors_logged_.Allow(clock_.Now().time_since_epoch().count(), &unlogged, &first)) {
+    spdlog::error("the store failed {} decision(s){}; the last: {}", unlogged,
+                  first ? "" : " since the last such line", internal::Message(status));
   }
-  const uint64_t unlogged = store_errors_unlogged_.exchange(0, std::memory_order_relaxed);
-  spdlog::error("the store failed {} decision(s){}; the last: {}", unlogged,
-                last == INT64_MIN ? "" : " since the last such line", internal::Message(status));
 }
 
 void RateLimitService::CheckAsync(CheckRequest request, Done<absl::StatusOr<CheckResult>> done) {

@@ -26,6 +26,7 @@
 #include "server/service/caller_limits.h"
 #include "server/service/feedback.h"
 #include "server/service/key_names.h"
+#include "server/service/log_throttle.h"
 #include "server/service/receipt.h"
 #include "server/service/task.h"
 #include "server/service/waiting.h"
@@ -386,6 +387,9 @@ class RateLimitService {
   internal::Task<absl::StatusOr<ResetResult>> DecideReset(
       std::variant<AdHocRequest, CheckRequest> request);
   internal::Task<absl::StatusOr<FeedbackResult>> DecideFeedback(FeedbackRequest request);
+  // Counts what a feedback did in each target's counters, and logs it.
+  void CountAndLog(const std::vector<FeedbackTarget>& targets,
+                   const std::vector<FeedbackLimit>& done, const PartnerAnswer& answer);
   // Signs the receipt of `limits` charged at `now` into `result` (settle.cc).
   void IssueReceipt(std::vector<ReceiptLimit> limits, Timestamp now, CheckResult& result) const;
   internal::Task<absl::StatusOr<AcquireResult>> DecideAcquire(AcquireRequest request,
@@ -449,10 +453,10 @@ class RateLimitService {
   CallerLimits caller_limits_;
   std::atomic<int64_t> in_flight_{0};       // *Async decisions whose `done` has not returned.
   std::atomic<bool> detailed_full_{false};  // CounterRegistry::kMaxDetailed reached (logged).
-  // Store failures are logged at most every 10 s (a store that is down fails every request):
-  // when the last line was (INT64_MIN: never), and the failures since.
-  std::atomic<int64_t> store_error_logged_us_{INT64_MIN};
-  std::atomic<uint64_t> store_errors_unlogged_{0};
+  // Store failures are logged at most every 10 s (a store that is down fails every request),
+  // and so are counts a partner's feedback lowered (a partner may say so on every answer).
+  LogThrottle store_errors_logged_{10'000'000};
+  LogThrottle lowered_logged_{10'000'000};
   std::unique_ptr<WaitLines> lines_;  // Acquire's waiters; null without timers.
   ReceiptSigner signer_;
   KeyNames names_;
