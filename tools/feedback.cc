@@ -122,7 +122,8 @@ absl::StatusOr<std::string> FeedbackBody(
         "nothing to tell: give --status, or rate limit headers (--header, --headers-file)");
   }
   body["partner"] = std::move(partner);
-  return body.dump();
+  // A curl dump may hold bytes that are not UTF-8: replaced, not thrown on.
+  return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 int RunFeedback(const FeedbackFlags& flags) {

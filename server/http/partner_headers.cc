@@ -121,6 +121,10 @@ std::optional<Micros> Seconds(std::string_view s, int64_t unit_us, bool* capped,
 
 // An HTTP date (RFC 9110 5.6.7: IMF-fixdate, and the obsolete RFC 850 and asctime forms).
 std::optional<absl::Time> HttpDate(std::string_view s) {
+  if (s.empty() || !absl::ascii_isalpha(static_cast<unsigned char>(s.front())) ||
+      s.substr(0, 8) == "infinite") {  // absl reads "infinite-future" as a time.
+    return std::nullopt;
+  }
   std::string text(s);
   // asctime pads a day below 10 with a space: "Nov  6".
   if (const size_t two = text.find("  "); two != std::string::npos) {
@@ -143,7 +147,15 @@ class Reading {
   explicit Reading(Timestamp now) : now_(now) {}
 
   PartnerAnswer& answer() { return answer_; }
-  void Note(std::string note) { answer_.notes.push_back(std::move(note)); }
+  // At most kMaxNotes notes, the last saying how many more there were: an answer of many
+  // bad values is not echoed back whole.
+  void Note(std::string note) {
+    if (++notes_ <= kMaxNotes) {
+      answer_.notes.push_back(std::move(note));
+    } else {
+      answer_.notes.back() = fmt::format("... and {} more notes", notes_ - kMaxNotes + 1);
+    }
+  }
 
   void RetryAfter(std::string_view name, std::string_view value, int64_t unit_us);
   // Resets: seconds from now, or epoch seconds when at least kEpochSince.
@@ -154,8 +166,10 @@ class Reading {
   void Policy(std::optional<int64_t> quota, std::optional<Micros> window);
 
  private:
+  static constexpr size_t kMaxNotes = 16;
   Timestamp now_;
   PartnerAnswer answer_;
+  size_t notes_ = 0;
 };
 
 void Reading::RetryAfter(std::string_view name, std::string_view value, int64_t unit_us) {

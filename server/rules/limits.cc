@@ -13,6 +13,7 @@
 #include "server/rules/parser.h"
 #include "sluice/duration.h"
 #include "sluice/store.h"
+#include "src/core/integers.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -148,15 +149,78 @@ void FileParser::ParseAfterDecision(const YAML::Node& node, int64_t limit,
     if (limit == 0) {
       Fail(feedback, "'feedback' needs a limit to pace: requests_per_unit is 0");
     }
-    rule_limit.feedback = ParseFeedback(feedback);
+    rule_limit.feedback = ParseFeedback(feedback, limit);
     if (absl::Status s = check_limit_(PauseLimit()); !s.ok()) {
       Fail(feedback, fmt::format("feedback: {}", internal::Message(s)));
+    }
+    if (rule_limit.feedback->adaptive) {
+      MakeAdaptive(feedback, rule_limit);
     }
   }
 }
 
+// The limits an adaptive rate needs (RuleLimit::pacing, cut_claim), from the limit's own.
+void FileParser::MakeAdaptive(const YAML::Node& node, RuleLimit& rule_limit) const {
+  const Limit& limit = *rule_limit.limit;
+  const int64_t period_us = limit.period().count();
+  // A burst of the limit's, in microseconds of its rate: B requests at the full rate.
+  const Int128 burst = internal::CeilDiv(Int128{limit.burst()} * period_us, limit.limit());
+  absl::StatusOr<Limit> pacing =
+      burst > Limit::kMaxCount
+          ? absl::InvalidArgumentError("its burst in microseconds is too large")
+          : Limit::Create({.algorithm = Algorithm::kGcra,
+                           .limit = period_us,
+                           .period = limit.period(),
+                           .burst = static_cast<int64_t>(burst)});
+  absl::Status checked = pacing.ok() ? check_limit_(*pacing) : pacing.status();
+  if (!checked.ok()) {
+    Fail(node, fmt::format("feedback: adaptive: {}", internal::Message(checked)));
+  }
+  rule_limit.pacing = *std::move(pacing);
+  rule_limit.cut_claim = BlockLimit(rule_limit.feedback->adaptive->cooldown);
+}
+
+// `adaptive: {floor: 2, cut: 0.7, recover: 1m, cooldown: 1s}` of a limit of `limit`.
+AdaptivePolicy FileParser::ParseAdaptive(const YAML::Node& node, int64_t limit) const {
+  if (!node.IsMap()) {
+    Fail(node, "'adaptive' must be a mapping: adaptive: {floor: 2, cut: 0.7, recover: 1m}");
+  }
+  CheckKeys(node, {"floor", "cut", "recover", "cooldown"});
+  if (limit < 2) {
+    Fail(node, "'adaptive' needs a limit of 2 or more to adapt");
+  }
+  AdaptivePolicy policy;
+  if (const YAML::Node floor = node["floor"]) {
+    policy.floor = Integer(floor, "adaptive: floor", 1, limit - 1);
+  }
+  if (const YAML::Node cut = node["cut"]) {
+    double value = 0;
+    if (!YAML::convert<double>::decode(cut, value) || !(value >= 0.05 && value <= 0.95)) {
+      Fail(cut, "adaptive: cut must be a number from 0.05 to 0.95");
+    }
+    policy.cut = value;
+  }
+  auto duration = [&](const char* name, Micros min, Micros max, Micros fallback) {
+    const YAML::Node field = node[name];
+    if (!field) {
+      return fallback;
+    }
+    const absl::StatusOr<Micros> d = ParseDuration(String(field, name));
+    if (!d.ok() || *d < min || *d > max) {
+      Fail(field, fmt::format("adaptive: {} must be a duration of {} to {}", name,
+                              FormatDuration(min), FormatDuration(max)));
+    }
+    return *d;
+  };
+  policy.recover =
+      duration("recover", std::chrono::seconds(1), std::chrono::hours(24), policy.recover);
+  policy.cooldown =
+      duration("cooldown", std::chrono::milliseconds(1), std::chrono::hours(1), policy.cooldown);
+  return policy;
+}
+
 // `feedback: true`, or a mapping of its durations: feedback: {max_pause: 10m, pause: 2s}.
-FeedbackPolicy FileParser::ParseFeedback(const YAML::Node& node) const {
+FeedbackPolicy FileParser::ParseFeedback(const YAML::Node& node, int64_t limit) const {
   FeedbackPolicy policy;
   if (node.IsScalar()) {
     if (!Bool(node, "feedback")) {
@@ -167,7 +231,7 @@ FeedbackPolicy FileParser::ParseFeedback(const YAML::Node& node) const {
   if (!node.IsMap()) {
     Fail(node, "'feedback' must be true or a mapping: feedback: {max_pause: 10m, pause: 1s}");
   }
-  CheckKeys(node, {"max_pause", "pause"});
+  CheckKeys(node, {"max_pause", "pause", "adaptive"});
   auto duration = [&](const char* name, Micros min, Micros max, Micros fallback) {
     const YAML::Node field = node[name];
     if (!field) {
@@ -186,6 +250,9 @@ FeedbackPolicy FileParser::ParseFeedback(const YAML::Node& node) const {
   policy.max_pause = duration("max_pause", kMinMaxPause, kMaxMaxPause, policy.max_pause);
   policy.pause =
       duration("pause", Micros{0}, policy.max_pause, std::min(policy.pause, policy.max_pause));
+  if (const YAML::Node adaptive = node["adaptive"]) {
+    policy.adaptive = ParseAdaptive(adaptive, limit);
+  }
   return policy;
 }
 

@@ -122,7 +122,9 @@ class FileParser {
   // that cannot be leased.
   SharePolicy ParseShare(const YAML::Node& node, const RuleLimit& rule_limit) const;
   void ParseAfterDecision(const YAML::Node& node, int64_t limit, RuleLimit& rule_limit) const;
-  FeedbackPolicy ParseFeedback(const YAML::Node& node) const;
+  FeedbackPolicy ParseFeedback(const YAML::Node& node, int64_t limit) const;
+  AdaptivePolicy ParseAdaptive(const YAML::Node& node, int64_t limit) const;
+  void MakeAdaptive(const YAML::Node& node, RuleLimit& rule_limit) const;
   // `concurrency: N` and its `lease_ttl`, when given.
   std::optional<ConcurrencyLimit> ParseConcurrency(const YAML::Node& node, const std::string& path);
   // Soft mode stores the limit enlarged by soft_percent (rounded down) and keeps the nominal

@@ -74,6 +74,8 @@ struct RuleCounters {
   // brought the remaining down to theirs.
   std::atomic<uint64_t> partner_pauses{0};
   std::atomic<uint64_t> partner_lowered{0};
+  std::atomic<uint64_t> partner_cuts{0};  // Adaptive rates cut by a 429.
+  std::atomic<uint64_t> paced{0};         // Denied by an adaptive rate below the limit.
   // In hits (a request's cost, Envoy's hits_addend), as envoyproxy/ratelimit counts its stats
   // (src/limiter/base_limiter.go): every hit in total_hits; a request over the limit counts
   // the hits past it in over_limit_hits (and again in shadow_mode_hits in shadow mode) and,
@@ -92,6 +94,18 @@ struct RuleCounters {
   std::atomic<TopKeys*> top{nullptr};
 };
 
+// `feedback: {adaptive: {...}}`: the limit's rate itself follows the partner's 429s, fleet-wide
+// (server/service/feedback.h, docs/algorithms.md "Adaptive rate"): cut to `cut` of what it was
+// on a 429 (at most once per `cooldown`), then raised back linearly, from `floor` to the
+// limit in `recover`, never above the limit.
+struct AdaptivePolicy {
+  int64_t floor = 1;  // In the limit's units per its period; below its requests_per_unit.
+  double cut = 0.7;   // 0.05 to 0.95.
+  Micros recover = std::chrono::minutes(1);
+  Micros cooldown = std::chrono::seconds(1);
+  friend bool operator==(const AdaptivePolicy&, const AdaptivePolicy&) = default;
+};
+
 // A limit's `feedback`: how what the partner answered (its 429s, Retry-After and RateLimit
 // headers) acts on it, fleet-wide (server/service/feedback.h).
 struct FeedbackPolicy {
@@ -100,6 +114,7 @@ struct FeedbackPolicy {
   Micros max_pause = std::chrono::hours(1);
   // How long a 429 that names no time pauses the limit (0: such a 429 pauses nothing).
   Micros pause = std::chrono::seconds(1);
+  std::optional<AdaptivePolicy> adaptive;
   friend bool operator==(const FeedbackPolicy&, const FeedbackPolicy&) = default;
 };
 
@@ -142,6 +157,11 @@ struct RuleLimit {
   // `feedback: {...}`: the partner this limit paces calls to may slow it down (POST
   // /v1/feedback, server/service/feedback.h); empty: feedback on it is refused.
   std::optional<FeedbackPolicy> feedback;
+  // With feedback's `adaptive`: the limit that paces the key below its rate (a gcra in units of
+  // a microsecond, charged per request what the rate in force allows it: feedback.h's
+  // PacingCost), and the one that claims a cut, 1 per cooldown.
+  std::optional<Limit> pacing;
+  std::optional<Limit> cut_claim;
   RuleCounters* counters = nullptr;  // Owned by a CounterRegistry; never null once loaded.
   // The figures this limit had under earlier rules, newest first, when a reload changed them
   // (docs/server.md, "Changing a limit"): a key's state under them carries to `limit`

@@ -84,21 +84,34 @@ internal::Task<absl::Status> StartBlock(Store& store, LimitedKey block, Timestam
 }
 
 internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
+  enum Kind : uint8_t { kBlock, kPause, kSlow };
   std::vector<LimitedKey> blocks;
-  std::vector<std::pair<size_t, bool>> owner;  // Per key: its index in `blocking`, and a pause.
+  std::vector<std::pair<size_t, Kind>> owner;  // Per key: its index in `blocking`, and what.
   block_keys.clear();
-  block_keys.reserve(2 * blocking.size());  // No reallocation: `blocks` points into it.
+  block_keys.reserve(3 * blocking.size());  // No reallocation: `blocks` points into it.
+  std::vector<size_t> slot;  // Per entry of `owner`: its key in `blocks` (a pause key is shared
+                             // by the limits of one key).
+  auto add = [&](size_t j, Kind kind, const Limit& limit, std::string key) {
+    const auto same = std::find_if(blocks.begin(), blocks.end(), [&](const LimitedKey& k) {
+      return *k.limit == limit && k.key == key;
+    });
+    slot.push_back(static_cast<size_t>(same - blocks.begin()));
+    owner.emplace_back(j, kind);
+    if (same == blocks.end()) {
+      block_keys.push_back(std::move(key));
+      blocks.push_back({.limit = &limit, .key = block_keys.back()});
+    }
+  };
   for (size_t j = 0; j < blocking.size(); ++j) {
     const Planned& p = planned[blocking[j]];
     if (p.rule_limit->block) {
-      block_keys.push_back(BlockKey(p.key));
-      blocks.push_back({.limit = &*p.rule_limit->block, .key = block_keys.back()});
-      owner.emplace_back(j, false);
+      add(j, kBlock, *p.rule_limit->block, BlockKey(p.key));
     }
     if (p.rule_limit->feedback) {
-      block_keys.push_back(PauseKey(p.key));
-      blocks.push_back({.limit = &PauseLimit(), .key = block_keys.back()});
-      owner.emplace_back(j, true);
+      add(j, kPause, PauseLimit(), PauseKey(p.key));
+    }
+    if (p.rule_limit->pacing) {
+      add(j, kSlow, PauseLimit(), SlowKey(p.key, p.rule_limit->name));
     }
   }
   absl::StatusOr<std::vector<Micros>> left =
@@ -109,10 +122,13 @@ internal::Task<absl::Status> RateLimitService::Deciding::CheckBlocks() {
   }
   block_left.assign(blocking.size(), Micros{0});
   pause_left.assign(blocking.size(), Micros{0});
+  slow_left.assign(blocking.size(), Micros{0});
   for (size_t k = 0; k < owner.size(); ++k) {
-    (owner[k].second ? pause_left : block_left)[owner[k].first] = (*left)[k];
+    const auto [j, kind] = owner[k];
+    const Micros l = (*left)[slot[k]];
+    (kind == kBlock ? block_left : kind == kPause ? pause_left : slow_left)[j] = l;
+    blocked = blocked || (kind != kSlow && l > Micros{0});
   }
-  blocked = std::any_of(left->begin(), left->end(), [](Micros m) { return m > Micros{0}; });
   if (blocked) {
     admitted = false;
   }
@@ -130,6 +146,68 @@ void RateLimitService::Deciding::ApplyBlocks() {
     outcome.blocked = block_left[j] > Micros{0};
     outcome.paused = pause_left[j] > Micros{0};
   }
+  for (const Paced& p : paced) {
+    if (!p.decision.allowed) {
+      LimitOutcome& outcome = result.limits[blocking[p.j]];
+      outcome.decision.allowed = false;
+      outcome.decision.remaining = 0;
+      outcome.decision.retry_after = std::max(outcome.decision.retry_after, p.decision.retry_after);
+      outcome.decision.reset_after = std::max(outcome.decision.reset_after, p.decision.reset_after);
+      outcome.paced = true;
+    }
+  }
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::Pace(int64_t cost) {
+  for (size_t j = 0; j < blocking.size() && cost > 0 && !blocked; ++j) {
+    if (slow_left[j] <= Micros{0}) {
+      continue;
+    }
+    const Planned& p = planned[blocking[j]];
+    const RuleLimit& rule_limit = *p.rule_limit;
+    Paced& pace = paced.emplace_back();
+    pace.j = j;
+    pace.key = PaceKey(p.key, rule_limit.name);
+    pace.rate = AdaptiveRate(*rule_limit.feedback->adaptive, rule_limit.nominal, slow_left[j]);
+    pace.cost = PacingCost(cost, rule_limit.limit->period(), pace.rate);
+    const LimitedKey key{.limit = &*rule_limit.pacing, .key = pace.key};
+    const absl::StatusOr<Decision> decided = co_await StoreCharge(
+        service.store_, {&key, 1}, pace.cost, now, {&pace.decision, 1}, {&pace.charge, 1});
+    if (!decided.ok()) {
+      service.CountStoreFailure(decided.status());
+      co_return decided.status();
+    }
+    if (!decided->allowed) {
+      blocked = true;  // Denied by its pace: the limits are only asked how they stand.
+      admitted = false;
+    }
+  }
+  co_return absl::OkStatus();
+}
+
+internal::Task<absl::Status> RateLimitService::Deciding::Unpace() {
+  if (admitted) {
+    co_return absl::OkStatus();
+  }
+  std::vector<LimitedKey> keys;
+  std::vector<Settlement> refunds;
+  for (const Paced& p : paced) {
+    if (p.decision.allowed && p.charge.units > 0) {
+      keys.push_back({.limit = &*planned[blocking[p.j]].rule_limit->pacing, .key = p.key});
+      refunds.push_back({.charge = p.charge, .units = 0});
+    }
+  }
+  if (keys.empty()) {
+    co_return absl::OkStatus();
+  }
+  std::vector<Settled> settled(keys.size());
+  // A refund that fails leaves the pace charged: the key is held back a little more, never less.
+  if (absl::Status s =
+          co_await StoreSettle(service.store_, keys, refunds, {}, Timestamp{}, now, settled);
+      !s.ok()) {
+    service.CountStoreFailure(s);
+  }
+  co_return absl::OkStatus();
 }
 
 internal::Task<absl::Status> RateLimitService::Deciding::StartBlocks(int64_t cost) {

@@ -108,6 +108,9 @@ void Count(const LimitOutcome& outcome, RuleCounters& counters, bool admitted, i
   if (outcome.paused) {
     counters.paused.fetch_add(1, std::memory_order_relaxed);
   }
+  if (outcome.paced) {
+    counters.paced.fetch_add(1, std::memory_order_relaxed);
+  }
   // As envoyproxy/ratelimit: an unlimited rule counts no hits (nor does a concurrency limit,
   // which is sluice's own).
   if (!outcome.unlimited && outcome.concurrency == 0 && hits > 0) {
@@ -126,6 +129,9 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
   deciding.admitted = !deciding.always_denied && !denied_elsewhere;
   if (!deciding.blocking.empty()) {
     if (absl::Status s = co_await deciding.CheckBlocks(); !s.ok()) {
+      co_return s;
+    }
+    if (absl::Status s = co_await deciding.Pace(denied_elsewhere ? 0 : cost); !s.ok()) {
       co_return s;
     }
   }
@@ -148,6 +154,11 @@ RateLimitService::CheckTask RateLimitService::Decide(std::vector<Planned>& plann
     }
   }
   deciding.ApplyBlocks();
+  if (!deciding.paced.empty()) {
+    if (absl::Status s = co_await deciding.Unpace(); !s.ok()) {
+      co_return s;
+    }
+  }
   if (!deciding.blocking.empty() && !denied_elsewhere) {
     if (absl::Status s = co_await deciding.StartBlocks(cost); !s.ok()) {
       co_return s;

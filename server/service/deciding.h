@@ -37,8 +37,14 @@ struct RateLimitService::Deciding {
   // request is denied, each blocked or paused limit says until when, and the enforced limits
   // are only asked how they stand.
   internal::Task<absl::Status> CheckBlocks();
-  // After the limits were asked: each limit a running block denies says so, and until when.
+  // After the limits were asked: each limit a running block or pause denies says so, and
+  // until when; and each adaptive limit its pace denied.
   void ApplyBlocks();
+  // Adaptive limits running below their rate (feedback.h): each charges its pace key, before
+  // the limits are; one that denies denies the request, which then charges nothing else.
+  internal::Task<absl::Status> Pace(int64_t cost);
+  // A request the limits denied after its paces admitted it: their charges given back.
+  internal::Task<absl::Status> Unpace();
   // The enforced limits (hard, soft, elastic), charged together.
   internal::Task<absl::Status> DecideEnforced(int64_t cost);
   // Elastic mode, after the enforced limits denied.
@@ -94,7 +100,18 @@ struct RateLimitService::Deciding {
   std::vector<std::string> block_keys;
   std::vector<Micros> block_left;  // The time left of each one's block (0: none runs).
   std::vector<Micros> pause_left;  // And of its pause.
-  bool blocked = false;            // A block or pause runs on one of them: denied, nothing charged.
+  std::vector<Micros> slow_left;   // And of its adaptive slowdown.
+  // The paces charged (Pace), each an index into `blocking` with its key and charge.
+  struct Paced {
+    size_t j = 0;
+    std::string key;
+    int64_t rate = 0;
+    int64_t cost = 0;
+    Decision decision;
+    Charge charge;
+  };
+  std::vector<Paced> paced;
+  bool blocked = false;  // A block or pause runs on one of them: denied, nothing charged.
 };
 
 }  // namespace sluice::server

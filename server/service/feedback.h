@@ -70,7 +70,11 @@ struct FeedbackLimit {
   Micros pause_left{0};
   bool paused = false;  // This answer started or lengthened the pause.
   int64_t lowered = 0;  // Units charged to bring ours down to the partner's remaining.
-  Decision after;       // The limit as a cost-0 query finds it after.
+  // An adaptive limit: the rate in force after the answer (per the limit's period; 0 for
+  // others), and whether this answer cut it.
+  int64_t rate = 0;
+  bool cut = false;
+  Decision after;  // The limit as a cost-0 query finds it after.
   std::vector<std::string> notes;
 };
 
@@ -84,6 +88,7 @@ struct FeedbackResult {
 // One limit a feedback acts on (RateLimitService::FeedbackAsync): its limit and key, and what
 // it is named and counted by.
 struct FeedbackTarget {
+  const RuleLimit* rule_limit = nullptr;  // Null for an ad hoc limit.
   std::string name;
   const Limit* limit = nullptr;  // Owned by the rules (or the request) the feedback holds.
   std::string key;
@@ -93,8 +98,27 @@ struct FeedbackTarget {
 };
 
 // The key a pause on `key` is kept under: `key` and a suffix that starts with a control byte,
-// which no limit's key holds (as BlockKey).
+// which no limit's key holds (as BlockKey); every limit of that key shares it. An adaptive
+// limit's slowdown (under PauseLimit, its backlog the slowdown left), pacing (under
+// RuleLimit::pacing) and cut claim (under RuleLimit::cut_claim) are kept likewise, per limit
+// (`limit`, its name).
 std::string PauseKey(std::string_view key);
+std::string SlowKey(std::string_view key, std::string_view limit);
+std::string PaceKey(std::string_view key, std::string_view limit);
+std::string CutKey(std::string_view key, std::string_view limit);
+
+// Adaptive rates (docs/algorithms.md, "Adaptive rate"). A limit of `n` per period with
+// `slow` of slowdown left runs at AdaptiveRate: n less (n - floor) * slow / recover, rounded
+// up, and never below the floor; the slowdown runs out with time, so the rate climbs back
+// linearly to n. SlowdownFor is its inverse (the least slowdown that runs it at `rate`), and
+// CutRate the rate a 429 leaves: cut * rate, rounded down, never below the floor.
+int64_t AdaptiveRate(const AdaptivePolicy& policy, int64_t n, Micros slow);
+Micros SlowdownFor(const AdaptivePolicy& policy, int64_t n, int64_t rate);
+int64_t CutRate(const AdaptivePolicy& policy, int64_t rate);
+// What a request of `cost` is charged on the pacing limit (a gcra of a unit per microsecond
+// with a burst of B requests at the full rate) of a limit of `period` running at `rate` per
+// period: the microseconds of its period that `cost` takes at that rate, rounded up.
+int64_t PacingCost(int64_t cost, Micros period, int64_t rate);
 
 // The pause `answer` asks of a limit with `policy`, bounded by its max_pause, and the note
 // that says so when bounded; 0 for none. Pauses: a 429 (its retry time, else its reset when
@@ -103,10 +127,14 @@ std::string PauseKey(std::string_view key);
 Micros PauseAsked(const PartnerAnswer& answer, const FeedbackPolicy& policy, std::string* note);
 
 // The settlement on `limit` (its stored capacity `capacity`: N, or B for the buckets) for a
-// pause of `pause` (empty at its end) or, without one, for the partner's `remaining`; nullopt
-// when the answer asks nothing of it.
+// pause of `pause` (a bucket left empty at its end; a window is left as it is, the pause key
+// alone holding it back) or, without one, for the partner's `remaining` above 0 (a lowering,
+// made only where it lasts no longer than `max_pause`: a window no longer than it, a bucket
+// whose burst refills within it); nullopt when the answer asks nothing of it. `*note` says
+// why a drain or a lowering was cut short or left out.
 std::optional<Settlement> LimitSettlement(const Limit& limit, int64_t capacity, Micros pause,
-                                          std::optional<int64_t> remaining);
+                                          std::optional<int64_t> remaining, Micros max_pause,
+                                          std::string* note);
 
 // The settlement on a pause key for a pause of `pause` (units 0: a query).
 Settlement PauseSettlement(Micros pause);

@@ -126,6 +126,7 @@ struct LimitOutcome {
   bool over_soft = false;  // Admitted past the nominal limit by soft mode.
   bool blocked = false;    // Denied by a block that runs on its key (the rule's `block`).
   bool paused = false;     // Denied by a pause its partner asked for (feedback.h).
+  bool paced = false;      // Denied by an adaptive rate below the limit (feedback.h).
   // A concurrency limit: its capacity (also in `nominal`; `limit` is empty) and the time its
   // leases live. 0 for rate limits.
   int64_t concurrency = 0;
@@ -387,6 +388,10 @@ class RateLimitService {
   internal::Task<absl::StatusOr<ResetResult>> DecideReset(
       std::variant<AdHocRequest, CheckRequest> request);
   internal::Task<absl::StatusOr<FeedbackResult>> DecideFeedback(FeedbackRequest request);
+  // The limits of `plan` that take feedback, each once, into `targets`; those that do not,
+  // named in `notes`.
+  void AddRuleTargets(const std::vector<Planned>& plan, std::vector<FeedbackTarget>& targets,
+                      std::vector<std::string>& notes) const;
   // Counts what a feedback did in each target's counters, and logs it.
   void CountAndLog(const std::vector<FeedbackTarget>& targets,
                    const std::vector<FeedbackLimit>& done, const PartnerAnswer& answer);

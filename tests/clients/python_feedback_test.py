@@ -170,6 +170,15 @@ class AdapterTest(unittest.TestCase):
         self.assertFalse(any("secret" in note for note in told.notes))
         self.assertEqual(told.limits[0].pause, 1.0)  # The rule's pause: no time was read.
 
+    def test_an_adapter_with_a_cost_tells_the_answer_without_it(self):
+        partner = self.partner(lambda n: (429, [("Retry-After", "1")]))
+        session = requests.Session()
+        self.addCleanup(session.close)
+        session.mount("http://", sluice.adapters.requests_adapter(self.client, cost=2,
+                                                                  **self.limit))
+        self.assertEqual(session.get(partner.url).status_code, 429)  # The answer, not a raise.
+        self.assertFalse(self.client.check(cost=0, **self.limit).allowed)  # Told: paused.
+
     def test_a_limit_without_feedback_is_named(self):
         told = self.client.feedback(429, {"Retry-After": "1"}, domain="jobs",
                                     descriptors=[{"other": "x"}])

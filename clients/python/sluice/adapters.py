@@ -17,7 +17,18 @@ neither. A call that sluiced denies within max_wait raises sluice.RateLimited, a
 go out; an answer with no 429/503 and no rate limit header is not told (no call to sluiced).
 """
 
-from .errors import RateLimited
+import logging
+
+from .errors import RateLimited, SluiceError
+
+log = logging.getLogger("sluice")
+
+# A check's arguments that are not the limit's keys: the turn takes them, the feedback not.
+_CHECK_ONLY = ("cost", "receipt", "max_debt")
+
+
+def _keys(limit):
+    return {name: value for name, value in limit.items() if name not in _CHECK_ONLY}
 
 
 def _take_turn(client, max_wait, limit):
@@ -25,6 +36,15 @@ def _take_turn(client, max_wait, limit):
     if not decision.allowed:
         raise RateLimited(decision, "call to the partner")
     return decision
+
+
+def _tell(client, status, headers, limit):
+    """Client.feedback, after the call has gone out: its answer is the caller's whatever
+    sluiced says, so a refusal is logged, never raised over it."""
+    try:
+        client.feedback(status, headers, **_keys(limit))
+    except (SluiceError, TypeError, ValueError) as e:
+        log.warning("sluice: the partner's answer was not told (%s)", e)
 
 
 def requests_adapter(client, max_wait=30.0, **limit):
@@ -38,7 +58,7 @@ def requests_adapter(client, max_wait=30.0, **limit):
         def send(self, request, **kwargs):
             _take_turn(client, max_wait, limit)
             response = super().send(request, **kwargs)
-            client.feedback(response.status_code, response.headers.items(), **limit)
+            _tell(client, response.status_code, response.headers.items(), limit)
             return response
 
     return SluiceAdapter()
@@ -56,7 +76,7 @@ def httpx_transport(client, transport=None, max_wait=30.0, **limit):
         def handle_request(self, request):
             _take_turn(client, max_wait, limit)
             response = inner.handle_request(request)
-            client.feedback(response.status_code, response.headers.multi_items(), **limit)
+            _tell(client, response.status_code, response.headers.multi_items(), limit)
             return response
 
         def close(self):
@@ -78,7 +98,11 @@ def httpx_async_transport(client, transport=None, max_wait=30.0, **limit):
             if not decision.allowed:
                 raise RateLimited(decision, "call to the partner")
             response = await inner.handle_async_request(request)
-            await client.feedback(response.status_code, response.headers.multi_items(), **limit)
+            try:
+                await client.feedback(response.status_code, response.headers.multi_items(),
+                                      **_keys(limit))
+            except (SluiceError, TypeError, ValueError) as e:
+                log.warning("sluice: the partner's answer was not told (%s)", e)
             return response
 
         async def aclose(self):

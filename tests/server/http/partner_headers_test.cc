@@ -169,6 +169,15 @@ TEST(PartnerHeaders, HeadersOtherThanLimitsAreSkippedAndFloodsBounded) {
   const PartnerAnswer answer = ReadPartnerAnswer(429, flood, kNow);
   EXPECT_FALSE(answer.retry_after.has_value());
   EXPECT_TRUE(Mentions(answer, "only the first"));
+  // Many bad values: at most 16 notes, the last counting the rest.
+  std::string members;
+  for (int i = 0; i < 400; ++i) {
+    members += "a,";
+  }
+  const PartnerAnswer many = Read({{"RateLimit", members}});
+  EXPECT_EQ(many.notes.size(), 16u);
+  EXPECT_NE(many.notes.back().find("more notes"), std::string::npos);
+  EXPECT_FALSE(Read({{"Retry-After", "infinite-future"}}).retry_after.has_value());
   const PartnerAnswer huge = Read({{"Retry-After", std::string(kMaxPartnerValueBytes + 1, '1')}});
   EXPECT_FALSE(huge.retry_after.has_value());
   EXPECT_TRUE(Mentions(huge, "bytes"));
