@@ -126,7 +126,7 @@ void AppendLimit(std::string& out, const LimitOutcome& outcome, const Decision* 
     for (const auto& [flag, set] :
          {std::pair{"over_soft", outcome.over_soft}, std::pair{"borrowed", outcome.borrowed},
           std::pair{"pool", outcome.pool}, std::pair{"blocked", outcome.blocked},
-          std::pair{"paused", outcome.paused}}) {
+          std::pair{"paused", outcome.paused}, std::pair{"paced", outcome.paced}}) {
       if (set) {
         fmt::format_to(to, FMT_COMPILE(R"(,"{}":true)"), flag);
       }
@@ -325,6 +325,8 @@ HttpResponse FeedbackAnswer(const FeedbackResult& result, const HttpRequest& req
                       {"paused", l.paused},
                       {"pause_left_us", l.pause_left.count()},
                       {"lowered", l.lowered},
+                      {"rate", l.rate},
+                      {"cut", l.cut},
                       {"remaining", l.after.remaining},
                       {"reset_after_us", l.after.reset_after.count()},
                       {"notes", l.notes}});

@@ -30,6 +30,12 @@ std::string Verdict(const LimitOutcome& o, bool admitted) {
   if (o.blocked) {
     return "denied: its key is blocked (the rule's block), until retry_after";
   }
+  if (o.paused) {
+    return "denied: its partner asked for a pause (feedback), until retry_after";
+  }
+  if (o.paced) {
+    return "denied: its rate is cut below the limit by its partner's 429s (adaptive)";
+  }
   if (o.pool) {
     return "lent what a borrowing limit lacked (an elastic pool)";
   }

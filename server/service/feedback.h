@@ -8,13 +8,15 @@
 //               until a reset: every request on the limit's key is denied until then,
 //               fleet-wide, with retry_after at the pause's end. A 429 that names no time
 //               pauses for the policy's `pause`. Every time is bounded by `max_pause`.
-//   after it    the limit itself is left empty at the pause's end: the buckets (token_bucket,
-//               gcra, leaky_bucket) then admit one request per emission interval, so the
-//               acquires that waited are released spaced at the limit's rate, not at once;
-//               the windows have nothing left in the window the pause began in.
-//   lower       a partner's `remaining` below ours brings ours down to it (never up: our own
-//               limit still holds); our window's end or the bucket's refill restores ours as
-//               our rule says.
+//   after it    a bucket (token_bucket, gcra, leaky_bucket) is left empty at the pause's end:
+//               it then admits one request per emission interval, so the acquires that
+//               waited are released spaced at the limit's rate, not at once. A window is left
+//               as it is (filling it would outlast the pause).
+//   lower       a partner's `remaining` below ours (and above 0) brings ours down to it (never
+//               up: our own limit still holds), where our window's end or the bucket's refill
+//               restores ours within max_pause.
+//   adapt       with `adaptive`, a 429 also cuts the limit's rate (once per cooldown), which
+//               then climbs back linearly: AIMD, enforced by a pace key charged per request.
 //
 // Both live in the store beside the limit, so that every sluiced of a fleet sees them:
 //
@@ -27,7 +29,8 @@
 //   Lowering is a settle with a negative max_debt: usage brought up to capacity - remaining,
 //   and no further, again a maximum and atomic.
 //
-// The rules and their proofs are docs/algorithms.md's "A partner's feedback".
+// The rules and their proofs are docs/algorithms.md's "A partner's feedback" and "Adaptive
+// rate".
 
 #include <cstdint>
 #include <optional>

@@ -109,7 +109,7 @@ void Metrics::AppendRuleFamilies(std::string& out) const {
     const char* help;
     std::atomic<uint64_t> RuleCounters::*member;
   };
-  static constexpr std::array<Family, 16> kFamilies = {{
+  static constexpr std::array<Family, 18> kFamilies = {{
       {"sluice_rule_checks_total", "Requests a rule limit applied to.", &RuleCounters::checks},
       {"sluice_rule_admitted_total", "Requests admitted where the rule limit applied.",
        &RuleCounters::admitted},
@@ -132,6 +132,10 @@ void Metrics::AppendRuleFamilies(std::string& out) const {
       {"sluice_rule_partner_lowered_total",
        "Partners' answers that brought the limit's remaining down to theirs.",
        &RuleCounters::partner_lowered},
+      {"sluice_rule_partner_cuts_total", "Adaptive rates a partner's 429 cut.",
+       &RuleCounters::partner_cuts},
+      {"sluice_rule_paced_total", "Requests an adaptive rate below the limit denied.",
+       &RuleCounters::paced},
       {"sluice_rule_hits_total", "Hits (request costs) counted against the rule limit.",
        &RuleCounters::total_hits},
       {"sluice_rule_over_limit_hits_total", "Hits past the rule limit.",
