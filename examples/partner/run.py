@@ -13,6 +13,10 @@ Python client), call the partner, and in the second run tell sluiced what it ans
 first) and the calls it accepted per second against its real limit; draws each run's calls
 per second, accepted and refused, into the SVG.
 
+--bare: a partner that says nothing but 429 (no headers, no Retry-After) and counts at a
+smooth rate; the rule's `adaptive` rate (AIMD: cut to 0.8 on a 429, back from 1/s to 10/s in
+2 minutes) learns its limit from its 429s alone.
+
 Python 3 standard library only; needs sluiced built (build/bin/sluiced).
 """
 
@@ -40,6 +44,10 @@ descriptors:
   - key: partner
     rate_limit: {requests_per_unit: 10, unit: second, algorithm: gcra, burst: 5,
                  feedback: {max_pause: 1m}}
+  - key: bare
+    rate_limit: {requests_per_unit: 10, unit: second, algorithm: gcra, burst: 5,
+                 feedback: {pause: 0s, adaptive: {floor: 1, cut: 0.8, recover: 2m,
+                                                  cooldown: 1s}}}
 """
 
 
@@ -47,8 +55,12 @@ class Partner:
     """Allows `limit()` calls per fixed window of WINDOW seconds (epoch-aligned, as most
     partners count); each answer says how many remain and when the window resets."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, bare=False):
         self.limit = limit
+        # A 429 alone: no headers, and a smooth rate (a gcra of limit/WINDOW, with a second's
+        # worth as its burst).
+        self.bare = bare
+        self.tat = 0.0
         self.lock = threading.Lock()
         self.window = None
         self.count = 0
@@ -74,6 +86,15 @@ class Partner:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def answer(self):
+        if self.bare:
+            with self.lock:
+                now = time.monotonic()
+                interval = WINDOW / self.limit()
+                accepted = self.tat - now <= 1.0 - interval
+                if accepted:
+                    self.tat = max(self.tat, now) + interval
+                self.calls.append((now, accepted))
+            return (200 if accepted else 429), []
         now = time.time()
         window = math.floor(now / WINDOW)
         with self.lock:
@@ -97,14 +118,14 @@ class Partner:
         self.server.server_close()
 
 
-def run(sluiced_port, seconds, workers, feedback, value):
+def run(sluiced_port, seconds, workers, feedback, value, bare):
     """One run, from the start of the partner's next window: the partner's calls."""
     time.sleep(WINDOW - time.time() % WINDOW)
     start = time.monotonic()
     half = start + seconds / 2
-    partner = Partner(lambda: 60 if time.monotonic() < half else 30)
+    partner = Partner(lambda: 60 if time.monotonic() < half else 30, bare)
     client = sluice.Client("http://127.0.0.1:%d" % sluiced_port, timeout=30)
-    limit = {"domain": "fleet", "descriptors": [{"partner": value}]}
+    limit = {"domain": "fleet", "descriptors": [{"bare" if bare else "partner": value}]}
     stop = start + seconds
 
     def worker():
@@ -204,6 +225,9 @@ def main():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--svg", default=os.path.join(ROOT, "out", "partner.svg"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--bare", action="store_true",
+                        help="a partner that answers a 429 alone (no headers), at a smooth "
+                             "rate: the rule's adaptive rate learns it")
     parser.add_argument("--sluiced", default=os.path.join(ROOT, "build", "bin", "sluiced"))
     args = parser.parse_args()
     if args.seconds <= 0 or args.seconds % (2 * WINDOW) != 0:
@@ -228,7 +252,7 @@ def main():
         results, runs = {}, {}
         for name, told in (("without feedback", False), ("with feedback", True)):
             calls, seconds = run(port, args.seconds, args.workers, told,
-                                 "acme-" + name.split()[0])
+                                 "acme-" + name.split()[0], args.bare)
             runs[name] = calls
             results[name] = figures(calls, seconds)
         svg(runs, results, args.seconds, args.svg)
@@ -238,8 +262,11 @@ def main():
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print("The partner allows 6 calls/s, then 3/s from halfway (the rules say 10/s); "
-          "%d workers, %g s a run.\n" % (args.workers, args.seconds))
+    print("The partner allows 6 calls/s, then 3/s from halfway (the rules say 10/s), %s; "
+          "%d workers, %g s a run.\n"
+          % ("smoothly, answering a 429 alone (the rule adapts its rate)" if args.bare
+             else "60 then 30 per 10 s window, with RateLimit headers",
+             args.workers, args.seconds))
     print("%-18s %7s %6s %10s %12s %10s %9s" % ("run", "calls", "429s", "429/1000",
                                                "after 1st", "accepted/s", "of limit"))
     for name, r in results.items():

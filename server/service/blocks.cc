@@ -9,13 +9,15 @@
 
 namespace sluice::server {
 
-std::string BlockKey(std::string_view key) {
-  std::string block(key);
-  block +=
-      "\x1b"
-      "block";
-  return block;
+std::string SideKey(std::string_view key, std::string_view what, std::string_view limit) {
+  std::string out(key);
+  out += '\x1b';
+  out += what;
+  out += limit;
+  return out;
 }
+
+std::string BlockKey(std::string_view key) { return SideKey(key, "block"); }
 
 internal::Task<absl::StatusOr<std::vector<Micros>>> BlocksLeft(Store& store,
                                                                std::vector<LimitedKey> blocks,

@@ -32,6 +32,8 @@ namespace sluice::server {
 // The key a block on `key` is kept under: `key` and a suffix that starts with a control byte,
 // which neither a rule's key's parts nor an ad hoc key can hold, so it names no limit's key.
 std::string BlockKey(std::string_view key);
+// Any such key beside `key`: the control byte, `what` and `limit` (feedback.h's keys).
+std::string SideKey(std::string_view key, std::string_view what, std::string_view limit = {});
 
 // The time left of the block on each of `blocks` at `now` (0 where none runs), asked of the
 // store in one call. The limits and keys `blocks` points to must outlive the task.

@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
+#include "server/service/blocks.h"
 #include "server/service/service_internal.h"
 #include "server/service/store_answer.h"
 #include "sluice/duration.h"
@@ -30,34 +31,16 @@ bool IsBucket(const Limit& limit) {
 
 }  // namespace
 
-std::string PauseKey(std::string_view key) {
-  std::string pause(key);
-  pause +=
-      "\x1b"
-      "pause";
-  return pause;
-}
-
-namespace {
-
-std::string Suffixed(std::string_view key, std::string_view what, std::string_view limit) {
-  std::string out(key);
-  out += '\x1b';
-  out += what;
-  out += limit;
-  return out;
-}
-
-}  // namespace
+std::string PauseKey(std::string_view key) { return SideKey(key, "pause"); }
 
 std::string SlowKey(std::string_view key, std::string_view limit) {
-  return Suffixed(key, "slow:", limit);
+  return SideKey(key, "slow:", limit);
 }
 std::string PaceKey(std::string_view key, std::string_view limit) {
-  return Suffixed(key, "pace:", limit);
+  return SideKey(key, "pace:", limit);
 }
 std::string CutKey(std::string_view key, std::string_view limit) {
-  return Suffixed(key, "cut:", limit);
+  return SideKey(key, "cut:", limit);
 }
 
 int64_t AdaptiveRate(const AdaptivePolicy& policy, int64_t n, Micros slow) {
