@@ -155,7 +155,7 @@ test('an ad hoc block shuts the key out; a reset that names the same block lifts
   assert.ok((await client.check(key)).retryAfter > 60);
   await client.reset(key, { adminToken: ADMIN_TOKEN });
   assert.equal((await client.check(key)).allowed, true);
-  assert.throws(() => client.check({ ...user('x'), block: '1h' }), /block are for ad hoc/);
+  assert.throws(() => client.check({ ...user('x'), block: '1h' }), /block and feedback are for ad hoc/);
 });
 
 test('a sluiced that cannot be reached settles nothing and resets nothing', async () => {
