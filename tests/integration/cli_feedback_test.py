@@ -19,7 +19,7 @@ import sluiced
 RULES = """domain: jobs
 descriptors:
   - key: partner
-    rate_limit: {unit: minute, requests_per_unit: 50, feedback: {max_pause: 30s}}
+    rate_limit: {unit: minute, requests_per_unit: 50, feedback: {max_pause: 2m}}
 """
 DUMP = ("HTTP/1.1 301 Moved Permanently\r\nLocation: /v2/orders\r\nRetry-After: 99\r\n\r\n"
         "HTTP/2 429\r\nretry-after: 7\r\nset-cookie: session=secret\r\n"
