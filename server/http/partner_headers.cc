@@ -330,44 +330,74 @@ void ReadPolicy(Reading& reading, std::string_view name, std::string_view value)
   }
 }
 
-bool OneOf(std::string_view name, std::initializer_list<std::string_view> names) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
+// What each header sluiced reads holds, by its lower-case name: the one list of them.
+enum class Field : uint8_t {
+  kNone,
+  kRetrySeconds,
+  kRetryMillis,
+  kRateLimit,
+  kPolicy,
+  kRemaining,
+  kReset
+};
 
-bool Known(std::string_view name) {
-  return OneOf(name,
-               {"retry-after", "retry-after-ms", "ratelimit", "ratelimit-policy", "ratelimit-limit",
-                "x-ratelimit-limit", "x-rate-limit-limit", "ratelimit-remaining",
-                "x-ratelimit-remaining", "x-rate-limit-remaining", "ratelimit-reset",
-                "x-ratelimit-reset", "x-rate-limit-reset", "x-ratelimit-reset-after"});
+Field FieldOf(std::string_view name) {
+  static constexpr std::pair<std::string_view, Field> kFields[] = {
+      {"retry-after", Field::kRetrySeconds},
+      {"retry-after-ms", Field::kRetryMillis},
+      {"ratelimit", Field::kRateLimit},
+      {"ratelimit-policy", Field::kPolicy},
+      {"ratelimit-limit", Field::kPolicy},
+      {"x-ratelimit-limit", Field::kPolicy},
+      {"x-rate-limit-limit", Field::kPolicy},
+      {"ratelimit-remaining", Field::kRemaining},
+      {"x-ratelimit-remaining", Field::kRemaining},
+      {"x-rate-limit-remaining", Field::kRemaining},
+      {"ratelimit-reset", Field::kReset},
+      {"x-ratelimit-reset", Field::kReset},
+      {"x-rate-limit-reset", Field::kReset},
+      {"x-ratelimit-reset-after", Field::kReset},
+  };
+  for (const auto& [known, field] : kFields) {
+    if (known == name) {
+      return field;
+    }
+  }
+  return Field::kNone;
 }
 
 // One header, by its lower-case name; headers no partner sends about limits are skipped.
 void ReadHeader(Reading& reading, Separate& separate, std::string_view name,
                 std::string_view value) {
-  if (name == "retry-after") {
-    reading.RetryAfter(name, value, 1'000'000);
-  } else if (name == "retry-after-ms") {
-    reading.RetryAfter(name, value, 1'000);
-  } else if (name == "ratelimit") {
-    ReadRateLimit(reading, name, value);
-  } else if (OneOf(name, {"ratelimit-policy", "ratelimit-limit", "x-ratelimit-limit",
-                          "x-rate-limit-limit"})) {
-    ReadPolicy(reading, name, value);
-  } else if (OneOf(name,
-                   {"ratelimit-remaining", "x-ratelimit-remaining", "x-rate-limit-remaining"})) {
-    for (std::string_view v : SplitOutsideQuotes(value, ',')) {
-      if (const std::optional<int64_t> n = reading.Remaining(name, v)) {
-        separate.remaining.push_back(*n);
+  switch (FieldOf(name)) {
+    case Field::kRetrySeconds:
+      reading.RetryAfter(name, value, 1'000'000);
+      break;
+    case Field::kRetryMillis:
+      reading.RetryAfter(name, value, 1'000);
+      break;
+    case Field::kRateLimit:
+      ReadRateLimit(reading, name, value);
+      break;
+    case Field::kPolicy:
+      ReadPolicy(reading, name, value);
+      break;
+    case Field::kRemaining:
+      for (std::string_view v : SplitOutsideQuotes(value, ',')) {
+        if (const std::optional<int64_t> n = reading.Remaining(name, v)) {
+          separate.remaining.push_back(*n);
+        }
       }
-    }
-  } else if (OneOf(name, {"ratelimit-reset", "x-ratelimit-reset", "x-rate-limit-reset",
-                          "x-ratelimit-reset-after"})) {
-    for (std::string_view v : SplitOutsideQuotes(value, ',')) {
-      if (const std::optional<Micros> t = reading.Reset(name, v)) {
-        separate.reset.push_back(*t);
+      break;
+    case Field::kReset:
+      for (std::string_view v : SplitOutsideQuotes(value, ',')) {
+        if (const std::optional<Micros> t = reading.Reset(name, v)) {
+          separate.reset.push_back(*t);
+        }
       }
-    }
+      break;
+    case Field::kNone:
+      break;
   }
 }
 
@@ -423,7 +453,7 @@ PartnerAnswer ReadPartnerAnswer(int status, std::span<const PartnerHeader> heade
   std::sort(names.begin(), names.end());
   for (auto at = names.begin(); at != names.end();) {
     const auto end = std::find_if(at, names.end(), [&](const std::string& n) { return n != *at; });
-    if (end - at > 1 && Known(*at)) {
+    if (end - at > 1 && FieldOf(*at) != Field::kNone) {
       reading.Note(
           fmt::format("{} is given {} times: the most cautious value is read", *at, end - at));
     }

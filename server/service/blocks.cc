@@ -170,11 +170,12 @@ internal::Task<absl::Status> RateLimitService::Deciding::Pace(int64_t cost) {
     Paced& pace = paced.emplace_back();
     pace.j = j;
     pace.key = PaceKey(p.key, rule_limit.name);
-    pace.rate = AdaptiveRate(*rule_limit.feedback->adaptive, rule_limit.nominal, slow_left[j]);
-    pace.cost = PacingCost(cost, rule_limit.limit->period(), pace.rate);
+    const int64_t rate =
+        AdaptiveRate(*rule_limit.feedback->adaptive, rule_limit.nominal, slow_left[j]);
     const LimitedKey key{.limit = &*rule_limit.pacing, .key = pace.key};
     const absl::StatusOr<Decision> decided = co_await StoreCharge(
-        service.store_, {&key, 1}, pace.cost, now, {&pace.decision, 1}, {&pace.charge, 1});
+        service.store_, {&key, 1}, PacingCost(cost, rule_limit.limit->period(), rate), now,
+        {&pace.decision, 1}, {&pace.charge, 1});
     if (!decided.ok()) {
       service.CountStoreFailure(decided.status());
       co_return decided.status();

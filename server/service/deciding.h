@@ -105,8 +105,6 @@ struct RateLimitService::Deciding {
   struct Paced {
     size_t j = 0;
     std::string key;
-    int64_t rate = 0;
-    int64_t cost = 0;
     Decision decision;
     Charge charge;
   };
