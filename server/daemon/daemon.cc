@@ -103,6 +103,7 @@ absl::Status Daemon::Open() {
   service_ = std::make_unique<RateLimitService>(
       *store_, SystemClock(), metrics_, &timers_,
       EnvoySettings{.count_over_limit = !flags_.stop_counting_over_limit,
+                    .stop_others_over_limit = flags_.stop_others_over_limit,
                     .quota_mode = flags_.quota_mode,
                     .shadow_mode = flags_.shadow_mode});
   ReceiptSigner signer = ReceiptSigner::Random();

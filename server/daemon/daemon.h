@@ -63,6 +63,7 @@ struct Flags {
   bool quota_mode = false;
   bool dynamic_metadata = false;
   bool stop_counting_over_limit = false;
+  bool stop_others_over_limit = false;
   bool merge_domains = false;
   std::string header_limit = "RateLimit-Limit";
   std::string header_remaining = "RateLimit-Remaining";

@@ -29,7 +29,7 @@ inline constexpr Simple kSimple[] = {
     {"RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata", Kind::kSwitch},
     {"MERGE_DOMAIN_CONFIG", "--merge-domains", Kind::kSwitch},
     {"NEAR_LIMIT_RATIO", "--near-limit-ratio", Kind::kRatio},
-    {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "--stop-counting-over-limit", Kind::kSwitch},
+    {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "--stop-others-over-limit", Kind::kSwitch},
     {"CACHE_KEY_PREFIX", "--cache-key-prefix", Kind::kText},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "--health-needs-rules", Kind::kSwitch},
     {"REDIS_TIMEOUT", "--redis-timeout", Kind::kTimeout},

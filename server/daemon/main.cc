@@ -191,6 +191,9 @@ void AddEnvoyFlags(CLI::App& app, Flags& flags) {
                "Envoy API: the request and its rules' metadata in dynamic_metadata");
   app.add_flag("--stop-counting-over-limit", flags.stop_counting_over_limit,
                "Envoy API: a hit over the limit counts nothing (theirs counts every hit)");
+  app.add_flag("--stop-others-over-limit", flags.stop_others_over_limit,
+               "Envoy API: when a descriptor would pass its limit, the request's others count "
+               "nothing (their STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)");
 }
 
 // What acts after a decision and on others' keys: receipts' secret, the admin token, and what

@@ -1,5 +1,6 @@
 #include "server/grpc/envoy_service.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
@@ -9,6 +10,7 @@
 #include "grpcpp/server_builder.h"
 
 #include "server/grpc/metadata.h"
+#include "sluice/duration.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -108,12 +110,14 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
                                                        kMicrosPerSecond);
     status.mutable_duration_until_reset()->set_nanos(
         static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
-    // As envoyproxy/ratelimit: the fewest remaining, and any OVER_LIMIT one outside quota mode
-    // over all others. (An unlimited descriptor's remaining is 2^32-1: never the closest.)
+    // As envoyproxy/ratelimit: the first with the fewest remaining (shadow mode and quota mode
+    // included), and the last OVER_LIMIT one outside quota mode over all others. (A remaining of
+    // 2^32-1, an unlimited descriptor's, is never the closest.)
     auto decisive = [](const DescriptorResult& r) { return r.over_limit && !r.quota_mode; };
-    if (!result.unlimited &&
-        (closest == nullptr || decisive(result) ||
-         (!decisive(*closest) && result.limit_remaining < closest->limit_remaining))) {
+    const uint32_t fewest =
+        closest == nullptr ? std::numeric_limits<uint32_t>::max() : closest->limit_remaining;
+    if (!result.unlimited && (decisive(result) || ((closest == nullptr || !decisive(*closest)) &&
+                                                   result.limit_remaining < fewest))) {
       closest = &result;
     }
   }
@@ -130,6 +134,26 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
 void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
                                   const DescriptorResult* closest,
                                   rls::RateLimitResponse& response) const {
+  auto add = [&response](std::string_view name, std::string_view value) {
+    auto& header = *response.add_response_headers_to_add();
+    header.set_key(std::string(name));
+    header.set_value(std::string(value));
+  };
+  if (options_.headers.format == HeaderFormat::kDraft06) {
+    // envoyproxy/ratelimit's three, as it tells them: the closest descriptor's status as it
+    // stands in the response (its requests_per_unit, its limit_remaining, the seconds to its
+    // window's end), a shadow-mode one included, and the reset told even when no wait lets
+    // the request through. Every answer the same as theirs (bench/peers/compare.sh).
+    if (closest != nullptr && closest->closest) {
+      add(options_.headers.limit_name,
+          fmt::format_int(
+              std::min<int64_t>(closest->closest->nominal, std::numeric_limits<uint32_t>::max()))
+              .c_str());
+      add(options_.headers.remaining_name, fmt::format_int(closest->limit_remaining).c_str());
+      add(options_.headers.reset_name, fmt::format_int(CeilSeconds(closest->until_reset)).c_str());
+    }
+    return;
+  }
   // Every descriptor's limit for RateLimit-Policy, with Envoy's figures (its remaining and
   // until_reset) for the closest; told as the HTTP API tells a decision.
   std::vector<HeaderQuota> quotas;
@@ -159,15 +183,7 @@ void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
     at = ClosestQuota(quotas);
   }
   const Timestamp now = options_.clock != nullptr ? options_.clock->Now() : SystemClock().Now();
-  AddRateLimitHeaders(
-      quotas, at, options_.headers, now, [&](std::string_view name, std::string_view value) {
-        if (options_.headers.format == HeaderFormat::kDraft06 && name == "RateLimit-Policy") {
-          return;  // envoyproxy/ratelimit's three only.
-        }
-        auto& header = *response.add_response_headers_to_add();
-        header.set_key(std::string(name));
-        header.set_value(std::string(value));
-      });
+  AddRateLimitHeaders(quotas, at, options_.headers, now, add);
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,

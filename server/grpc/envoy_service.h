@@ -24,10 +24,12 @@ namespace sluice::server {
 // them, are the service's: EnvoySettings).
 struct EnvoyOptions {
   // envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED: the RateLimit headers of the
-  // descriptor closest to its limit (rate_limit_headers.h) in response_headers_to_add. Their
-  // default is theirs: draft-06's three fields under the names of LIMIT_LIMIT_HEADER,
-  // LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER (without RateLimit-Policy, which they do not
-  // send); --ratelimit-headers chooses another format.
+  // descriptor closest to its limit in response_headers_to_add. The default is theirs, exactly:
+  // draft-06's three fields under the names of LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+  // LIMIT_RESET_HEADER, from the closest status as the response tells it (shadow mode
+  // included; a reset even where no wait helps). --ratelimit-headers chooses one of sluice's
+  // formats (rate_limit_headers.h), which tell the quota a client may spend and leave out
+  // shadow-mode limits, as the HTTP API does.
   bool response_headers = false;
   HeaderOptions headers{.format = HeaderFormat::kDraft06};
   Clock* clock = nullptr;  // The wall clock of x-ratelimit's Reset; null: SystemClock().

@@ -61,6 +61,11 @@ struct EnvoySettings {
   // over stays over (their default: Redis INCRBY, then a comparison). False: a hit over the
   // limit counts nothing (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), as sluice's own API does.
   bool count_over_limit = true;
+  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as their Redis cache does it: when one descriptor
+  // of a request would pass its limit with its hits, only the descriptors that would are
+  // counted (hit as ever: each of them is then over); the others are charged nothing, and
+  // answered as they stand. (count_over_limit false is sluice's own meaning instead.)
+  bool stop_others_over_limit = false;
   // QUOTA_MODE: every rule in quota mode (see DescriptorResult::quota_mode).
   bool quota_mode = false;
   // SHADOW_MODE: the overall code is never OVER_LIMIT (the statuses still say it).
@@ -366,6 +371,7 @@ class RateLimitService {
   struct Explaining;  // An explanation in the making (explain.cc).
   using CheckTask = internal::Task<absl::StatusOr<CheckResult>>;
   using DescriptorsTask = internal::Task<absl::StatusOr<std::vector<DescriptorResult>>>;
+  using StatusTask = internal::Task<absl::Status>;
 
   // `count`: whether /metrics counts the decision (an acquire counts its answer only).
   CheckTask DecideCheck(CheckRequest request, bool count = true);
@@ -438,6 +444,14 @@ class RateLimitService {
   // `receipt`: the answer carries a receipt of what was charged (CheckRequest::receipt).
   CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now,
                    bool denied_elsewhere = false, bool count = true, bool receipt = false);
+  // `planned` by the descriptor of `request` each limit is for.
+  static std::vector<std::vector<Planned>> ByDescriptor(const CheckRequest& request,
+                                                        std::vector<Planned> planned);
+  // EnvoySettings::stop_others_over_limit: looks at each descriptor's limits (`groups`, each
+  // with its cost in `costs`) and, when any would pass its limit with its cost, sets the costs
+  // of the others to 0.
+  StatusTask StopOthersOverLimit(std::vector<std::vector<Planned>>& groups,
+                                 std::vector<int64_t>& costs, Timestamp now);
   // Decides `planned` and `leases` together: the leases are taken first (they can be given
   // back), then the rate limits are charged; when those deny, the leases are given back.
   CheckTask DecideLeased(std::vector<Planned>& planned, std::vector<PlannedLease>& leases,

@@ -52,6 +52,12 @@ std::string PoolKey(std::string_view domain, std::string_view pool);
 std::vector<Entry> CountedEntries(const Domain& domain, std::vector<Entry> entries);
 
 // One limit that applies to a request, with the key it counts under.
+// A request to a domain no rule knows is admitted, as envoyproxy/ratelimit admits it, but not
+// in silence: counted (one series, no label: the domain is the caller's choice, and a series
+// per value would let any caller grow /metrics without bound) and said at debug level, the
+// domain cut short and its control bytes replaced, for it is the caller's text.
+void CountUnknownDomain(Metrics& metrics, std::string_view domain);
+
 struct RateLimitService::Planned {
   const RuleLimit* rule_limit = nullptr;  // Into the RuleSet, or into `owned`.
   const Rule* rule = nullptr;             // Its rule in the RuleSet; null for an override.

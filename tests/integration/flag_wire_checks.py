@@ -205,6 +205,14 @@ def stop_counting(t, s):
     t.assertEqual((after["code"], after.get("limitRemaining")), ("OK", 3))
 
 
+def stop_others(t, s):
+    # A descriptor that passes its limit (5 hits of 4): the request's other one counts nothing
+    # (without the switch, its hit counts: 2 left after the next).
+    envoy_json(s, descriptor("user", "others-over", hits=5), descriptor("user", "others-within"))
+    after = envoy_json(s, descriptor("user", "others-within"))["statuses"][0]
+    t.assertEqual((after["code"], after.get("limitRemaining")), ("OK", 3))
+
+
 def near_limit_ratio(t, s):
     # The third hit of 4 (0.75 of the limit) is near it past 0.5, not past the default 0.8.
     series = 'sluice_rule_near_limit_total{rule="wire.near"}'

@@ -154,12 +154,14 @@ TEST_F(GrpcServiceTest, ShadowModes) {
   EXPECT_EQ(banned.overall_code(), rls::RateLimitResponse::OK);
   EXPECT_EQ(banned.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
   // The headers of the descriptor closest to its limit, by default as envoyproxy/ratelimit
-  // names them; no reset for a request no wait lets through.
-  ASSERT_EQ(banned.response_headers_to_add_size(), 2);
+  // names and tells them: a reset (the second's end) even for a request no wait lets through.
+  ASSERT_EQ(banned.response_headers_to_add_size(), 3);
   EXPECT_EQ(banned.response_headers_to_add(0).key(), "RateLimit-Limit");
   EXPECT_EQ(banned.response_headers_to_add(0).value(), "0");
   EXPECT_EQ(banned.response_headers_to_add(1).key(), "RateLimit-Remaining");
   EXPECT_EQ(banned.response_headers_to_add(1).value(), "0");
+  EXPECT_EQ(banned.response_headers_to_add(2).key(), "RateLimit-Reset");
+  EXPECT_EQ(banned.response_headers_to_add(2).value(), "1");
 }
 
 std::map<std::string, std::string> Headers(const rls::RateLimitResponse& response) {
@@ -168,6 +170,40 @@ std::map<std::string, std::string> Headers(const rls::RateLimitResponse& respons
     EXPECT_TRUE(headers.emplace(header.key(), header.value()).second) << header.key();
   }
   return headers;
+}
+
+// envoyproxy/ratelimit's choice of the status its headers tell, found different by replaying
+// requests to both (bench/peers/compare.sh): the first with the fewest remaining, a shadow-mode
+// one included, unless one is over its limit outside quota mode (then the last such).
+TEST_F(GrpcServiceTest, ResponseHeadersChooseAsTheReference) {
+  StartWith({.response_headers = true});
+  const auto request = Request({{"user", "u"}, {"trial", "t"}, {"smooth", "s"}});
+  // The user's 1 left and the smooth limit's 3: the user's.
+  rls::RateLimitResponse first = MustAsk(Request({{"user", "u"}, {"smooth", "s"}}));
+  EXPECT_EQ(Headers(first), (std::map<std::string, std::string>{{"RateLimit-Limit", "2"},
+                                                                {"RateLimit-Remaining", "1"},
+                                                                {"RateLimit-Reset", "60"}}));
+  // The user's and the shadow-mode trial's none left: the first of them.
+  rls::RateLimitResponse second = MustAsk(request);
+  EXPECT_EQ(second.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(Headers(second), (std::map<std::string, std::string>{{"RateLimit-Limit", "2"},
+                                                                 {"RateLimit-Remaining", "0"},
+                                                                 {"RateLimit-Reset", "60"}}));
+  // A shadow-mode trial with none left (1,700,000,040 s is 840 s into an hour), over its limit
+  // the second time: told, though it denies nothing.
+  rls::RateLimitResponse third =
+      MustAsk(Request({{"smooth", "s"}, {"trial", "t2"}, {"trial", "t2"}}));
+  EXPECT_EQ(third.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(third.statuses(2).code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(Headers(third), (std::map<std::string, std::string>{{"RateLimit-Limit", "1"},
+                                                                {"RateLimit-Remaining", "0"},
+                                                                {"RateLimit-Reset", "2760"}}));
+  // Over its limit (the user's third): that one, after any with none left.
+  rls::RateLimitResponse fourth = MustAsk(Request({{"trial", "t2"}, {"user", "u"}}));
+  EXPECT_EQ(fourth.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(Headers(fourth), (std::map<std::string, std::string>{{"RateLimit-Limit", "2"},
+                                                                 {"RateLimit-Remaining", "0"},
+                                                                 {"RateLimit-Reset", "60"}}));
 }
 
 // The Envoy API tells the same figures as the HTTP API (rate_limit_headers.h), in the format
