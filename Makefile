@@ -4,7 +4,7 @@
 ALGORITHMS := fixed_window,sliding_window,sliding_log,sliding_buckets,token_bucket,gcra,leaky_bucket
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build install run simulate workers partner test test-release test-asan test-tsan soak fuzz bench bench-peers bench-http bench-grpc bench-redis bench-memcached format tidy clean
+.PHONY: all deps build install package run simulate workers partner test test-release test-asan test-tsan soak fuzz bench bench-peers bench-http bench-grpc bench-redis bench-memcached format tidy clean
 
 all: build
 
@@ -20,6 +20,12 @@ build: deps
 PREFIX ?= /usr/local
 install: build
 	cmake --install build --prefix $(PREFIX)
+
+# The Debian package of the programs, the library and the sluiced service:
+# build/package/sluice_VERSION_amd64.deb (docs/package.md).
+package: build
+	@cpack --config build/CPackConfig.cmake -B build/package
+	@ls build/package/*.deb
 
 # Starts sluiced on the memory store with examples/sluice.yaml (Ctrl-C stops it) and prints
 # the curl loop of examples/try.sh to try it with.
