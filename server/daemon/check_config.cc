@@ -32,8 +32,9 @@ int CheckConfig(const Flags& flags, const std::string& path) {
                                    : memcached             ? &MemcachedStore::Supports
                                                            : &RedisStore::Supports;
   const RuleLoadOptions options{.merge_domains = flags.merge_domains,
+                                .skip_dotfiles = flags.skip_dotfiles,
                                 .no_leases = memcached ? MemcachedStore::kNoLeases : ""};
-  absl::StatusOr<std::vector<std::string>> files = RuleSet::Files(path);
+  absl::StatusOr<std::vector<std::string>> files = RuleSet::Files(path, flags.skip_dotfiles);
   if (!files.ok()) {
     return fail(internal::Message(files.status()));
   }

@@ -476,6 +476,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
       flags_.config, metrics_.rules(),
       [this](const Limit& limit) { return store_->CheckLimit(limit); },
       RuleLoadOptions{.merge_domains = flags_.merge_domains,
+                      .skip_dotfiles = flags_.skip_dotfiles,
                       .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
                       // A reload's limits carry their keys' state across a change of figures.
                       .previous = previous});
@@ -489,13 +490,14 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
 }
 
 std::string Daemon::Version() const {
+  // The rules files themselves (a file added, removed or changed, in a folder too), after the
+  // directory's own (a swap of the root's symlink).
   std::string version = FileVersion(flags_.config);
-  struct stat info {};
-  if (stat(flags_.config.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(flags_.config, ec)) {
-      version += FileVersion(entry.path().string());
-    }
+  absl::StatusOr<std::vector<std::string>> files =
+      RuleSet::Files(flags_.config, flags_.skip_dotfiles);
+  for (const std::string& file : files.value_or(std::vector<std::string>{})) {
+    version += file;
+    version += FileVersion(file);
   }
   return version;
 }

@@ -65,6 +65,7 @@ struct Flags {
   bool stop_counting_over_limit = false;
   bool stop_others_over_limit = false;
   bool merge_domains = false;
+  bool skip_dotfiles = false;
   std::string header_limit = "RateLimit-Limit";
   std::string header_remaining = "RateLimit-Remaining";
   std::string header_reset = "RateLimit-Reset";

@@ -28,6 +28,7 @@ inline constexpr Simple kSimple[] = {
     {"LIMIT_HEADERS_FORMAT", "--ratelimit-headers", Kind::kText},  // sluice's own.
     {"RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata", Kind::kSwitch},
     {"MERGE_DOMAIN_CONFIG", "--merge-domains", Kind::kSwitch},
+    {"RUNTIME_IGNOREDOTFILES", "--skip-dotfiles", Kind::kSwitch},
     {"NEAR_LIMIT_RATIO", "--near-limit-ratio", Kind::kRatio},
     {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "--stop-others-over-limit", Kind::kSwitch},
     {"CACHE_KEY_PREFIX", "--cache-key-prefix", Kind::kText},
@@ -39,7 +40,6 @@ inline constexpr Simple kSimple[] = {
 // ask for is what sluiced does anyway (docs/server.md says how).
 inline constexpr std::string_view kNoEffect[] = {
     "RUNTIME_WATCH_ROOT",  // The watch sees a swap of the root's symlink and an edit alike.
-    "RUNTIME_IGNOREDOTFILES",
     "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",  // /healthcheck always asks for a connection.
     "FORCE_START_WITHOUT_INITIAL_CONFIG",    // sluiced starts without rules.
 };

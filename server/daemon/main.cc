@@ -277,6 +277,8 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_option("--cache-key-prefix", flags.cache_key_prefix,
                  "Redis and Memcached stores: the prefix of every key (default sluice:)");
+  app.add_flag("--skip-dotfiles", flags.skip_dotfiles,
+               "Rules: in a directory, files and folders whose names start with '.' are not read");
   app.add_flag("--merge-domains", flags.merge_domains,
                "Rules: a file naming a domain already loaded adds to it (else an error)");
   app.add_flag("--health-needs-rules", flags.health_needs_rules,

@@ -89,11 +89,25 @@ struct TrimHeapOnExit {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> RuleSet::Files(const std::string& path) {
+absl::StatusOr<std::vector<std::string>> RuleSet::Files(const std::string& path,
+                                                        bool skip_dotfiles) {
   std::vector<std::string> paths;
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
-    for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+    // Folders too, as envoyproxy/ratelimit's runtime reads them (a symlink to a folder is not
+    // followed: `path` itself may be one, as their RUNTIME_ROOT's `current` is).
+    std::filesystem::recursive_directory_iterator it(path, error);
+    for (; !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+      const std::filesystem::directory_entry& entry = *it;
+      const std::string name = entry.path().filename().string();
+      if (skip_dotfiles && name.starts_with('.')) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      if (entry.is_directory() && it.depth() + 1 > kMaxFolderDepth) {
+        return absl::InvalidArgumentError(fmt::format("{}: folders nested more than {} deep",
+                                                      entry.path().string(), kMaxFolderDepth));
+      }
       const std::string extension = entry.path().extension().string();
       if (entry.is_regular_file() && (extension == ".yaml" || extension == ".yml")) {
         paths.push_back(entry.path().string());
@@ -113,7 +127,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Load(const std::string& 
                                                              CounterRegistry& counters,
                                                              const LimitChecker& check_limit,
                                                              const RuleLoadOptions& options) {
-  absl::StatusOr<std::vector<std::string>> paths = Files(path);
+  absl::StatusOr<std::vector<std::string>> paths = Files(path, options.skip_dotfiles);
   if (!paths.ok()) {
     return paths.status();
   }

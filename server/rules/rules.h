@@ -365,6 +365,9 @@ struct RuleLoadOptions {
   // being an error. A descriptor whose key and value are already at the top level is still
   // an error, as theirs.
   bool merge_domains = false;
+  // envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES: in a directory, files and folders whose
+  // names start with '.' are not read.
+  bool skip_dotfiles = false;
   RuleFileLimits limits;
   // Not empty: the store keeps no leases (Memcached), so a `concurrency:` rule is refused at
   // load, naming the rule and this reason, rather than failing every request it matches.
@@ -380,17 +383,20 @@ class RuleSet {
   // No rules: every rules-mode request matches nothing.
   RuleSet() = default;
 
-  // Loads `path`: a YAML file, or a directory whose *.yaml and *.yml files are each loaded
-  // in name order (one domain per file, as envoyproxy/ratelimit, unless
+  // Loads `path`: a YAML file, or a directory whose *.yaml and *.yml files, its folders' too,
+  // are each loaded in path order (one domain per file, as envoyproxy/ratelimit, unless
   // options.merge_domains). Errors: InvalidArgument "FILE:LINE:COLUMN: what is wrong", or
   // "FILE: ..." when the file cannot be read.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Load(const std::string& path,
                                                              CounterRegistry& counters,
                                                              const LimitChecker& check_limit,
                                                              const RuleLoadOptions& options = {});
-  // The files Load reads for `path`: `path` itself, or a directory's *.yaml and *.yml files
-  // in name order.
-  static absl::StatusOr<std::vector<std::string>> Files(const std::string& path);
+  // The files Load reads for `path`: `path` itself, or a directory's *.yaml and *.yml files,
+  // and those of its folders to kMaxFolderDepth (not through a symlink to a folder within it),
+  // in path order; without `skip_dotfiles`' names. A folder nested deeper is an error.
+  static constexpr int kMaxFolderDepth = 16;
+  static absl::StatusOr<std::vector<std::string>> Files(const std::string& path,
+                                                        bool skip_dotfiles = false);
   // As Load, from (file name, text) pairs, in their order.
   static absl::StatusOr<std::shared_ptr<const RuleSet>> Parse(
       const std::vector<std::pair<std::string, std::string>>& files, CounterRegistry& counters,

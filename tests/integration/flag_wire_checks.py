@@ -176,6 +176,14 @@ def merged(t, s):
     t.assertEqual(answer["statuses"][0].get("currentLimit"), {"requestsPerUnit": 5, "unit": "DAY"})
 
 
+def dotfiles_skipped(t, s):
+    def code(domain):
+        return rls_client.should_rate_limit(s.grpc_port, domain, [[("k", "v")]])["statuses"][0]["code"]
+    # both/folder/c.yaml is read (denies everything); both/.hidden/d.yaml is not.
+    t.assertEqual(code("in_folder"), "OVER_LIMIT")
+    t.assertEqual(code("hidden"), "OK")
+
+
 def grpc_headers(s, value):
     return dict(rls_client.should_rate_limit(s.grpc_port, "wire", [[("user", value)]])["headers"])
 

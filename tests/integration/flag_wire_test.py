@@ -46,7 +46,8 @@ def envoy_flags(w):
 
     def build(s, port):
         return [*s.listeners(port, threads=3), "--config", w.both, "--store", "memory",
-                "--debug", f"127.0.0.1:{s.debug_port}", "--merge-domains", "--response-headers",
+                "--debug", f"127.0.0.1:{s.debug_port}", "--merge-domains", "--skip-dotfiles",
+                "--response-headers",
                 "--header-limit", HEADERS[0], "--header-remaining", HEADERS[1],
                 "--header-reset", HEADERS[2], "--response-dynamic-metadata",
                 "--stop-counting-over-limit", "--stop-others-over-limit", "--near-limit-ratio",
@@ -61,7 +62,8 @@ def envoy_variables(w):
     def build(s, port):
         return [*s.listeners(port), "--config", w.both, "--store", "memory", "--log-level",
                 "info"], {
-            "MERGE_DOMAIN_CONFIG": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+            "MERGE_DOMAIN_CONFIG": "true", "RUNTIME_IGNOREDOTFILES": "true",
+            "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
             "LIMIT_LIMIT_HEADER": HEADERS[0], "LIMIT_REMAINING_HEADER": HEADERS[1],
             "LIMIT_RESET_HEADER": HEADERS[2], "RESPONSE_DYNAMIC_METADATA": "true",
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "NEAR_LIMIT_RATIO": "0.5",
@@ -266,6 +268,7 @@ ROWS = [
     Row("--grpc", EF, grpc_answers),
     Row("--debug", EF, debug_rlconfig),
     Row("--merge-domains", EF, merged),
+    Row("--skip-dotfiles", EF, dotfiles_skipped),
     Row("--response-headers", EF, response_headers),
     Row("--header-limit", EF, header(HEADERS[0], r"^4$")),
     Row("--header-remaining", EF, header(HEADERS[1], r"^3$")),
@@ -283,6 +286,7 @@ ROWS = [
     Row("--snapshot", EF, snapshot_at_stop, True),
     Row("--drain", EF, logged("draining requests in flight (up to 7s)"), True),
     Row("MERGE_DOMAIN_CONFIG", EV, merged),
+    Row("RUNTIME_IGNOREDOTFILES", EV, dotfiles_skipped),
     Row("LIMIT_RESPONSE_HEADERS_ENABLED", EV, response_headers),
     Row("LIMIT_LIMIT_HEADER", EV, header(HEADERS[0], r"^4$")),
     Row("LIMIT_REMAINING_HEADER", EV, header(HEADERS[1], r"^3$")),
@@ -377,7 +381,7 @@ ROWS = [
         "MEMCACHE_TLS", "true", args=("--grpc", "127.0.0.1:0"), BACKEND_TYPE="memcache",
         MEMCACHE_HOST_PORT="127.0.0.1:1")),
     *[Row(name, None, refused_variable(name, "maybe")) for name in (
-        "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "RUNTIME_WATCH_ROOT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "FORCE_START_WITHOUT_INITIAL_CONFIG")],
 ]
 

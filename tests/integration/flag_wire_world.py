@@ -36,6 +36,14 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 5}
 """
 
+# A domain whose one rule denies everything, in a folder of the rules directory: read from a
+# folder, and not from one named with a dot when dotfiles are skipped.
+DENY_ALL = """domain: {}
+descriptors:
+  - key: k
+    rate_limit: {{unit: day, requests_per_unit: 0}}
+"""
+
 # Of the test's own environment, what sluiced may need (sanitizer options); nothing else, so
 # that a scene's variables are the only ones set.
 KEPT = ("PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS")
@@ -108,6 +116,8 @@ class World:
         self.plain_rules = self.write("plain/a.yaml", PLAIN_RULES)
         self.both = os.path.dirname(self.write("both/a.yaml", RULES))
         self.write("both/b.yaml", MORE_RULES)
+        self.write("both/folder/c.yaml", DENY_ALL.format("in_folder"))
+        self.write("both/.hidden/d.yaml", DENY_ALL.format("hidden"))
         self.datagrams = {}
 
     def write(self, name, text):
