@@ -239,7 +239,8 @@ absl::Status Daemon::Start(const Settings& settings) {
   envoy_ = std::make_unique<EnvoyGrpcService>(
       *service_, EnvoyOptions{.response_headers = flags_.response_headers,
                               .headers = std::move(envoy_headers),
-                              .dynamic_metadata = flags_.dynamic_metadata});
+                              .dynamic_metadata = flags_.dynamic_metadata,
+                              .metrics = &metrics_});
   int grpc_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
       StartGrpcServer(grpc_address, *envoy_, grpc_port, flags_.grpc_tls);

@@ -73,16 +73,19 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock();
+  const Timestamp start = clock.Now();
   // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
   service_.ShouldRateLimitAsync(
-      FromProto(*request),
-      [this, reactor, request, response](absl::StatusOr<std::vector<DescriptorResult>> results) {
-        if (!results.ok()) {
-          reactor->Finish(ToGrpc(results.status()));
-          return;
+      FromProto(*request), [this, reactor, request, response, &clock,
+                            start](absl::StatusOr<std::vector<DescriptorResult>> results) {
+        if (results.ok()) {
+          Fill(*request, *results, *response);
         }
-        Fill(*request, *results, *response);
-        reactor->Finish(grpc::Status::OK);
+        if (options_.metrics != nullptr) {
+          options_.metrics->grpc_calls().Record(clock.Now() - start);
+        }
+        reactor->Finish(results.ok() ? grpc::Status::OK : ToGrpc(results.status()));
       });
   return reactor;
 }
@@ -182,7 +185,7 @@ void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
   if (at >= quotas.size()) {  // The closest is one the headers leave out (shadow mode).
     at = ClosestQuota(quotas);
   }
-  const Timestamp now = options_.clock != nullptr ? options_.clock->Now() : SystemClock().Now();
+  const Timestamp now = (options_.clock != nullptr ? *options_.clock : SystemClock()).Now();
   AddRateLimitHeaders(quotas, at, options_.headers, now, add);
 }
 

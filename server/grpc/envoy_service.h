@@ -36,6 +36,8 @@ struct EnvoyOptions {
   // RESPONSE_DYNAMIC_METADATA: the request and its rules' `metadata` in dynamic_metadata
   // (metadata.h).
   bool dynamic_metadata = false;
+  // Where each ShouldRateLimit call is counted and timed (Metrics::grpc_calls); null: nowhere.
+  Metrics* metrics = nullptr;
 };
 
 class EnvoyGrpcService final

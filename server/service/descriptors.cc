@@ -93,24 +93,34 @@ std::vector<std::vector<RateLimitService::Planned>> RateLimitService::ByDescript
   return groups;
 }
 
-RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
-  if (absl::Status s = Validate(request); !s.ok()) {
-    co_return s;
-  }
-  const std::shared_ptr<const RuleSet> rules = this->rules();
-  if (rules->domains().empty()) {
-    co_return absl::UnavailableError("no rules are loaded");
-  }
+std::vector<DescriptorResult> RateLimitService::NoResults(const CheckRequest& request,
+                                                          const Domain* domain) {
   std::vector<DescriptorResult> results(request.descriptors.size());
-  for (DescriptorResult& result : results) {
-    result.quota_mode = envoy_.quota_mode;  // Theirs counts unmatched descriptors in it too.
-  }
-  const Domain* domain = rules->FindDomain(request.domain);
-  if (domain == nullptr) {
-    CountUnknownDomain(metrics_, request.domain);
-    for (size_t d = 0; d < results.size() && request.explain; ++d) {
+  for (size_t d = 0; d < results.size(); ++d) {
+    results[d].quota_mode = envoy_.quota_mode;  // Theirs counts unmatched descriptors in it too.
+    if (request.explain && domain == nullptr) {
       results[d].explanation = ExplainUnmatched(nullptr, request, {d});
     }
+  }
+  return results;
+}
+
+RateLimitService::DescriptorsTask RateLimitService::DecideDescriptors(CheckRequest request) {
+  // Refused before any decision: their service_error.
+  absl::Status refused = Validate(request);
+  const std::shared_ptr<const RuleSet> rules = this->rules();
+  if (refused.ok() && rules->domains().empty()) {
+    refused = absl::UnavailableError("no rules are loaded");
+  }
+  if (!refused.ok()) {
+    metrics_.CountServiceError();
+    co_return refused;
+  }
+  const Domain* domain = rules->FindDomain(request.domain);
+  std::vector<DescriptorResult> results = NoResults(request, domain);
+  if (domain == nullptr) {
+    CountUnknownDomain(metrics_, request.domain);
+    metrics_.CountDomainNotFound(request.domain, request.descriptors.size());
     co_return std::move(results);
   }
   const Timestamp now = clock_.Now();

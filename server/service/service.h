@@ -444,6 +444,9 @@ class RateLimitService {
   // `receipt`: the answer carries a receipt of what was charged (CheckRequest::receipt).
   CheckTask Decide(std::vector<Planned>& planned, int64_t cost, Timestamp now,
                    bool denied_elsewhere = false, bool count = true, bool receipt = false);
+  // The Envoy API's answer to `request` before any descriptor is decided: unmatched (each
+  // explained as such when asked, if its `domain` is unknown, null).
+  std::vector<DescriptorResult> NoResults(const CheckRequest& request, const Domain* domain);
   // `planned` by the descriptor of `request` each limit is for.
   static std::vector<std::vector<Planned>> ByDescriptor(const CheckRequest& request,
                                                         std::vector<Planned> planned);

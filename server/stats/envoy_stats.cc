@@ -89,12 +89,31 @@ std::vector<Stat> EnvoyStats(const Metrics& metrics, const EnvoyStatsOptions& op
   counters["ratelimit.service.config_load_error"] = metrics.reload_failures();
   counters["ratelimit.service.call.should_rate_limit.redis_error"] = metrics.store_errors();
   counters["ratelimit.service.global_shadow_mode"] = metrics.global_shadow_mode();
+  counters["ratelimit.service.call.should_rate_limit.service_error"] = metrics.service_errors();
+  for (const auto& [domain, count] : metrics.DomainsNotFound()) {
+    counters["ratelimit.service.rate_limit." + SanitizeStatName(domain) + ".domain_not_found"] +=
+        count;
+  }
+  const auto calls = metrics.grpc_calls().Counts();
+  uint64_t total = 0;
+  Stat response_time{.name = "ratelimit_server.ShouldRateLimit.response_time",
+                     .kind = Stat::Kind::kTimer};
+  for (size_t i = 0; i < calls.size(); ++i) {
+    total += calls[i];
+    // The +Inf bucket's calls are told as twice the last bound: longer than any other.
+    const int64_t bound_us = i < LatencyHistogram::kBucketsUs.size()
+                                 ? LatencyHistogram::kBucketsUs[i]
+                                 : 2 * LatencyHistogram::kBucketsUs.back();
+    response_time.samples.emplace_back(static_cast<double>(bound_us) / 1000, calls[i]);
+  }
+  counters["ratelimit_server.ShouldRateLimit.total_requests"] = total;
 
   std::vector<Stat> stats;
   stats.reserve(counters.size() + 1);
   for (auto& [name, value] : counters) {
     stats.push_back({.name = name, .value = value, .kind = Stat::Kind::kCounter});
   }
+  stats.push_back(std::move(response_time));
   if (options.redis_connections) {
     stats.push_back({.name = "ratelimit.redis_pool.cx_active",
                      .value = *options.redis_connections,

@@ -7,10 +7,15 @@
 // Per rule limit (the counter's name, sanitized as theirs, for RULE):
 //   ratelimit.service.rate_limit.RULE.{total_hits,over_limit,near_limit,within_limit,
 //                                      shadow_mode}
+// Per domain no rule knows (Metrics::CountDomainNotFound's names):
+//   ratelimit.service.rate_limit.DOMAIN.domain_not_found
 // Server-wide:
 //   ratelimit.service.config_load_success, ratelimit.service.config_load_error,
-//   ratelimit.service.call.should_rate_limit.redis_error, ratelimit.service.global_shadow_mode,
-//   and with the Redis store the gauge ratelimit.redis_pool.cx_active.
+//   ratelimit.service.call.should_rate_limit.redis_error, ...service_error,
+//   ratelimit.service.global_shadow_mode, the gRPC server's
+//   ratelimit_server.ShouldRateLimit.total_requests and the timer .response_time (each call's
+//   time as the upper bound of its Metrics::grpc_calls bucket), and with the Redis store the
+//   gauge ratelimit.redis_pool.cx_active.
 //
 // Thread-safe: reads the metrics' atomics and its registry's list under the registry's lock.
 
@@ -18,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/stats/metrics.h"
@@ -29,10 +35,15 @@ struct Stat {
   enum class Kind : uint8_t {
     kCounter,  // `value` is a running total; the sink sends its growth ("name:N|c").
     kGauge,    // `value` is sent as it is ("name:N|g").
+    // `samples`: (a time in milliseconds, how many calls took it so far), each a running
+    // total; the sink sends each one's growth n as one sample that stands for n
+    // ("name:T|ms|@(1/n)"), so a flush's lines are bounded whatever the calls.
+    kTimer,
   };
   std::string name;
   uint64_t value = 0;
   Kind kind = Kind::kCounter;
+  std::vector<std::pair<double, uint64_t>> samples;
 };
 
 struct EnvoyStatsOptions {

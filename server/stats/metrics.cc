@@ -52,13 +52,55 @@ std::string BuildInfo() {
 
 }  // namespace
 
-void Metrics::RecordLatency(Micros latency) {
+void LatencyHistogram::Record(Micros latency) {
   const int64_t us = latency.count();
-  const auto* bucket = std::lower_bound(kLatencyBucketsUs.begin(), kLatencyBucketsUs.end(), us);
-  latency_buckets_[static_cast<size_t>(bucket - kLatencyBucketsUs.begin())].fetch_add(
-      1, std::memory_order_relaxed);
-  latency_sum_us_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(us, 0)),
-                            std::memory_order_relaxed);
+  const auto* bucket = std::lower_bound(kBucketsUs.begin(), kBucketsUs.end(), us);
+  buckets_[static_cast<size_t>(bucket - kBucketsUs.begin())].fetch_add(1,
+                                                                       std::memory_order_relaxed);
+  sum_us_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(us, 0)), std::memory_order_relaxed);
+}
+
+std::array<uint64_t, LatencyHistogram::kBucketsUs.size() + 1> LatencyHistogram::Counts() const {
+  std::array<uint64_t, kBucketsUs.size() + 1> counts{};
+  for (size_t i = 0; i < counts.size(); ++i) {
+    counts[i] = buckets_[i].load(std::memory_order_relaxed);
+  }
+  return counts;
+}
+
+void LatencyHistogram::Append(std::string& out, std::string_view name,
+                              std::string_view help) const {
+  auto emit = std::back_inserter(out);
+  fmt::format_to(emit, "# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  const auto counts = Counts();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    if (i < kBucketsUs.size()) {
+      fmt::format_to(emit, "{}_bucket{{le=\"{}\"}} {}\n", name,
+                     static_cast<double>(kBucketsUs[i]) / 1e6, cumulative);
+    } else {
+      fmt::format_to(emit, "{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
+    }
+  }
+  fmt::format_to(emit, "{}_sum {}\n{}_count {}\n", name,
+                 static_cast<double>(sum_us_.load(std::memory_order_relaxed)) / 1e6, name,
+                 cumulative);
+}
+
+void Metrics::CountDomainNotFound(std::string_view domain, uint64_t descriptors) {
+  internal::MutexLock lock(unknown_domains_mutex_);
+  if (auto it = unknown_domains_.find(absl::string_view(domain.data(), domain.size()));
+      it != unknown_domains_.end()) {
+    it->second += descriptors;
+  } else if (unknown_domains_.size() < kMaxUnknownDomains) {
+    unknown_domains_.emplace(std::string(domain), descriptors);
+  }
+}
+
+std::vector<std::pair<std::string, uint64_t>> Metrics::DomainsNotFound() const {
+  internal::MutexLock lock(unknown_domains_mutex_);
+  return {unknown_domains_.begin(), unknown_domains_.end()};
 }
 
 std::string Metrics::Render(std::string_view extra) const {
@@ -94,9 +136,15 @@ std::string Metrics::Render(std::string_view extra) const {
           feedback_notes_);
   counter("sluice_admin_refused_total",
           "Requests to admin endpoints without the right token (401, 403).", admin_refused_);
+  counter("sluice_envoy_service_errors_total",
+          "Envoy requests refused before a decision: no domain, no descriptors, no rules loaded.",
+          service_errors_);
   out += BuildInfo();
 
-  AppendLatency(out);
+  latency_.Append(out, "sluice_decision_latency_seconds",
+                  "Time to decide a request, from parsed to answered.");
+  grpc_calls_.Append(out, "sluice_grpc_call_seconds",
+                     "Envoy's ShouldRateLimit over gRPC, from arrival to answer.");
   out.append(extra);
   return out;
 }
@@ -178,26 +226,6 @@ std::string Metrics::RenderTop(size_t n, Timestamp now,
     }
   }
   return out;
-}
-
-void Metrics::AppendLatency(std::string& out) const {
-  auto emit = std::back_inserter(out);
-  const char* const histogram = "sluice_decision_latency_seconds";
-  fmt::format_to(emit, "# HELP {} Time to decide a request, from parsed to answered.\n", histogram);
-  fmt::format_to(emit, "# TYPE {} histogram\n", histogram);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < latency_buckets_.size(); ++i) {
-    cumulative += latency_buckets_[i].load(std::memory_order_relaxed);
-    if (i < kLatencyBucketsUs.size()) {
-      fmt::format_to(emit, "{}_bucket{{le=\"{}\"}} {}\n", histogram,
-                     static_cast<double>(kLatencyBucketsUs[i]) / 1e6, cumulative);
-    } else {
-      fmt::format_to(emit, "{}_bucket{{le=\"+Inf\"}} {}\n", histogram, cumulative);
-    }
-  }
-  fmt::format_to(emit, "{}_sum {}\n{}_count {}\n", histogram,
-                 static_cast<double>(latency_sum_us_.load(std::memory_order_relaxed)) / 1e6,
-                 histogram, cumulative);
 }
 
 }  // namespace sluice::server

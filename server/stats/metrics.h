@@ -14,18 +14,42 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "server/rules/rules.h"
 #include "server/stats/top_keys.h"
 #include "sluice/clock.h"
+#include "src/core/mutex.h"
 
 namespace sluice::server {
 
+// A histogram of durations in fixed buckets (their upper bounds kBucketsUs, then +Inf), as
+// Prometheus's text format shows one. Thread-safe: relaxed atomics.
+class LatencyHistogram {
+ public:
+  static constexpr std::array<int64_t, 12> kBucketsUs = {
+      25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 100'000, 1'000'000};
+
+  void Record(Micros latency);
+  // The count of each bucket (not cumulative), the last for +Inf.
+  std::array<uint64_t, kBucketsUs.size() + 1> Counts() const;
+  // The family `name` with its HELP text, appended to `out`.
+  void Append(std::string& out, std::string_view name, std::string_view help) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBucketsUs.size() + 1> buckets_{};
+  std::atomic<uint64_t> sum_us_{0};
+};
+
 class Metrics {
  public:
-  // Upper bounds of the latency histogram's buckets, in microseconds (then +Inf).
-  static constexpr std::array<int64_t, 12> kLatencyBucketsUs = {
-      25, 50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 100'000, 1'000'000};
+  // The most domains no rule knows that are counted each by name (CountDomainNotFound):
+  // callers choose them, and each name is a statsd series.
+  static constexpr size_t kMaxUnknownDomains = 64;
 
   CounterRegistry& rules() { return rules_; }
   const CounterRegistry& rules() const { return rules_; }
@@ -33,7 +57,22 @@ class Metrics {
   TopOffenders& top() { return top_; }
   const TopOffenders& top() const { return top_; }
 
-  void RecordLatency(Micros latency);
+  void RecordLatency(Micros latency) { latency_.Record(latency); }
+  // Envoy's ShouldRateLimit over gRPC, from its arrival to its answer (envoyproxy/ratelimit's
+  // ratelimit_server.ShouldRateLimit.total_requests and .response_time).
+  LatencyHistogram& grpc_calls() { return grpc_calls_; }
+  const LatencyHistogram& grpc_calls() const { return grpc_calls_; }
+  // An Envoy request refused before any decision (no domain, no descriptors, no rules loaded):
+  // their should_rate_limit.service_error.
+  void CountServiceError() { service_errors_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t service_errors() const { return service_errors_.load(std::memory_order_relaxed); }
+  // `descriptors` of an Envoy request to `domain`, which no rule knows (their
+  // rate_limit.DOMAIN.domain_not_found, counted per descriptor as theirs). The first
+  // kMaxUnknownDomains names are counted each; later ones are not (the total is
+  // CountUnknownDomain's).
+  void CountDomainNotFound(std::string_view domain, uint64_t descriptors);
+  // Each counted name and its count.
+  std::vector<std::pair<std::string, uint64_t>> DomainsNotFound() const;
   void CountStoreError() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
   void CountReload(bool ok) {
     (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
@@ -82,9 +121,8 @@ class Metrics {
                         const std::function<std::string(std::string_view)>& show) const;
 
  private:
-  // Render's parts: the rules' counters, and the latency histogram.
+  // Render's part: the rules' counters.
   void AppendRuleFamilies(std::string& out) const;
-  void AppendLatency(std::string& out) const;
 
   CounterRegistry rules_;
   TopOffenders top_;
@@ -101,8 +139,12 @@ class Metrics {
   std::atomic<uint64_t> feedback_{0};
   std::atomic<uint64_t> feedback_notes_{0};
   std::atomic<uint64_t> admin_refused_{0};
-  std::array<std::atomic<uint64_t>, kLatencyBucketsUs.size() + 1> latency_buckets_{};
-  std::atomic<uint64_t> latency_sum_us_{0};
+  std::atomic<uint64_t> service_errors_{0};
+  LatencyHistogram latency_;
+  LatencyHistogram grpc_calls_;
+  mutable internal::Mutex unknown_domains_mutex_;
+  absl::flat_hash_map<std::string, uint64_t> unknown_domains_
+      ABSL_GUARDED_BY(unknown_domains_mutex_);
 };
 
 }  // namespace sluice::server

@@ -123,9 +123,33 @@ void StatsdSink::Run() {
   }
 }
 
+void StatsdSink::AddTimerLines(const Stat& stat, std::vector<std::string>& lines) {
+  for (size_t i = 0; i < stat.samples.size(); ++i) {
+    const auto& [ms, total] = stat.samples[i];
+    uint64_t& last = last_[fmt::format("{}#{}", stat.name, i)];
+    const uint64_t grew = total >= last ? total - last : total;
+    last = total;
+    if (grew == 0) {
+      continue;
+    }
+    // One sample standing for `grew` (statsd's sample rate, 1/grew): statsd and
+    // statsd_exporter count it `grew` times.
+    std::string line = grew == 1 ? fmt::format("{}:{}|ms\n", stat.name, ms)
+                                 : fmt::format("{}:{}|ms|@{:.9g}\n", stat.name, ms,
+                                               1.0 / static_cast<double>(grew));
+    if (line.size() <= options_.max_datagram) {
+      lines.push_back(std::move(line));
+    }
+  }
+}
+
 std::vector<std::string> StatsdSink::Lines() {
   std::vector<std::string> lines;
   for (const Stat& stat : source_()) {
+    if (stat.kind == Stat::Kind::kTimer) {
+      AddTimerLines(stat, lines);
+      continue;
+    }
     uint64_t value = stat.value;
     if (stat.kind == Stat::Kind::kCounter) {
       uint64_t& last = last_[stat.name];

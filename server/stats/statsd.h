@@ -68,7 +68,10 @@ class StatsdSink {
  private:
   StatsdSink(StatsdOptions options, Source source, int fd, std::string destination);
   void Run();
-  // The lines to send: counters that grew, every gauge. Updates last_.
+  // A timer's lines (Stat::Kind::kTimer): one per sample that grew. Updates last_.
+  void AddTimerLines(const Stat& stat, std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mutex_);
+  // The lines to send: counters that grew, every gauge, timers. Updates last_.
   std::vector<std::string> Lines() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mutex_);
   bool Send(const std::string& datagram) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mutex_);
 

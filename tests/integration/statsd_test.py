@@ -7,7 +7,8 @@ and the counters received, summed by name, must equal what their code would coun
 
     python3 tests/integration/statsd_test.py --sluiced build/bin/sluiced [unittest options]
 
-Python 3.11 standard library only.
+Python 3.11 standard library, and for the gRPC calls Debian's python3-grpcio through
+rls_client.py (run it with /usr/bin/python3).
 """
 
 import math
@@ -246,6 +247,40 @@ class StatsdTest(unittest.TestCase):
                 received[name] += int(value.split("|")[0])
         self.assertEqual(received["ratelimit.service.global_shadow_mode"], 1)
         self.assertEqual(received["ratelimit.service.rate_limit.rl.banned.over_limit"], 1)
+
+    def test_their_grpc_server_and_service_stats(self):
+        # Envoy's calls over gRPC: counted and timed as their gRPC server does, a request
+        # refused before a decision as their service_error, an unknown domain by its name.
+        import rls_client  # /usr/bin/python3's grpcio (the test's CMake runs that python)
+        self.server = sluiced.Sluiced.with_rules(
+            RULES, "--statsd", f"127.0.0.1:{self.receiver.port}").start()
+        deadline = time.monotonic() + 120
+        while not (found := re.search(r"grpc://127\.0\.0\.1:(\d+)", self.server.output())):
+            # sluice-timing: watchdog
+            self.assertLess(time.monotonic(), deadline, "no gRPC listener said")
+            time.sleep(0.05)
+        port = int(found.group(1))
+        rls_client.should_rate_limit(port, "rl", [[("user", "grpc")]])
+        rls_client.should_rate_limit(port, "nowhere", [[("a", "b")], [("c", "d")]])
+        with self.assertRaises(rls_client.GrpcError):
+            rls_client.should_rate_limit(port, "", [[("user", "grpc")]])
+        self.assertEqual(self.server.stop(), 0)  # The last flush (10 s have not passed).
+        counters, timer = Counter(), Counter()
+        while (datagram := self.receiver.receive(0.5)) is not None:
+            for line in datagram.decode().split("\n")[:-1]:
+                name, _, value = line.partition(":")
+                parts = value.split("|")
+                if parts[1] == "ms":  # Each line stands for 1/rate calls.
+                    rate = float(parts[2][1:]) if len(parts) > 2 else 1.0
+                    self.assertGreater(float(parts[0]), 0, line)
+                    timer[name] += round(1 / rate)
+                else:
+                    counters[name] += int(parts[0])
+        self.assertEqual(counters["ratelimit_server.ShouldRateLimit.total_requests"], 3)
+        self.assertEqual(timer["ratelimit_server.ShouldRateLimit.response_time"], 3)
+        self.assertEqual(counters["ratelimit.service.call.should_rate_limit.service_error"], 1)
+        self.assertEqual(counters["ratelimit.service.rate_limit.nowhere.domain_not_found"], 2)
+        self.assertEqual(counters["ratelimit.service.rate_limit.rl.user.total_hits"], 1)
 
     def test_their_environment_variables_turn_it_on(self):
         env = {"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1",

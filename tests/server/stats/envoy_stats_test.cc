@@ -94,6 +94,49 @@ TEST(EnvoyStatsTest, ServiceStatsCountTheLoadAtStartAsTheirsDoes) {
               ElementsAre(Field(&Stat::value, 1U)));
 }
 
+// Their gRPC server's and their service's: the calls and their times, the requests refused
+// before a decision, and each unknown domain by name (bounded: callers choose the names).
+TEST(EnvoyStatsTest, CallsTheirTimesServiceErrorsAndUnknownDomains) {
+  Metrics metrics;
+  metrics.grpc_calls().Record(Micros{20});
+  metrics.grpc_calls().Record(Micros{20});
+  metrics.grpc_calls().Record(Micros{3'000});
+  metrics.grpc_calls().Record(Micros{5'000'000});
+  metrics.CountServiceError();
+  metrics.CountDomainNotFound("ghost", 2);
+  metrics.CountDomainNotFound("ghost", 1);
+  metrics.CountDomainNotFound("10.1.2.3:x", 1);
+  const std::vector<Stat> stats = EnvoyStats(metrics, {});
+  EXPECT_THAT(Named(stats, "ratelimit_server.ShouldRateLimit.total_requests"),
+              ElementsAre(Field(&Stat::value, 4U)));
+  const std::vector<Stat> timer = Named(stats, "ratelimit_server.ShouldRateLimit.response_time");
+  ASSERT_EQ(timer.size(), 1U);
+  EXPECT_EQ(timer[0].kind, Stat::Kind::kTimer);
+  // Each call as its bucket's upper bound in milliseconds: 25 us, 5 ms, and past the last
+  // bound (1 s), twice it.
+  std::vector<std::pair<double, uint64_t>> nonzero;
+  for (const auto& sample : timer[0].samples) {
+    if (sample.second > 0) {
+      nonzero.push_back(sample);
+    }
+  }
+  EXPECT_THAT(nonzero,
+              ElementsAre(std::pair(0.025, 2U), std::pair(5.0, 1U), std::pair(2000.0, 1U)));
+  EXPECT_THAT(Named(stats, "ratelimit.service.call.should_rate_limit.service_error"),
+              ElementsAre(Field(&Stat::value, 1U)));
+  EXPECT_THAT(Named(stats, "ratelimit.service.rate_limit.ghost.domain_not_found"),
+              ElementsAre(Field(&Stat::value, 3U)));
+  EXPECT_THAT(Named(stats, "ratelimit.service.rate_limit.10_1_2_3_x.domain_not_found"),
+              ElementsAre(Field(&Stat::value, 1U)));
+  for (size_t i = 0; i < 2 * Metrics::kMaxUnknownDomains; ++i) {
+    metrics.CountDomainNotFound("flood" + std::to_string(i), 1);
+  }
+  EXPECT_EQ(metrics.DomainsNotFound().size(), Metrics::kMaxUnknownDomains);
+  metrics.CountDomainNotFound("ghost", 1);  // A name counted already still counts.
+  EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.service.rate_limit.ghost."),
+              ElementsAre(Field(&Stat::value, 4U)));
+}
+
 TEST(EnvoyStatsTest, TheRedisPoolGaugeOnlyWithRedis) {
   Metrics metrics;
   EXPECT_THAT(Named(EnvoyStats(metrics, {}), "ratelimit.redis_pool."), IsEmpty());

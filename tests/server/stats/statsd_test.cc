@@ -130,6 +130,31 @@ TEST(StatsdSinkTest, CountersAreSentAsTheirGrowthAndGaugesAsTheyStand) {
   EXPECT_THAT(receiver.All(), ElementsAre("ratelimit.cx_active:2|g\n"));
 }
 
+// A timer's samples go as their growth, each one line standing for that many calls (statsd's
+// sample rate): a flush's lines are as many as the buckets, whatever the calls.
+TEST(StatsdSinkTest, TimersAreSentAsSampledLinesOfTheirGrowth) {
+  Receiver receiver;
+  std::vector<std::pair<double, uint64_t>> samples = {{0.025, 4}, {5.0, 1}, {1000.0, 0}};
+  std::mutex mutex;
+  absl::StatusOr<std::unique_ptr<StatsdSink>> sink =
+      StatsdSink::Start({.host = "127.0.0.1", .port = receiver.port(), .interval = kNever}, [&] {
+        std::lock_guard lock(mutex);
+        return std::vector<Stat>{
+            {.name = "t.response_time", .kind = Stat::Kind::kTimer, .samples = samples}};
+      });
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  EXPECT_EQ((*sink)->Flush(), 1U);
+  EXPECT_THAT(receiver.All(),
+              ElementsAre("t.response_time:0.025|ms|@0.25\nt.response_time:5|ms\n"));
+  {
+    std::lock_guard lock(mutex);
+    samples = {{0.025, 4}, {5.0, 3}, {1000.0, 0}};
+  }
+  EXPECT_EQ((*sink)->Flush(), 1U);
+  EXPECT_THAT(receiver.All(), ElementsAre("t.response_time:5|ms|@0.5\n"));
+  EXPECT_EQ((*sink)->Flush(), 0U);  // Nothing grew: nothing sent.
+}
+
 TEST(StatsdSinkTest, NothingToSendSendsNothing) {
   Receiver receiver;
   Stats stats;
