@@ -73,17 +73,19 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock();
-  const Timestamp start = clock.Now();
+  // The answer may come after this returns: the clock is held by pointer (it outlives the
+  // service), the start by value.
+  Clock* clock = options_.clock != nullptr ? options_.clock : &SystemClock();
+  const Timestamp start = clock->Now();
   // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
   service_.ShouldRateLimitAsync(
-      FromProto(*request), [this, reactor, request, response, &clock,
+      FromProto(*request), [this, reactor, request, response, clock,
                             start](absl::StatusOr<std::vector<DescriptorResult>> results) {
         if (results.ok()) {
           Fill(*request, *results, *response);
         }
         if (options_.metrics != nullptr) {
-          options_.metrics->grpc_calls().Record(clock.Now() - start);
+          options_.metrics->grpc_calls().Record(clock->Now() - start);
         }
         reactor->Finish(results.ok() ? grpc::Status::OK : ToGrpc(results.status()));
       });
