@@ -69,13 +69,17 @@ CheckRequest FromProto(const rls::RateLimitRequest& request) {
 EnvoyGrpcService::EnvoyGrpcService(RateLimitService& service, EnvoyOptions options)
     : service_(service), options_(options) {}
 
+Clock& EnvoyGrpcService::WallClock() const {
+  return options_.clock != nullptr ? *options_.clock : SystemClock();
+}
+
 grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServerContext* context,
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The answer may come after this returns: the clock is held by pointer (it outlives the
   // service), the start by value.
-  Clock* clock = options_.clock != nullptr ? options_.clock : &SystemClock();
+  Clock* clock = &WallClock();
   const Timestamp start = clock->Now();
   // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
   service_.ShouldRateLimitAsync(
@@ -187,7 +191,7 @@ void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
   if (at >= quotas.size()) {  // The closest is one the headers leave out (shadow mode).
     at = ClosestQuota(quotas);
   }
-  const Timestamp now = (options_.clock != nullptr ? *options_.clock : SystemClock()).Now();
+  const Timestamp now = WallClock().Now();
   AddRateLimitHeaders(quotas, at, options_.headers, now, add);
 }
 

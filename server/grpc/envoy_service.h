@@ -60,6 +60,9 @@ class EnvoyGrpcService final
   void AddHeaders(const std::vector<DescriptorResult>& results, const DescriptorResult* closest,
                   envoy::service::ratelimit::v3::RateLimitResponse& response) const;
 
+  // options_.clock, or SystemClock().
+  Clock& WallClock() const;
+
   RateLimitService& service_;
   EnvoyOptions options_;
 };

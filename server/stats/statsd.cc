@@ -19,6 +19,14 @@ namespace {
 // The smallest max_datagram taken: room for a name of some length and its value.
 constexpr size_t kMinDatagram = 64;
 
+// How much the running total `total` grew since `last`, which becomes it. A running total
+// never shrinks; if it did, all of it is new.
+uint64_t Growth(uint64_t& last, uint64_t total) {
+  const uint64_t grew = total >= last ? total - last : total;
+  last = total;
+  return grew;
+}
+
 // A UDP socket connected to host:port (send() then needs no address), and the address as text.
 absl::StatusOr<std::pair<int, std::string>> Connect(const std::string& host, uint16_t port) {
   addrinfo hints{};
@@ -126,9 +134,7 @@ void StatsdSink::Run() {
 void StatsdSink::AddTimerLines(const Stat& stat, std::vector<std::string>& lines) {
   for (size_t i = 0; i < stat.samples.size(); ++i) {
     const auto& [ms, total] = stat.samples[i];
-    uint64_t& last = last_[fmt::format("{}#{}", stat.name, i)];
-    const uint64_t grew = total >= last ? total - last : total;
-    last = total;
+    const uint64_t grew = Growth(last_[fmt::format("{}#{}", stat.name, i)], total);
     if (grew == 0) {
       continue;
     }
@@ -152,10 +158,7 @@ std::vector<std::string> StatsdSink::Lines() {
     }
     uint64_t value = stat.value;
     if (stat.kind == Stat::Kind::kCounter) {
-      uint64_t& last = last_[stat.name];
-      // A running total never shrinks; if it did, all of it is new.
-      value = stat.value >= last ? stat.value - last : stat.value;
-      last = stat.value;
+      value = Growth(last_[stat.name], stat.value);
       if (value == 0) {
         continue;  // As gostats: a counter that did not grow is not sent.
       }
