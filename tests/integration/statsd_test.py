@@ -248,6 +248,12 @@ class StatsdTest(unittest.TestCase):
         self.assertEqual(received["ratelimit.service.global_shadow_mode"], 1)
         self.assertEqual(received["ratelimit.service.rate_limit.rl.banned.over_limit"], 1)
 
+    # Not under ThreadSanitizer: Debian's grpc++ is not instrumented, so its own hand-off of a
+    # call between its threads (the reactor made on one, released on another, in grpcpp's inline
+    # headers) shows as a race that a suppression could hide only by hiding every report whose
+    # stack passes through those headers, ours included. The release and ASan builds run it.
+    @unittest.skipIf(os.environ.get("SLUICE_SANITIZE") == "thread",
+                     "grpc++ is not instrumented for ThreadSanitizer")
     def test_their_grpc_server_and_service_stats(self):
         # Envoy's calls over gRPC: counted and timed as their gRPC server does, a request
         # refused before a decision as their service_error, an unknown domain by its name.
