@@ -242,7 +242,7 @@ absl::Status Daemon::Start(const Settings& settings) {
                               .dynamic_metadata = flags_.dynamic_metadata,
                               .metrics = &metrics_});
   int grpc_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
+  absl::StatusOr<GrpcServer> grpc_server =
       StartGrpcServer(grpc_address, *envoy_, grpc_port, flags_.grpc_tls);
   if (!grpc_server.ok()) {  // Taken since it was tried, or refused for its TLS files.
     StopListeners(Micros{0});
@@ -314,7 +314,7 @@ absl::Status Daemon::StartStatsd() {
 // Stops what Start started: the gRPC server (up to `drain`), then the HTTP listeners.
 void Daemon::StopListeners(Micros drain) {
   service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
-  if (grpc_server_ != nullptr) {
+  if (grpc_server_) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + drain);
   }
   server_->Stop(drain);

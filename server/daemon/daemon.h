@@ -169,7 +169,7 @@ class Daemon {
   std::unique_ptr<DebugApi> debug_api_;
   std::unique_ptr<HttpServer> debug_server_;  // Only with --debug.
   std::unique_ptr<EnvoyGrpcService> envoy_;
-  std::unique_ptr<grpc::Server> grpc_server_;
+  GrpcServer grpc_server_;
   boost::asio::io_context control_{1};
   boost::asio::steady_timer watch_timer_{control_};
   boost::asio::steady_timer snapshot_timer_{control_};

@@ -195,10 +195,9 @@ void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
   AddRateLimitHeaders(quotas, at, options_.headers, now, add);
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              EnvoyGrpcService& service, int& port,
-                                                              const GrpcTlsOptions& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = GrpcServerCredentials(tls);
+absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,
+                                           int& port, const GrpcTlsOptions& tls) {
+  absl::StatusOr<GrpcCredentials> credentials = GrpcServerCredentials(tls);
   if (!credentials.ok()) {
     return credentials.status();
   }
@@ -215,7 +214,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string&
   // bind this port too, and the kernel would split Envoy's connections between the two, each
   // counting its share against the whole limit.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, *credentials, &port);
+  builder.AddListeningPort(address, credentials->credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -226,7 +225,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string&
     return absl::UnavailableError(
         fmt::format("cannot serve gRPC on {} (gRPC's log above says why)", address));
   }
-  return server;
+  return GrpcServer{.certificates = std::move(credentials->certificates),
+                    .server = std::move(server)};
 }
 
 }  // namespace sluice::server

@@ -67,13 +67,22 @@ class EnvoyGrpcService final
   EnvoyOptions options_;
 };
 
+// A running gRPC server and, over TLS, the watch of its certificate files, which outlives it
+// (members are destroyed last first).
+struct GrpcServer {
+  std::unique_ptr<CertificateWatch> certificates;
+  std::unique_ptr<grpc::Server> server;
+
+  grpc::Server* operator->() const { return server.get(); }
+  explicit operator bool() const { return server != nullptr; }
+};
+
 // A gRPC server on `address` (HOST:PORT) with `service` and the standard health service, over
 // TLS when `tls` says so (listener.h). `port` receives the port bound (for HOST:0). The port
 // is this process's alone (no SO_REUSEPORT). InvalidArgument naming a TLS file that is wrong;
 // Unavailable when it cannot listen, saying why ("cannot serve gRPC on 127.0.0.1:8081:
 // Address already in use").
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const std::string& address,
-                                                              EnvoyGrpcService& service, int& port,
-                                                              const GrpcTlsOptions& tls = {});
+absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,
+                                           int& port, const GrpcTlsOptions& tls = {});
 
 }  // namespace sluice::server

@@ -73,27 +73,9 @@ class ClientSanVerifier final : public grpc::experimental::ExternalCertificateVe
   const std::string san_;
 };
 
-// gRPC's TLS credentials (rather than its SSL ones) for a client SAN: only they take a
-// verifier of one's own. Client certificates are required and verified as without one.
-std::shared_ptr<grpc::ServerCredentials> ClientSanCredentials(tls::Pem pem,
-                                                              const std::string& san) {
-  auto certificates = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
-      pem.ca,
-      std::vector<grpc::experimental::IdentityKeyCertPair>{
-          {.private_key = std::move(pem.key), .certificate_chain = std::move(pem.cert_chain)}});
-  grpc::experimental::TlsServerCredentialsOptions options(certificates);
-  options.watch_root_certs();
-  options.watch_identity_key_cert_pairs();
-  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.set_certificate_verifier(
-      grpc::experimental::ExternalCertificateVerifier::Create<ClientSanVerifier>(san));
-  return grpc::experimental::TlsServerCredentials(options);
-}
-
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
-    const GrpcTlsOptions& tls) {
+absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls) {
   if (!tls.client_san.empty() && tls.client_ca_file.empty()) {
     return absl::InvalidArgumentError(
         "gRPC TLS: a client SAN (--grpc-tls-client-san) is checked in client certificates, "
@@ -105,24 +87,28 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
           "gRPC TLS: a client CA (--grpc-tls-client-ca) verifies clients over TLS, which needs "
           "the server's own certificate and key (--grpc-tls-cert, --grpc-tls-key)");
     }
-    return grpc::InsecureServerCredentials();
+    return GrpcCredentials{.credentials = grpc::InsecureServerCredentials()};
   }
-  absl::StatusOr<tls::Pem> pem = tls::ReadPemFiles(
+  absl::StatusOr<std::unique_ptr<CertificateWatch>> watch = CertificateWatch::Start(
       {.cert_file = tls.cert_file, .key_file = tls.key_file, .ca_file = tls.client_ca_file},
-      "gRPC TLS");
-  if (!pem.ok()) {
-    return pem.status();
+      tls.reload_seconds);
+  if (!watch.ok()) {
+    return watch.status();
+  }
+  grpc::experimental::TlsServerCredentialsOptions options((*watch)->provider());
+  options.watch_identity_key_cert_pairs();
+  if (tls.client_ca_file.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   }
   if (!tls.client_san.empty()) {
-    return ClientSanCredentials(*std::move(pem), tls.client_san);
+    options.set_certificate_verifier(
+        grpc::experimental::ExternalCertificateVerifier::Create<ClientSanVerifier>(tls.client_san));
   }
-  grpc::SslServerCredentialsOptions options(
-      pem->ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = std::move(pem->ca);
-  options.pem_key_cert_pairs.push_back(
-      {.private_key = std::move(pem->key), .cert_chain = std::move(pem->cert_chain)});
-  return grpc::SslServerCredentials(options);
+  return GrpcCredentials{.credentials = grpc::experimental::TlsServerCredentials(options),
+                         .certificates = *std::move(watch)};
 }
 
 absl::Status WhyNotListening(const std::string& address) {

@@ -1,10 +1,10 @@
 #pragma once
 
 // What StartGrpcServer (envoy_service.h) needs around gRPC's own listener: the TLS settings,
-// read into gRPC's server credentials with every file checked first, and, when gRPC cannot
-// listen, the reason (gRPC only logs it).
+// read into gRPC's server credentials with every file checked first and then watched, and,
+// when gRPC cannot listen, the reason (gRPC only logs it).
 //
-// Functions of files and sockets, no state: thread-safe.
+// Functions of files and sockets: thread-safe.
 
 #include <memory>
 #include <string>
@@ -12,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/security/server_credentials.h"
+
+#include "server/grpc/certificate_watch.h"
 
 namespace sluice::server {
 
@@ -28,16 +30,26 @@ struct GrpcTlsOptions {
   // alternative names, a DNS name or an IP address (their GRPC_CLIENT_TLS_SAN); empty: any
   // certificate the CAs signed is served.
   std::string client_san;
+  // How often the files are looked at again for a renewed certificate (CertificateWatch).
+  unsigned reload_seconds = 1;
 
   bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
+};
+
+// What a gRPC listener is given: its credentials and, over TLS, the watch that keeps the
+// certificate they serve current. The watch must outlive the server.
+struct GrpcCredentials {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<CertificateWatch> certificates;  // Null in plaintext.
 };
 
 // Plaintext credentials for `tls` not enabled; else TLS ones from its files, read and checked
 // now. InvalidArgument naming a file that is missing, unreadable or holds the wrong thing, a
 // key that is not the certificate's, a client CA without a certificate of the server's, or a
-// client SAN without a client CA.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
-    const GrpcTlsOptions& tls);
+// client SAN without a client CA. The files are watched while serving (CertificateWatch): a
+// certificate renewed in them is served from the next handshake on, a broken or mismatched
+// pair never (the last good one stays).
+absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls);
 
 // Why `address` (HOST:PORT, [IPv6]:PORT) cannot be listened on, asked of the system by binding
 // it as gRPC does (SO_REUSEADDR, no SO_REUSEPORT): "Address already in use" when another

@@ -24,15 +24,14 @@ struct LocalGrpc {
     }
   }
 
-  std::unique_ptr<grpc::Server> server;
+  server::GrpcServer server;
   std::unique_ptr<envoy::service::ratelimit::v3::RateLimitService::Stub> stub;
 };
 
 // Serves `envoy` on 127.0.0.1 and connects a stub to it.
 inline absl::StatusOr<LocalGrpc> StartLocalGrpc(server::EnvoyGrpcService& envoy) {
   int port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      server::StartGrpcServer("127.0.0.1:0", envoy, port);
+  absl::StatusOr<server::GrpcServer> server = server::StartGrpcServer("127.0.0.1:0", envoy, port);
   if (!server.ok()) {
     return server.status();
   }

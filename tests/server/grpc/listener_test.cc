@@ -1,10 +1,16 @@
 // StartGrpcServer's listener: TLS and mutual TLS with certificates the test makes (a client
 // with the CA is served; one without a certificate, or with one of another CA, is refused
 // when client certificates are required; plaintext to a TLS port fails), TLS files that are
-// wrong refused at start naming the file, and a port in use refused rather than shared.
+// wrong refused at start naming the file, renewed files served without a restart (broken ones
+// never), and a port in use refused rather than shared.
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "fmt/format.h"
 #include "gmock/gmock.h"
@@ -38,7 +44,7 @@ class GrpcListenerTest : public ::testing::Test {
   }
 
   // A server on 127.0.0.1 (`port` 0: any free one) with `tls`; its port in port_.
-  absl::StatusOr<std::unique_ptr<grpc::Server>> Start(const GrpcTlsOptions& tls, int port = 0) {
+  absl::StatusOr<GrpcServer> Start(const GrpcTlsOptions& tls, int port = 0) {
     return StartGrpcServer(fmt::format("127.0.0.1:{}", port), envoy_, port_, tls);
   }
 
@@ -59,10 +65,13 @@ class GrpcListenerTest : public ::testing::Test {
     return grpc::SslCredentials(options);
   }
 
-  // One ShouldRateLimit on a fresh channel to port_ (named localhost, as the certificate is).
-  grpc::Status Ask(const std::shared_ptr<grpc::ChannelCredentials>& credentials) const {
+  // One ShouldRateLimit on a fresh channel and connection to port_, checking the server's
+  // certificate names `host`.
+  grpc::Status Ask(const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                   const std::string& host = "localhost") const {
     grpc::ChannelArguments args;
-    args.SetSslTargetNameOverride("localhost");
+    args.SetSslTargetNameOverride(host);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // Never a connection of an earlier Ask.
     const auto stub = rls::RateLimitService::NewStub(
         grpc::CreateCustomChannel(fmt::format("127.0.0.1:{}", port_), credentials, args));
     rls::RateLimitRequest request;
@@ -83,7 +92,7 @@ class GrpcListenerTest : public ::testing::Test {
 
   // StartGrpcServer's error for `tls`, failing the test if it starts.
   std::string Refusal(const GrpcTlsOptions& tls) {
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server = Start(tls);
+    absl::StatusOr<GrpcServer> server = Start(tls);
     EXPECT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
     return std::string(server.status().message());
   }
@@ -97,7 +106,7 @@ class GrpcListenerTest : public ::testing::Test {
 };
 
 TEST_F(GrpcListenerTest, ServesOverTlsAndRefusesPlaintext) {
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = Start(ServerTls(false));
+  absl::StatusOr<GrpcServer> server = Start(ServerTls(false));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls()).ok());
   EXPECT_TRUE(Ask(Tls("client")).ok());  // A certificate nobody asked for changes nothing.
@@ -107,7 +116,7 @@ TEST_F(GrpcListenerTest, ServesOverTlsAndRefusesPlaintext) {
 }
 
 TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = Start(ServerTls(true));
+  absl::StatusOr<GrpcServer> server = Start(ServerTls(true));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls("client")).ok());
   for (const char* client : {"", "other-client"}) {
@@ -123,7 +132,7 @@ TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
 TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
   GrpcTlsOptions tls = ServerTls(true);
   tls.client_san = "client.sluice.test";
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = Start(tls);
+  absl::StatusOr<GrpcServer> server = Start(tls);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls("client")).ok());
   // Of the same CA, naming another (its common name is the SAN's: that is not looked at).
@@ -179,13 +188,63 @@ TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
               HasSubstr("needs the server's own certificate and key"));
 }
 
+// A certificate renewed in its files (as cert-manager or certbot renew it) is served from the
+// next handshake on, without a restart, as envoyproxy/ratelimit's CertProvider serves it; a
+// pair caught half written or a broken file is never served: the last good pair stays.
+TEST_F(GrpcListenerTest, RenewedCertificateFilesAreServedAndBrokenOnesNever) {
+  const std::string cert = (certs_.dir() / "live.crt").string();
+  const std::string key = (certs_.dir() / "live.key").string();
+  // Each file replaced whole (a rename), as renewal tools do; the pair is not replaced at once.
+  const auto install = [](const std::string& text, const std::string& path) {
+    std::ofstream(path + ".new") << text;
+    std::filesystem::rename(path + ".new", path);
+  };
+  const auto file = [](const std::string& path) { return testing::TestCertificates::Read(path); };
+  install(file(certs_.Cert("server")), cert);
+  install(file(certs_.Key("server")), key);
+  absl::StatusOr<GrpcServer> server =
+      Start({.cert_file = cert, .key_file = key, .reload_seconds = 1});
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(Ask(Tls(), "localhost").ok());
+  EXPECT_FALSE(Ask(Tls(), "elsewhere.example").ok());  // The client checks the name.
+
+  // Renewed: the CA's certificate for elsewhere.example, its key first (a moment where the
+  // key is not the certificate's).
+  install(file(certs_.Key("elsewhere")), key);
+  install(file(certs_.Cert("elsewhere")), cert);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!Ask(Tls(), "elsewhere.example").ok()) {
+    // sluice-timing: watchdog (the watcher reads the files every second)
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the renewed certificate never served";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(Ask(Tls(), "localhost").ok());
+
+  // Broken: a key that is not the certificate's, then no certificate at all. Every handshake
+  // over a few of the watcher's readings still shows the last good pair.
+  for (const auto& [cert_text, key_text] :
+       {std::pair{file(certs_.Cert("elsewhere")), file(certs_.Key("server"))},
+        std::pair{std::string("not a certificate\n"), file(certs_.Key("elsewhere"))}}) {
+    install(key_text, key);
+    install(cert_text, cert);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    int asked = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      ASSERT_TRUE(Ask(Tls(), "elsewhere.example").ok()) << "after " << asked << " handshakes";
+      ++asked;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  (*server)->Shutdown();
+}
+
 // gRPC binds with SO_REUSEPORT unless told not to; then a second sluiced on the port would
 // share it, and each would count only its share of Envoy's traffic.
 TEST_F(GrpcListenerTest, ASecondServerOnThePortIsRefusedAndTheFirstKeepsServing) {
-  absl::StatusOr<std::unique_ptr<grpc::Server>> first = Start({});
+  absl::StatusOr<GrpcServer> first = Start({});
   ASSERT_TRUE(first.ok()) << first.status();
   const int port = port_;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> second = Start({}, port);
+  absl::StatusOr<GrpcServer> second = Start({}, port);
   EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
   EXPECT_EQ(second.status().message(),
             fmt::format("cannot serve gRPC on 127.0.0.1:{}: Address already in use", port));

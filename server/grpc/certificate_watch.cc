@@ -1,0 +1,177 @@
+#include "server/grpc/certificate_watch.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#include "src/tls/pem_files.h"
+
+namespace sluice::server {
+namespace {
+
+constexpr char kIdentity[] = "identity.pem";  // The key, then its certificate chain.
+constexpr char kCa[] = "client-ca.pem";
+
+// A directory of this process's own for the copy: in /dev/shm (memory) when it can.
+absl::StatusOr<std::string> MakePrivateDir() {
+  std::error_code ignored;
+  std::string base = std::filesystem::is_directory("/dev/shm", ignored)
+                         ? std::string("/dev/shm")
+                         : std::filesystem::temp_directory_path(ignored).string();
+  for (const std::string& parent : {base, std::string("/tmp")}) {
+    std::string name = parent + "/sluiced-tls-XXXXXX";
+    if (mkdtemp(name.data()) != nullptr) {  // Mode 0700.
+      return name;
+    }
+  }
+  return absl::InternalError(
+      fmt::format("gRPC TLS: cannot make a private directory for the certificates served: {}",
+                  std::strerror(errno)));
+}
+
+// Writes `text` to `path` whole: a new file (0600) renamed over the old, so that a reader
+// sees the old contents or the new, never part of either.
+bool WriteWhole(const std::string& path, const std::string& text) {
+  const std::string fresh = path + ".new";
+  unlink(fresh.c_str());
+  const int fd = open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return false;
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      close(fd);
+      unlink(fresh.c_str());
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return close(fd) == 0 && rename(fresh.c_str(), path.c_str()) == 0;
+}
+
+// The key, then its chain, in one PEM text (OpenSSL finds each by its block's name).
+std::string Identity(const tls::Pem& pem) {
+  return pem.key + (pem.key.ends_with('\n') ? "" : "\n") + pem.cert_chain;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CertificateWatch>> CertificateWatch::Start(tls::PemFiles files,
+                                                                          unsigned reload_seconds) {
+  absl::StatusOr<tls::Pem> pem = tls::ReadPemFiles(files, "gRPC TLS");
+  if (!pem.ok()) {
+    return pem.status();
+  }
+  absl::StatusOr<std::string> dir = MakePrivateDir();
+  if (!dir.ok()) {
+    return dir.status();
+  }
+  std::unique_ptr<CertificateWatch> watch(
+      new CertificateWatch(std::move(files), reload_seconds, *std::move(dir)));
+  watch->seen_ = watch->Look();
+  if (!watch->WriteCopy(Identity(*pem), pem->ca)) {
+    return absl::InternalError(
+        fmt::format("gRPC TLS: cannot write the certificates served into {}: {}", watch->dir_,
+                    std::strerror(errno)));
+  }
+  watch->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      watch->dir_ + "/" + kIdentity, watch->dir_ + "/" + kIdentity,
+      watch->files_.ca_file.empty() ? std::string() : watch->dir_ + "/" + kCa,
+      watch->reload_seconds_);
+  watch->thread_ = std::thread([w = watch.get()] { w->Run(); });
+  return watch;
+}
+
+CertificateWatch::CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir)
+    : files_(std::move(files)),
+      reload_seconds_(reload_seconds == 0 ? 1 : reload_seconds),
+      dir_(std::move(dir)) {}
+
+CertificateWatch::~CertificateWatch() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+  provider_.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::vector<CertificateWatch::Seen> CertificateWatch::Look() const {
+  std::vector<Seen> seen;
+  for (const std::string* file : {&files_.cert_file, &files_.key_file, &files_.ca_file}) {
+    struct stat st {};
+    Seen one;
+    if (!file->empty() && stat(file->c_str(), &st) == 0) {
+      one = {.device = st.st_dev,
+             .inode = st.st_ino,
+             .size = st.st_size,
+             .modified_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+    }
+    seen.push_back(one);
+  }
+  return seen;
+}
+
+bool CertificateWatch::WriteCopy(const std::string& identity, const std::string& ca) {
+  if (!files_.ca_file.empty() && !WriteWhole(dir_ + "/" + kCa, ca)) {
+    return false;
+  }
+  return WriteWhole(dir_ + "/" + kIdentity, identity);
+}
+
+bool CertificateWatch::Check() {
+  std::lock_guard lock(mutex_);
+  std::vector<Seen> now = Look();
+  if (now == seen_) {
+    return false;
+  }
+  seen_ = std::move(now);  // Whatever the outcome: one log line per change.
+  absl::StatusOr<tls::Pem> pem = tls::ReadPemFiles(files_, "gRPC TLS");
+  if (!pem.ok()) {
+    spdlog::error("{}; the certificate in use is kept until the files are right",
+                  std::string(pem.status().message()));
+    return false;
+  }
+  if (!WriteCopy(Identity(*pem), pem->ca)) {
+    spdlog::error(
+        "gRPC TLS: cannot write the renewed certificates into {}: {}; the certificate "
+        "in use is kept",
+        dir_, std::strerror(errno));
+    return false;
+  }
+  spdlog::info("gRPC TLS: the certificate in {} is served from the next handshake on",
+               files_.cert_file);
+  return true;
+}
+
+void CertificateWatch::Run() {
+  const auto interval = std::chrono::seconds(reload_seconds_);
+  std::unique_lock lock(mutex_);
+  while (!wake_.wait_for(lock, interval, [this] { return stopping_; })) {
+    lock.unlock();
+    Check();
+    lock.lock();
+  }
+}
+
+}  // namespace sluice::server
