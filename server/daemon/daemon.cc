@@ -74,10 +74,19 @@ int Daemon::Run() {
   if (absl::Status s = StartStatsd(); !s.ok()) {
     return Refuse(internal::Message(s));
   }
+  if (absl::Status s = StartXds(); !s.ok()) {
+    return Refuse(internal::Message(s));
+  }
+  if (!AwaitFirstXdsSet(signals)) {
+    return 0;  // Stopped by a signal while waiting.
+  }
   if (absl::Status s = Start(*settings); !s.ok()) {
     return Refuse(internal::Message(s));
   }
   Serve(signals, *settings);
+  if (xds_ != nullptr) {
+    xds_->Stop();  // No set is put in force during the drain.
+  }
   // A reload still loading is discarded, and not waited for: the drain starts now.
   const bool reload_ended = reloader_ == nullptr || reloader_->Stop();
   const int code = Drain(settings->drain);
@@ -229,7 +238,7 @@ absl::Status Daemon::Start(const Settings& settings) {
   }
   spdlog::info("sluiced listening on http://{}:{} with {} event loop(s); {} domain(s) from {}; {}",
                http.host, server_->port(), threads, service_->rules()->domains().size(),
-               flags_.config.empty() ? "no config" : flags_.config, StoreDescription());
+               RulesSource(), StoreDescription());
   if (page_ != nullptr) {
     spdlog::info(
         "the operator's page: http://{}:{}/ui/ (any user name; the admin token as the "
@@ -470,17 +479,20 @@ std::shared_ptr<const LimitHistory> Daemon::Previous() const {
   return nullptr;
 }
 
-absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules() {
+absl::StatusOr<std::shared_ptr<const RuleSet>> Daemon::LoadRules(
+    const std::vector<std::pair<std::string, std::string>>* pushed) {
   const bool first = service_->rules()->domains().empty();
   std::shared_ptr<const LimitHistory> previous = Previous();
-  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::Load(
-      flags_.config, metrics_.rules(),
-      [this](const Limit& limit) { return store_->CheckLimit(limit); },
-      RuleLoadOptions{.merge_domains = flags_.merge_domains,
-                      .skip_dotfiles = flags_.skip_dotfiles,
-                      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
-                      // A reload's limits carry their keys' state across a change of figures.
-                      .previous = previous});
+  const LimitChecker check = [this](const Limit& limit) { return store_->CheckLimit(limit); };
+  const RuleLoadOptions options{
+      .merge_domains = flags_.merge_domains,
+      .skip_dotfiles = flags_.skip_dotfiles,
+      .no_leases = memcached_ != nullptr ? MemcachedStore::kNoLeases : "",
+      // A reload's limits carry their keys' state across a change of figures.
+      .previous = previous};
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+      pushed != nullptr ? RuleSet::Parse(*pushed, metrics_.rules(), check, options)
+                        : RuleSet::Load(flags_.config, metrics_.rules(), check, options);
   // Before they are in force: a server of the fleet restarted from now on finds them. Not when
   // the fleet's were not read at start: written then, this server's figures, which know no
   // earlier ones, would replace the fleet's.

@@ -34,6 +34,7 @@
 #include "server/stats/rate_history.h"
 #include "server/stats/statsd.h"
 #include "server/ui/operator_page.h"
+#include "server/xds/client.h"
 #include "sluice/memcached_store.h"
 #include "sluice/memory_store.h"
 #include "sluice/redis_store.h"
@@ -96,6 +97,17 @@ struct Flags {
   int top_metrics = 0;
   // The operator's page at /ui/ on the HTTP listener (server/ui/); needs admin_token_file.
   bool ui = false;
+  // Rules from an xDS management server at HOST:PORT instead of --config (daemon_xds.cc); the
+  // rest are its options (xds::Options), as text where they take parsing.
+  std::string xds;
+  xds::Options xds_options;
+  std::string xds_node_metadata;  // "k=v,k2=v2"
+  std::string xds_headers;        // "k:v,k2:v2"
+  std::string xds_backoff_initial = "10s";
+  std::string xds_backoff_max = "60s";
+  // Serve before the first set of rules arrives (their FORCE_START_WITHOUT_INITIAL_CONFIG);
+  // without it, sluiced listens only once one is in force.
+  bool xds_force_start = false;
 };
 
 class Daemon {
@@ -142,12 +154,21 @@ class Daemon {
   void MakeOperatorPage(const AdminToken& admin);
   void SampleHistory();
 
-  absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules();
+  // --config's files, or a set `pushed` by xDS (file name, text).
+  absl::StatusOr<std::shared_ptr<const RuleSet>> LoadRules(
+      const std::vector<std::pair<std::string, std::string>>* pushed = nullptr);
   // The limits the rules LoadRules loads replace (RuleLoadOptions::previous).
   std::shared_ptr<const LimitHistory> Previous() const;
   std::string Version() const;          // What identifies the rules' files as they are now.
   void RequestReload(std::string why);  // On the control loop: the reload runs elsewhere.
   void ApplyRules(Reloader::Rules rules, const std::string& why);  // On the reloader's thread.
+  // daemon_xds.cc: --xds's client started, and unless --xds-force-start, the wait for its first
+  // set (false: a signal stopped the wait); a pushed set put in force as a reload's would be.
+  absl::Status StartXds();
+  std::string RulesSource() const;  // For the log: xDS's server, --config, or "no config".
+  bool AwaitFirstXdsSet(boost::asio::signal_set& signals);
+  absl::Status ApplyXds(const std::vector<std::pair<std::string, std::string>>& files,
+                        const std::string& version);
   void WaitForSignal(boost::asio::signal_set& signals);
   void Watch(Micros interval);
   void SnapshotEvery(Micros interval);
@@ -179,6 +200,9 @@ class Daemon {
   std::atomic<bool> stopping_{false};  // SIGTERM received: /healthcheck fails, as theirs.
   // With --config, from Serve on; destroyed before what its loads use.
   std::unique_ptr<Reloader> reloader_;
+  // With --xds, from Run on; stopped before what its sets use.
+  std::unique_ptr<xds::Client> xds_;
+  std::atomic<bool> xds_in_force_{false};  // A set from xDS has been put in force.
   // Last: destroyed first, after the drain; its final flush sends what the last requests
   // counted, reading the members above.
   std::unique_ptr<StatsdSink> statsd_;

@@ -81,6 +81,8 @@ class Reader {
   std::string DescribeStore(bool tcp) const;  // tcp: a cluster or sentinels, TCP whatever.
   absl::Status RedisTls(bool tls);
   absl::Status GrpcTls();
+  bool Xds() const;
+  absl::Status ConfigSource();
   absl::Status Statsd();
   absl::Status Simples();
   absl::Status Refusals() const;
@@ -152,9 +154,9 @@ absl::StatusOr<EnvSettings> Reader::Read() {
       return ok.status();
     }
   }
-  for (auto pass :
-       {&Reader::Listeners, &Reader::LogLevel, &Reader::Runtime, &Reader::PoolSize,
-        &Reader::LocalCache, &Reader::Store, &Reader::GrpcTls, &Reader::Statsd, &Reader::Simples}) {
+  for (auto pass : {&Reader::Listeners, &Reader::LogLevel, &Reader::ConfigSource, &Reader::Runtime,
+                    &Reader::PoolSize, &Reader::LocalCache, &Reader::Store, &Reader::GrpcTls,
+                    &Reader::Statsd, &Reader::Simples}) {
     if (absl::Status s = (this->*pass)(); !s.ok()) {
       return s;
     }
@@ -162,13 +164,27 @@ absl::StatusOr<EnvSettings> Reader::Read() {
   return std::move(out_);
 }
 
+// CONFIG_TYPE=GRPC_XDS_SOTW: rules from the management server at CONFIG_GRPC_XDS_SERVER_URL
+// (their default localhost:18000), instead of RUNTIME_ROOT's files.
+bool Reader::Xds() const {
+  const std::optional<std::string> type = Get("CONFIG_TYPE");
+  return type && absl::AsciiStrToLower(*type) == "grpc_xds_sotw";
+}
+
+absl::Status Reader::ConfigSource() {
+  if (Xds() && !given_("--xds") && !given_("--config")) {
+    Add("--xds", Get("CONFIG_GRPC_XDS_SERVER_URL").value_or("localhost:18000"),
+        "CONFIG_TYPE, CONFIG_GRPC_XDS_SERVER_URL", false, false);
+  }
+  return absl::OkStatus();
+}
+
 // Settings that would have sluiced serve something other than what they ask: refused.
 absl::Status Reader::Refusals() const {
   if (const std::optional<std::string> type = Get("CONFIG_TYPE");
-      type && absl::AsciiStrToLower(*type) != "file") {
+      type && absl::AsciiStrToLower(*type) != "file" && !Xds()) {
     return Malformed("CONFIG_TYPE", *type,
-                     "sluiced loads its rules from files only (CONFIG_TYPE=FILE); rules from an "
-                     "xDS server are not supported");
+                     "expected FILE (rules files) or GRPC_XDS_SOTW (rules from an xDS server)");
   }
   if (const std::optional<std::string> uds = Get("GRPC_UDS"); uds && !given_("--grpc")) {
     return Malformed("GRPC_UDS", *uds,
@@ -230,7 +246,7 @@ absl::Status Reader::LogLevel() {
 // The rules: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, each *.yaml file in it.
 absl::Status Reader::Runtime() {
   const bool set = AnySet({"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"});
-  if (given_("--config") || !(set || out_.theirs)) {
+  if (given_("--config") || given_("--xds") || Xds() || !(set || out_.theirs)) {
     return absl::OkStatus();
   }
   std::filesystem::path path = Get("RUNTIME_ROOT").value_or("/srv/runtime_data/current");

@@ -34,6 +34,21 @@ inline constexpr Simple kSimple[] = {
     {"CACHE_KEY_PREFIX", "--cache-key-prefix", Kind::kText},
     {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "--health-needs-rules", Kind::kSwitch},
     {"REDIS_TIMEOUT", "--redis-timeout", Kind::kTimeout},
+    // Rules from xDS (CONFIG_TYPE=GRPC_XDS_SOTW sets --xds).
+    {"CONFIG_GRPC_XDS_NODE_ID", "--xds-node-id", Kind::kText},
+    {"CONFIG_GRPC_XDS_NODE_METADATA", "--xds-node-metadata", Kind::kText},
+    {"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "--xds-headers", Kind::kText},
+    {"CONFIG_GRPC_XDS_SERVER_USE_TLS", "--xds-tls", Kind::kSwitch},
+    {"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "--xds-tls-ca", Kind::kText},
+    {"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "--xds-tls-cert", Kind::kText},
+    {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "--xds-tls-key", Kind::kText},
+    {"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "--xds-tls-server-name", Kind::kText},
+    {"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "--xds-backoff-initial", Kind::kDuration},
+    {"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "--xds-backoff-max", Kind::kDuration},
+    {"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "--xds-backoff-random-factor", Kind::kRatio},
+    {"XDS_CLIENT_BACKOFF_JITTER", "--xds-backoff-jitter", Kind::kSwitch},
+    {"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "--xds-max-message-bytes", Kind::kCount},
+    {"FORCE_START_WITHOUT_INITIAL_CONFIG", "--xds-force-start", Kind::kSwitch},
 };
 
 // Their variables that sluiced reads (a bad value is refused) but needs not act on: what they
@@ -41,7 +56,6 @@ inline constexpr Simple kSimple[] = {
 inline constexpr std::string_view kNoEffect[] = {
     "RUNTIME_WATCH_ROOT",  // The watch sees a swap of the root's symlink and an edit alike.
     "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",  // /healthcheck always asks for a connection.
-    "FORCE_START_WITHOUT_INITIAL_CONFIG",    // sluiced starts without rules.
 };
 
 // Their variables sluiced does not support, logged as ignored when set: these names, and every
@@ -53,15 +67,17 @@ inline constexpr std::string_view kIgnored[] = {
     "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW",
     "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
     "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
-    "REDIS_STARTUP_MAX_ELAPSED_TIME"};
+    "REDIS_STARTUP_MAX_ELAPSED_TIME",
+    // xDS: a connection that fails is tried again after the stream's backoff, which covers both.
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"};
 inline constexpr std::string_view kIgnoredPrefixes[] = {
-    "TRACING_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "MEMCACHE_", "REDIS_PERSECOND", "PROMETHEUS_"};
+    "TRACING_", "MEMCACHE_", "REDIS_PERSECOND", "PROMETHEUS_"};
 
 // The rest of their names: read by the passes below.
 inline constexpr std::string_view kComposite[] = {
     "HOST", "PORT", "GRPC_HOST", "GRPC_PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_UDS",
     "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
-    "GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "CONFIG_TYPE", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
+    "GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL", "USE_STATSD", "STATSD_HOST", "STATSD_PORT",
     "STATS_FLUSH_INTERVAL", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
     "BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT",

@@ -164,6 +164,41 @@ void AddTlsFlags(CLI::App& app, Flags& flags) {
                "rediss://: accept a certificate that names another host (its CA is still checked)");
 }
 
+// Rules from an xDS management server (their CONFIG_GRPC_XDS_* and XDS_CLIENT_* settings).
+void AddXdsFlags(CLI::App& app, Flags& flags) {
+  xds::Options& x = flags.xds_options;
+  app.add_option("--xds", flags.xds,
+                 "Rules from this xDS management server (HOST:PORT), instead of --config");
+  app.add_option("--xds-node-id", x.node_id, "xDS: the node id asked for")->capture_default_str();
+  app.add_option("--xds-node-metadata", flags.xds_node_metadata,
+                 "xDS: the node's metadata, k1=v1,k2=v2");
+  app.add_option("--xds-headers", flags.xds_headers,
+                 "xDS: headers sent with the stream, k1:v1,k2:v2");
+  app.add_flag("--xds-tls", x.tls, "xDS: connect over TLS");
+  app.add_option("--xds-tls-ca", x.tls_ca_file,
+                 "xDS TLS: the CAs (PEM) of the server's certificate (default: the system's)");
+  app.add_option("--xds-tls-cert", x.tls_cert_file,
+                 "xDS TLS: a client certificate (PEM), with --xds-tls-key");
+  app.add_option("--xds-tls-key", x.tls_key_file, "xDS TLS: its private key (PEM, unencrypted)");
+  app.add_option("--xds-tls-server-name", x.tls_server_name,
+                 "xDS TLS: the name the server's certificate must show (default: its host)");
+  app.add_option("--xds-backoff-initial", flags.xds_backoff_initial,
+                 "xDS: the first wait before the stream is opened again")
+      ->capture_default_str();
+  app.add_option("--xds-backoff-max", flags.xds_backoff_max, "xDS: the longest such wait")
+      ->capture_default_str();
+  app.add_option("--xds-backoff-random-factor", x.backoff_random_factor,
+                 "xDS: the share of a wait that jitter may take off")
+      ->capture_default_str();
+  app.add_option("--xds-backoff-jitter", x.backoff_jitter, "xDS: jitter the waits (true/false)")
+      ->capture_default_str();
+  app.add_option("--xds-max-message-bytes", x.max_message_bytes,
+                 "xDS: the largest set of rules taken (0: gRPC's 4 MiB)")
+      ->capture_default_str();
+  app.add_flag("--xds-force-start", flags.xds_force_start,
+               "xDS: serve before the first set of rules arrives (no rules until then)");
+}
+
 // How the Envoy API answers (envoyproxy/ratelimit's settings of the same meaning).
 void AddEnvoyFlags(CLI::App& app, Flags& flags) {
   app.add_option("--near-limit-ratio", flags.near_limit_ratio,
@@ -288,6 +323,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--statsd-interval", flags.statsd_interval, "How often to send them")
       ->capture_default_str();
   AddTlsFlags(app, flags);
+  AddXdsFlags(app, flags);
   AddEnvoyFlags(app, flags);
 }
 

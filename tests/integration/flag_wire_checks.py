@@ -13,6 +13,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import rls_client
@@ -491,3 +492,63 @@ def both(*checks):
             c(t, s)
     return check_
 
+
+
+# Rules from xDS: the scene's management server (World.xds) and what it heard.
+def xds_rules(t, s):
+    value = "xds-%d" % next(FRESH)
+    answer = rls_client.should_rate_limit(s.grpc_port, "xdswire", [[("user", value)]])
+    t.assertEqual((answer["overall_code"], answer["statuses"][0]["limit_remaining"]), ("OK", 1))
+
+
+def xds_heard(name, probe, expected):
+    """What the management server of `name` was told: probe(first request, its stream's
+    metadata) equals `expected`."""
+    def check_(t, s):
+        server = s.world.xds(name)
+        first = server.wait_for(lambda r: r[:1], what="the subscription")[0]
+        t.assertEqual(probe(first, server.stream_metadata[0]), expected)
+    return check_
+
+
+def xds_oversized_refused(name):
+    """A set larger than --xds-max-message-bytes (100,000) is not taken: gRPC refuses the
+    message, and the rules in force stay. Last of its scene: the server keeps the set."""
+    def check_(t, s):
+        import xds_server
+        big = [{"key": "k%d" % i, "rate_limit": {"unit": "hour", "requests_per_unit": 1}}
+               for i in range(8000)]
+        s.world.xds(name).push("big", [xds_server.config("big", "other", big)])
+        eventually(lambda: "larger than max" in log(s), "the oversized set refused")
+        xds_rules(t, s)
+    return check_
+
+
+def xds_backoff(args, variables, waits):
+    """A row without a scene: sluiced told of a management server that is not there (port 1)
+    serves meanwhile (its force start is among `args` or `variables`) and logs the wait before
+    each new attempt: the first of them are `waits`."""
+    def check_(t, _):
+        env = {name: os.environ[name] for name in KEPT if name in os.environ}
+        env.update(variables)
+        proc = subprocess.Popen(
+            [sluiced.BINARY, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--store",
+             "memory", *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        killer = threading.Timer(60, proc.kill)  # sluice-timing: watchdog (a line never said)
+        killer.start()
+        listened, said = False, []
+        try:
+            for line in proc.stderr:
+                listened = listened or "listening on http://" in line
+                if " again in " in line:
+                    said.append(line.rsplit(" again in ", 1)[1].strip())
+                if listened and len(said) >= len(waits):
+                    break
+        finally:
+            killer.cancel()
+            proc.terminate()
+            proc.wait(60)
+        t.assertTrue(listened, "sluiced did not serve while the management server was away")
+        t.assertEqual(said[:len(waits)], waits)
+    return check_

@@ -217,6 +217,35 @@ def budget_flags(w):
     return build
 
 
+def xds_flags(w):
+    server, certs = w.xds("flags"), w.certificates()
+
+    def build(s, port):
+        return [*s.listeners(port), "--store", "memory", "--xds", f"127.0.0.1:{server.port}",
+                "--xds-node-id", "wire-node", "--xds-node-metadata", "team=wire,bad,zone=z",
+                "--xds-headers", "x-wire:flags", "--xds-tls", "--xds-tls-ca", certs["ca"][0],
+                "--xds-tls-cert", certs["client"][0], "--xds-tls-key", certs["client"][1],
+                "--xds-tls-server-name", "elsewhere.example", "--xds-max-message-bytes",
+                "100000"], {}
+    return build
+
+
+def xds_variables(w):
+    server, certs = w.xds("variables"), w.certificates()
+
+    def build(s, port):
+        return [*s.listeners(port), "--store", "memory"], {
+            "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": f"127.0.0.1:{server.port}",
+            "CONFIG_GRPC_XDS_NODE_ID": "wire-node", "CONFIG_GRPC_XDS_NODE_METADATA": "team=wire,bad,zone=z",
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-wire:variables",
+            "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": certs["ca"][0],
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": certs["client"][0],
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": certs["client"][1],
+            "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "elsewhere.example",
+            "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "100000"}
+    return build
+
+
 # Scene: (make, whether /healthz may fail: a store out of reach).
 SCENES = {
     "envoy flags": (envoy_flags, False), "envoy variables": (envoy_variables, False),
@@ -229,6 +258,7 @@ SCENES = {
     "redis down": (redis_down_flags, True),
     "empty flags": (empty_flags, False), "empty variables": (empty_variables, False),
     "budget flags": (budget_flags, False),
+    "xds flags": (xds_flags, False), "xds variables": (xds_variables, False),
 }
 
 
@@ -242,11 +272,22 @@ IGNORED = [
     "REDIS_CLUSTER_PIPELINE_PARALLELISM", "REDIS_POOL_ON_EMPTY_BEHAVIOR",
     "REDIS_POOL_ON_EMPTY_WAIT_DURATION", "REDIS_STARTUP_INITIAL_INTERVAL",
     "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
-    "TRACING_*", "CONFIG_GRPC_XDS_*", "XDS_CLIENT_*", "MEMCACHE_*", "REDIS_PERSECOND*",
-    "PROMETHEUS_*"]
+    "TRACING_*", "MEMCACHE_*", "REDIS_PERSECOND*", "PROMETHEUS_*",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"]
 
 EF, EV, RF, TE = "envoy flags", "envoy variables", "redis flags", "their environment"
 GF, GV, TF, TV = "grpc tls flags", "grpc tls variables", "redis tls flags", "redis tls variables"
+XF, XV = "xds flags", "xds variables"
+# sluiced pointed at a management server that is not there, serving meanwhile.
+XDS_AWAY = ["--xds", "127.0.0.1:1", "--xds-force-start"]
+XDS_AWAY_VARIABLES = {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "127.0.0.1:1",
+                      "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "LOG_LEVEL": "info"}
+
+
+def NODE_METADATA(request, _):
+    return {k: v.string_value for k, v in request.node.metadata.fields.items()}
+
+
 SENTINEL_AUTH = sentinel_heard(b"AUTH", b"wire-user", b"wire-pass")
 SENTINEL_ASKED = sentinel_heard(b"SENTINEL", b"get-master-addr-by-name", b"wire-master")
 
@@ -371,7 +412,8 @@ ROWS = [
     Row("--max-keys", "budget flags", max_keys),
     # Read and refused: what sluiced will not do, and the switches that change nothing in
     # sluiced (it does what they ask anyway), whose values are checked.
-    Row("CONFIG_TYPE", None, refused_variable("CONFIG_TYPE", "GRPC_XDS_SOTW")),
+    Row("CONFIG_TYPE", XV, both(xds_rules, lambda t, s: refused_variable(
+        "CONFIG_TYPE", "GRPC_XDS_DELTA")(t, s))),
     Row("GRPC_UDS", None, refused_variable("GRPC_UDS", "/tmp/wire.sock", args=(
         "--store", "memory"))),
     Row("MEMCACHE_SRV", None, refused_variable(
@@ -381,8 +423,60 @@ ROWS = [
         "MEMCACHE_TLS", "true", args=("--grpc", "127.0.0.1:0"), BACKEND_TYPE="memcache",
         MEMCACHE_HOST_PORT="127.0.0.1:1")),
     *[Row(name, None, refused_variable(name, "maybe")) for name in (
-        "RUNTIME_WATCH_ROOT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-        "FORCE_START_WITHOUT_INITIAL_CONFIG")],
+        "RUNTIME_WATCH_ROOT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")],
+    # Rules from xDS, over mutual TLS.
+    Row("--xds", XF, xds_rules),
+    Row("--xds-node-id", XF, xds_heard("flags", lambda r, m: r.node.id, "wire-node")),
+    Row("--xds-node-metadata", XF, xds_heard("flags", NODE_METADATA, {"team": "wire", "zone": "z"})),
+    Row("--xds-headers", XF, xds_heard("flags", lambda r, m: m.get("x-wire"), "flags")),
+    Row("--xds-tls", XF, xds_rules),  # The server speaks TLS only.
+    Row("--xds-tls-ca", XF, xds_rules),  # Its certificate is of the test's CA.
+    Row("--xds-tls-cert", XF, xds_rules),  # It requires a client certificate of that CA.
+    Row("--xds-tls-key", XF, xds_rules),
+    Row("--xds-tls-server-name", XF, xds_rules),  # Its certificate names elsewhere.example.
+    Row("--xds-max-message-bytes", XF, xds_oversized_refused("flags")),
+    Row("CONFIG_GRPC_XDS_SERVER_URL", XV, xds_rules),
+    Row("CONFIG_GRPC_XDS_NODE_ID", XV, xds_heard("variables", lambda r, m: r.node.id,
+                                                 "wire-node")),
+    Row("CONFIG_GRPC_XDS_NODE_METADATA", XV, xds_heard("variables", NODE_METADATA,
+                                                       {"team": "wire", "zone": "z"})),
+    Row("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", XV, xds_heard(
+        "variables", lambda r, m: m.get("x-wire"), "variables")),
+    Row("CONFIG_GRPC_XDS_SERVER_USE_TLS", XV, xds_rules),
+    Row("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", XV, xds_rules),
+    Row("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", XV, xds_rules),
+    Row("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", XV, xds_rules),
+    Row("CONFIG_GRPC_XDS_SERVER_TLS_SAN", XV, xds_rules),
+    Row("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", XV, xds_oversized_refused("variables")),
+    # The backoff, seen with no management server: exact waits once jitter is off.
+    Row("--xds-force-start", None, xds_backoff(XDS_AWAY, {}, [])),
+    Row("FORCE_START_WITHOUT_INITIAL_CONFIG", None, xds_backoff(
+        [], {**XDS_AWAY_VARIABLES, "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, [])),
+    Row("--xds-backoff-initial", None, xds_backoff(
+        [*XDS_AWAY, "--xds-backoff-initial", "100ms", "--xds-backoff-jitter", "false"], {},
+        ["100ms", "200ms", "400ms"])),
+    Row("--xds-backoff-max", None, xds_backoff(
+        [*XDS_AWAY, "--xds-backoff-initial", "100ms", "--xds-backoff-max", "250ms",
+         "--xds-backoff-jitter", "false"], {}, ["100ms", "200ms", "250ms", "250ms"])),
+    Row("--xds-backoff-jitter", None, xds_backoff(
+        [*XDS_AWAY, "--xds-backoff-initial", "100ms", "--xds-backoff-jitter", "false"], {},
+        ["100ms", "200ms"])),
+    Row("--xds-backoff-random-factor", None, xds_backoff(
+        [*XDS_AWAY, "--xds-backoff-initial", "100ms", "--xds-backoff-random-factor", "0"], {},
+        ["100ms", "200ms"])),
+    Row("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", None, xds_backoff([], {
+        **XDS_AWAY_VARIABLES, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
+        "XDS_CLIENT_BACKOFF_JITTER": "false"}, ["100ms", "200ms"])),
+    Row("XDS_CLIENT_BACKOFF_MAX_INTERVAL", None, xds_backoff([], {
+        **XDS_AWAY_VARIABLES, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "150ms", "XDS_CLIENT_BACKOFF_JITTER": "false"},
+        ["100ms", "150ms"])),
+    Row("XDS_CLIENT_BACKOFF_JITTER", None, xds_backoff([], {
+        **XDS_AWAY_VARIABLES, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
+        "XDS_CLIENT_BACKOFF_JITTER": "false"}, ["100ms", "200ms"])),
+    Row("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", None, xds_backoff([], {
+        **XDS_AWAY_VARIABLES, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0"}, ["100ms", "200ms"])),
 ]
 
 
@@ -403,8 +497,7 @@ def source_variables():
     return {name + "*" if name in PREFIXES else name for name in names}
 
 
-PREFIXES = {"TRACING_", "CONFIG_GRPC_XDS_", "XDS_CLIENT_", "MEMCACHE_", "REDIS_PERSECOND",
-            "PROMETHEUS_"}
+PREFIXES = {"TRACING_", "MEMCACHE_", "REDIS_PERSECOND", "PROMETHEUS_"}
 
 class FlagWireTest(unittest.TestCase):
     def test_every_flag_and_variable_has_a_row(self):

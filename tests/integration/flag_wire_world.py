@@ -195,6 +195,25 @@ class World:
                     for name in ("ca", *names)}
         return self.once("certificates", make)
 
+    def xds(self, name):
+        """An xDS management server (xds_server.py) over mutual TLS, showing the certificate
+        of elsewhere.example and asking for one of the CA's; v1 pushed: domain xdswire, user 2
+        per hour."""
+        def make():
+            import xds_server
+            certs = self.certificates()
+
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            server = xds_server.ManagementServer(tls=(
+                read(certs["elsewhere"][0]), read(certs["elsewhere"][1]), read(certs["ca"][0])))
+            self.cleanups.append(server.stop)
+            server.push("v1", [xds_server.config("rules", "xdswire", [
+                {"key": "user", "rate_limit": {"unit": "hour", "requests_per_unit": 2}}])])
+            return server
+        return self.once("xds-" + name, make)
+
     def tls_redis(self):
         """A redis-server over TLS only, showing the certificate of elsewhere.example and
         asking clients for one: its port."""

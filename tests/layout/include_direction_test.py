@@ -32,6 +32,8 @@ ALLOWED = {
     "server/http": ["include/sluice", "src/core", "server/rules", "server/stats", "server/service",
                     "server/http"],
     "server/grpc": ["include/sluice", "src/core", "src/tls", "server/service", "server/grpc"],
+    # Rules from an xDS management server: a transport of rules files, blind to what they mean.
+    "server/xds": ["include/sluice", "src/core", "src/tls", "server/xds"],
     # The operator's page wraps the HTTP API and draws with `sluice simulate`'s picture.
     "server/ui": ["include/sluice", "src/core", "server/rules", "server/stats", "server/service",
                   "server/http", "server/ui", "tools"],

@@ -12,9 +12,12 @@
 namespace sluice::server {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Key;
+using ::testing::Not;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
@@ -66,7 +69,7 @@ TEST(EnvironmentTest, TheirComposeExample) {
                                    {"RUNTIME_SUBDIRECTORY", "ratelimit"},
                                    {"RUNTIME_WATCH_ROOT", "false"},
                                    {"CONFIG_TYPE", "FILE"},
-                                   {"CONFIG_GRPC_XDS_NODE_ID", "test-node-id"}};
+                                   {"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s"}};
   EXPECT_THAT(
       Flags(environment),
       UnorderedElementsAre(Pair("--http", "0.0.0.0:8080"), Pair("--grpc", "0.0.0.0:8081"),
@@ -76,7 +79,23 @@ TEST(EnvironmentTest, TheirComposeExample) {
       ReadEnvironment(environment, [](std::string_view) { return false; });
   ASSERT_TRUE(settings.ok()) << settings.status();
   EXPECT_TRUE(settings->theirs);
-  EXPECT_THAT(settings->ignored, ElementsAre("CONFIG_GRPC_XDS_NODE_ID"));
+  EXPECT_THAT(settings->ignored, ElementsAre("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"));
+}
+
+// CONFIG_TYPE=GRPC_XDS_SOTW: rules from xDS at their default address, or theirs; not from
+// RUNTIME_ROOT's files.
+TEST(EnvironmentTest, RulesFromXdsInsteadOfFiles) {
+  const auto flags = Flags({{"CONFIG_TYPE", "grpc_xds_sotw"}, {"RUNTIME_ROOT", "/data"}});
+  EXPECT_THAT(flags, Contains(Pair("--xds", "localhost:18000")));
+  EXPECT_THAT(flags, Not(Contains(Key("--config"))));
+  EXPECT_THAT(Flags({{"CONFIG_TYPE", "GRPC_XDS_SOTW"},
+                     {"CONFIG_GRPC_XDS_SERVER_URL", "xds:9000"},
+                     {"CONFIG_GRPC_XDS_NODE_ID", "node-1"},
+                     {"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1m30s"},
+                     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "true"}}),
+              ::testing::IsSupersetOf({Pair("--xds", "xds:9000"), Pair("--xds-node-id", "node-1"),
+                                       Pair("--xds-backoff-initial", "90s"),
+                                       Pair("--xds-force-start", "true")}));
 }
 
 TEST(EnvironmentTest, TheirDefaultsInTheirEnvironment) {
@@ -214,7 +233,8 @@ TEST(EnvironmentTest, MalformedOrRefusedValuesNameTheirVariable) {
   EXPECT_THAT(Refusal({{"REDIS_TYPE", "replicas"}}), HasSubstr("SENTINEL"));
   EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcache"}}), HasSubstr("MEMCACHE_HOST_PORT is not set"));
   EXPECT_THAT(Refusal({{"BACKEND_TYPE", "memcached"}}), HasSubstr("expected redis or memcache"));
-  EXPECT_THAT(Refusal({{"CONFIG_TYPE", "GRPC_XDS_SOTW"}}), HasSubstr("CONFIG_TYPE"));
+  EXPECT_THAT(Refusal({{"CONFIG_TYPE", "GRPC_XDS_DELTA"}}),
+              HasSubstr("CONFIG_TYPE=GRPC_XDS_DELTA: expected FILE"));
   EXPECT_THAT(Refusal({{"GRPC_UDS", "/tmp/rl.sock"}}), HasSubstr("GRPC_UDS"));
   EXPECT_THAT(Refusal({{"GRPC_SERVER_USE_TLS", "true"}}), HasSubstr("GRPC_SERVER_TLS_CERT"));
   EXPECT_THAT(Refusal({{"REDIS_TLS", "true"}, {"REDIS_URL", "/s.sock"}}), HasSubstr("REDIS_TLS"));
