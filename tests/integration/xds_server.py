@@ -74,6 +74,7 @@ class ManagementServer:
         self._resources = []
         self._nonce = 0
         self.requests = []  # DiscoveryRequest, in arrival order (all streams).
+        self.request_times = []  # time.monotonic() of each's arrival.
         self.stream_metadata = []  # Each stream's invocation metadata, as a dict.
         self._server = grpc.server(
             __import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=8))
@@ -157,6 +158,7 @@ class ManagementServer:
             for request in requests:
                 with self._lock:
                     self.requests.append(request)
+                    self.request_times.append(time.monotonic())
                     self._lock.notify_all()
                     if request.type_url != TYPE_URL:
                         continue

@@ -78,8 +78,7 @@ google::protobuf::RepeatedPtrField<google::protobuf::Any> Resources() {
 }
 
 TEST(XdsResourcesTest, AResourceReadsAsTheFileItStandsFor) {
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files =
-      RulesFiles(Resources());
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files = RulesFiles(Resources());
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->size(), 1U);
   EXPECT_EQ((*files)[0].first, "edge");
@@ -110,8 +109,9 @@ TEST(XdsResourcesTest, AResourceOfAnotherTypeOrUndecodableIsRefusedNamingIt) {
   other->set_type_url("type.googleapis.com/envoy.config.cluster.v3.Cluster");
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files = RulesFiles(resources);
   EXPECT_TRUE(absl::IsInvalidArgument(files.status()));
-  EXPECT_THAT(files.status().message(),
-              HasSubstr("resource 1: of type 'type.googleapis.com/envoy.config.cluster.v3.Cluster'"));
+  EXPECT_THAT(
+      files.status().message(),
+      HasSubstr("resource 1: of type 'type.googleapis.com/envoy.config.cluster.v3.Cluster'"));
   other->set_type_url(kRateLimitConfigType);
   other->set_value("\xff\xff\xff");
   files = RulesFiles(resources);
