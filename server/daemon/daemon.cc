@@ -217,6 +217,7 @@ absl::Status Daemon::Start(const Settings& settings) {
       },
       [this] { return Health(); },
       HeaderOptions{.format = format.value_or(HeaderFormat::kDraftIetf)});
+  api_->SetEnvoyHeaders(flags_.response_headers ? std::optional(envoy_headers) : std::nullopt);
   if (absl::Status s = SetUpAdmin(); !s.ok()) {
     return s;
   }

@@ -10,6 +10,7 @@
 #include "grpcpp/server_builder.h"
 
 #include "server/grpc/metadata.h"
+#include "server/service/envoy_headers.h"
 #include "sluice/duration.h"
 #include "src/core/status.h"
 
@@ -99,7 +100,6 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
 void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
                             const std::vector<DescriptorResult>& results,
                             rls::RateLimitResponse& response) const {
-  const DescriptorResult* closest = nullptr;  // For the response headers.
   for (const DescriptorResult& result : results) {
     rls::RateLimitResponse::DescriptorStatus& status = *response.add_statuses();
     status.set_code(result.over_limit ? rls::RateLimitResponse::OVER_LIMIT
@@ -119,80 +119,20 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
                                                        kMicrosPerSecond);
     status.mutable_duration_until_reset()->set_nanos(
         static_cast<int32_t>(result.until_reset.count() % kMicrosPerSecond * 1000));
-    // As envoyproxy/ratelimit: the first with the fewest remaining (shadow mode and quota mode
-    // included), and the last OVER_LIMIT one outside quota mode over all others. (A remaining of
-    // 2^32-1, an unlimited descriptor's, is never the closest.)
-    auto decisive = [](const DescriptorResult& r) { return r.over_limit && !r.quota_mode; };
-    const uint32_t fewest =
-        closest == nullptr ? std::numeric_limits<uint32_t>::max() : closest->limit_remaining;
-    if (!result.unlimited && (decisive(result) || ((closest == nullptr || !decisive(*closest)) &&
-                                                   result.limit_remaining < fewest))) {
-      closest = &result;
-    }
   }
   if (options_.response_headers) {
-    AddHeaders(results, closest, response);
+    AddEnvoyHeaders(results, options_.headers, WallClock().Now(),
+                    [&response](std::string_view name, std::string_view value) {
+                      auto& header = *response.add_response_headers_to_add();
+                      header.set_key(std::string(name));
+                      header.set_value(std::string(value));
+                    });
   }
   if (options_.dynamic_metadata) {
     *response.mutable_dynamic_metadata() = DynamicMetadata(request, results);
   }
   response.set_overall_code(service_.OverallOverLimit(results) ? rls::RateLimitResponse::OVER_LIMIT
                                                                : rls::RateLimitResponse::OK);
-}
-
-void EnvoyGrpcService::AddHeaders(const std::vector<DescriptorResult>& results,
-                                  const DescriptorResult* closest,
-                                  rls::RateLimitResponse& response) const {
-  auto add = [&response](std::string_view name, std::string_view value) {
-    auto& header = *response.add_response_headers_to_add();
-    header.set_key(std::string(name));
-    header.set_value(std::string(value));
-  };
-  if (options_.headers.format == HeaderFormat::kDraft06) {
-    // envoyproxy/ratelimit's three, as it tells them: the closest descriptor's status as it
-    // stands in the response (its requests_per_unit, its limit_remaining, the seconds to its
-    // window's end), a shadow-mode one included, and the reset told even when no wait lets
-    // the request through. Every answer the same as theirs (bench/peers/compare.sh).
-    if (closest != nullptr && closest->closest) {
-      add(options_.headers.limit_name,
-          fmt::format_int(
-              std::min<int64_t>(closest->closest->nominal, std::numeric_limits<uint32_t>::max()))
-              .c_str());
-      add(options_.headers.remaining_name, fmt::format_int(closest->limit_remaining).c_str());
-      add(options_.headers.reset_name, fmt::format_int(CeilSeconds(closest->until_reset)).c_str());
-    }
-    return;
-  }
-  // Every descriptor's limit for RateLimit-Policy, with Envoy's figures (its remaining and
-  // until_reset) for the closest; told as the HTTP API tells a decision.
-  std::vector<HeaderQuota> quotas;
-  size_t at = SIZE_MAX;
-  for (const DescriptorResult& result : results) {
-    if (!result.closest || result.unlimited) {
-      continue;
-    }
-    std::optional<HeaderQuota> quota = QuotaOf(*result.closest);
-    if (!quota) {
-      continue;
-    }
-    quota->remaining =
-        std::min<int64_t>(result.over_limit ? 0 : result.limit_remaining, quota->quota);
-    quota->reset = result.until_reset;
-    quota->denies = result.over_limit;
-    quota->never = result.over_limit && result.closest->decision.never_allowed();
-    if (&result == closest) {
-      at = quotas.size();
-    }
-    quotas.push_back(*quota);
-  }
-  if (closest == nullptr) {
-    return;
-  }
-  if (at >= quotas.size()) {  // The closest is one the headers leave out (shadow mode).
-    at = ClosestQuota(quotas);
-  }
-  const Timestamp now = WallClock().Now();
-  AddRateLimitHeaders(quotas, at, options_.headers, now, add);
 }
 
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,

@@ -56,10 +56,6 @@ class EnvoyGrpcService final
   void Fill(const envoy::service::ratelimit::v3::RateLimitRequest& request,
             const std::vector<DescriptorResult>& results,
             envoy::service::ratelimit::v3::RateLimitResponse& response) const;
-  // Adds the RateLimit headers of `results` (`closest` among them) to `response`.
-  void AddHeaders(const std::vector<DescriptorResult>& results, const DescriptorResult* closest,
-                  envoy::service::ratelimit::v3::RateLimitResponse& response) const;
-
   // options_.clock, or SystemClock().
   Clock& WallClock() const;
 

@@ -384,7 +384,14 @@ HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& req
     }
     statuses.push_back(std::move(status));
   }
-  const Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
+  Json response = {{"overallCode", over ? "OVER_LIMIT" : "OK"}, {"statuses", statuses}};
+  if (!answer.headers.empty()) {
+    Json headers = Json::array();
+    for (const auto& [key, value] : answer.headers) {
+      headers.push_back({{"key", key}, {"value", value}});
+    }
+    response["responseHeadersToAdd"] = std::move(headers);
+  }
   std::string body = Dump(response);
   std::string explained;
   AppendEnvoyExplanation(explained, answer.statuses);

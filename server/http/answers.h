@@ -76,6 +76,8 @@ HttpResponse TopAnswer(const std::vector<RuleTop>& tops, TopBy by, const KeyName
 struct EnvoyAnswer {
   std::vector<DescriptorResult> statuses;
   bool over_limit = false;  // RateLimitService::OverallOverLimit.
+  // response_headers_to_add (envoy_headers.h), with --response-headers.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 // Envoy's RateLimitResponse in protobuf JSON: 200 for OK, 429 for OVER_LIMIT.
 HttpResponse EnvoyJsonResponse(const EnvoyAnswer& answer, const HttpRequest& request);

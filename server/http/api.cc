@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 
 #include "server/http/answers.h"
+#include "server/service/envoy_headers.h"
 #include "sluice/duration.h"
 
 namespace sluice::server {
@@ -350,7 +351,14 @@ void HttpApi::EnvoyJson(const HttpRequest& request, Reply reply) {
           return;
         }
         const bool over = service_.OverallOverLimit(*results);
-        std::move(deliver)(EnvoyAnswer{.statuses = *std::move(results), .over_limit = over});
+        EnvoyAnswer answer{.statuses = *std::move(results), .over_limit = over};
+        if (envoy_headers_) {
+          AddEnvoyHeaders(answer.statuses, *envoy_headers_, clock_.Now(),
+                          [&answer](std::string_view name, std::string_view value) {
+                            answer.headers.emplace_back(name, value);
+                          });
+        }
+        std::move(deliver)(std::move(answer));
       });
 }
 

@@ -90,6 +90,9 @@ class HttpApi final : public HttpHandler {
   // The token of the endpoints that act on others' keys (POST /v1/reset); without one they
   // are off. Set it before serving.
   void SetAdminToken(std::optional<AdminToken> admin) { admin_ = std::move(admin); }
+  // POST /json's responseHeadersToAdd in `headers`' format, as the Envoy API's gRPC answers
+  // carry them (--response-headers; envoy_headers.h); none when not set. Before serving.
+  void SetEnvoyHeaders(std::optional<HeaderOptions> headers) { envoy_headers_ = headers; }
 
   // Counts a request the server answered 400 before it could be parsed (too large, too slow,
   // not HTTP), as Handle counts its own 400s.
@@ -146,6 +149,7 @@ class HttpApi final : public HttpHandler {
   Health health_;
   const HeaderOptions headers_;
   std::optional<AdminToken> admin_;
+  std::optional<HeaderOptions> envoy_headers_;
 };
 
 }  // namespace sluice::server

@@ -191,6 +191,19 @@ def grpc_headers(s, value):
 
 def response_headers(t, s):
     t.assertEqual(sorted(grpc_headers(s, "headers")), sorted(HEADERS))
+    # POST /json carries the same, as theirs (the protobuf JSON of the same response): a fresh
+    # value, the second hit of it told there as the second over gRPC is.
+    grpc_headers(s, "headers-json")
+    told = envoy_json(s, descriptor("user", "headers-json"))["responseHeadersToAdd"]
+    grpc_headers(s, "headers-json-grpc")
+    over_grpc = grpc_headers(s, "headers-json-grpc")
+    over_json = {h["key"]: h["value"] for h in told}
+    t.assertEqual(sorted(over_json), sorted(over_grpc))
+    for name, value in over_grpc.items():
+        if name == HEADERS[2]:  # The seconds to the window's end: the calls a second apart.
+            t.assertLessEqual(abs(int(over_json[name]) - int(value)), 1)
+        else:
+            t.assertEqual(over_json[name], value)
 
 
 def header(name, value):
