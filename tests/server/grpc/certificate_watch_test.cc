@@ -1,0 +1,72 @@
+// CertificateWatch::Check on its own, without its thread's timing: a look at unchanged files
+// replaces nothing; a renewed pair is taken once; a broken or mismatched one never, and the
+// pair that follows it is taken.
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+
+#include "server/grpc/certificate_watch.h"
+#include "tests/testing/tls.h"
+
+namespace sluice::server {
+namespace {
+
+class CertificateWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(certs_.ok());
+    Install("server");
+  }
+
+  // `name`'s certificate and key as the watched files, each replaced by a rename.
+  void Install(const std::string& name) {
+    Write(cert_, testing::TestCertificates::Read(certs_.Cert(name)));
+    Write(key_, testing::TestCertificates::Read(certs_.Key(name)));
+  }
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path + ".new") << text;
+    std::filesystem::rename(path + ".new", path);
+  }
+
+  testing::TestCertificates certs_;
+  const std::string cert_ = (certs_.dir() / "live.crt").string();
+  const std::string key_ = (certs_.dir() / "live.key").string();
+};
+
+TEST_F(CertificateWatchTest, TakesARenewedPairOnceAndABrokenOneNever) {
+  // A look an hour apart: only the test's calls to Check look.
+  absl::StatusOr<std::unique_ptr<CertificateWatch>> watch =
+      CertificateWatch::Start({.cert_file = cert_, .key_file = key_}, 3600);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  EXPECT_NE((*watch)->provider(), nullptr);
+  EXPECT_FALSE((*watch)->Check());  // Nothing changed.
+
+  Install("elsewhere");
+  EXPECT_TRUE((*watch)->Check());
+  EXPECT_FALSE((*watch)->Check());  // Taken once.
+
+  // The key of another certificate: refused (logged), and not looked at again until a change.
+  Write(key_, testing::TestCertificates::Read(certs_.Key("server")));
+  EXPECT_FALSE((*watch)->Check());
+  EXPECT_FALSE((*watch)->Check());
+  Write(cert_, "not a certificate\n");
+  EXPECT_FALSE((*watch)->Check());
+
+  Install("server");  // Right again.
+  EXPECT_TRUE((*watch)->Check());
+}
+
+TEST_F(CertificateWatchTest, AWrongFileAtStartIsRefusedNamingIt) {
+  Write(key_, testing::TestCertificates::Read(certs_.Key("client")));
+  absl::StatusOr<std::unique_ptr<CertificateWatch>> watch =
+      CertificateWatch::Start({.cert_file = cert_, .key_file = key_}, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(watch.status()));
+  EXPECT_NE(watch.status().message().find(key_), std::string_view::npos) << watch.status();
+}
+
+}  // namespace
+}  // namespace sluice::server
