@@ -2,6 +2,8 @@
 // replaces nothing; a renewed pair is taken once; a broken or mismatched one never, and the
 // pair that follows it is taken.
 
+#include "server/grpc/certificate_watch.h"
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -9,7 +11,6 @@
 
 #include "gtest/gtest.h"
 
-#include "server/grpc/certificate_watch.h"
 #include "tests/testing/tls.h"
 
 namespace sluice::server {
