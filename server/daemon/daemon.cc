@@ -84,9 +84,7 @@ int Daemon::Run() {
     return Refuse(internal::Message(s));
   }
   Serve(signals, *settings);
-  if (xds_ != nullptr) {
-    xds_->Stop();  // No set is put in force during the drain.
-  }
+  StopXds();  // No set is put in force during the drain.
   // A reload still loading is discarded, and not waited for: the drain starts now.
   const bool reload_ended = reloader_ == nullptr || reloader_->Stop();
   const int code = Drain(settings->drain);
@@ -94,7 +92,8 @@ int Daemon::Run() {
     // Its thread is still inside the parser, using the store and the metrics: end the process
     // here rather than destroy them under it (or wait for a parse that may never end).
     spdlog::warn("exiting without waiting for the reload still reading {}", flags_.config);
-    statsd_.reset();  // Its last flush.
+    statsd_.reset();    // Its last flush.
+    grpc_server_ = {};  // The private copy of the TLS key removed (CertificateWatch).
     // Flushed, not shut down: the reload's thread and the store's may still log, and a logger
     // dropped under them would crash the exit.
     spdlog::default_logger()->flush();

@@ -167,6 +167,7 @@ class Daemon {
   absl::Status StartXds();
   std::string RulesSource() const;  // For the log: xDS's server, --config, or "no config".
   bool AwaitFirstXdsSet(boost::asio::signal_set& signals);
+  void StopXds();  // No more sets put in force; returns once none can be.
   absl::Status ApplyXds(const std::vector<std::pair<std::string, std::string>>& files,
                         const std::string& version);
   void WaitForSignal(boost::asio::signal_set& signals);

@@ -76,6 +76,9 @@ bool Daemon::AwaitFirstXdsSet(boost::asio::signal_set& signals) {
       if (ec) {
         return;  // Cancelled below: the first set came.
       }
+      if (signal == SIGHUP && xds_in_force_.load()) {
+        return;  // Run by the loop's last run below: the wait is over, nothing to wait on.
+      }
       if (signal == SIGHUP) {
         spdlog::warn("SIGHUP: the rules come from xDS; nothing to reload");
         arm();
@@ -98,6 +101,12 @@ bool Daemon::AwaitFirstXdsSet(boost::asio::signal_set& signals) {
     spdlog::info("stopped before the first set of rules from xDS");
   }
   return !stop;
+}
+
+void Daemon::StopXds() {
+  if (xds_ != nullptr) {
+    xds_->Stop();
+  }
 }
 
 absl::Status Daemon::ApplyXds(const std::vector<std::pair<std::string, std::string>>& files,

@@ -1,6 +1,7 @@
 #include "server/grpc/certificate_watch.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,14 +23,36 @@ namespace {
 constexpr char kIdentity[] = "identity.pem";  // The key, then its certificate chain.
 constexpr char kCa[] = "client-ca.pem";
 
-// A directory of this process's own for the copy: in /dev/shm (memory) when it can.
+constexpr char kPrefix[] = "sluiced-tls-";
+
+// Removes the copies that processes which ended without their destructor (killed, crashed)
+// left in `parent`: directories named for a process id that no longer runs, of this user.
+void RemoveLeftovers(const std::string& parent) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    struct stat info {};
+    if (!name.starts_with(kPrefix) || lstat(entry.path().c_str(), &info) != 0 ||
+        !S_ISDIR(info.st_mode) || info.st_uid != geteuid()) {
+      continue;
+    }
+    const long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove_all(entry.path(), error);
+    }
+  }
+}
+
+// A directory of this process's own for the copy: in /dev/shm (memory) when it can, named
+// for the process (RemoveLeftovers).
 absl::StatusOr<std::string> MakePrivateDir() {
   std::error_code ignored;
   std::string base = std::filesystem::is_directory("/dev/shm", ignored)
                          ? std::string("/dev/shm")
                          : std::filesystem::temp_directory_path(ignored).string();
   for (const std::string& parent : {base, std::string("/tmp")}) {
-    std::string name = parent + "/sluiced-tls-XXXXXX";
+    RemoveLeftovers(parent);
+    std::string name = fmt::format("{}/{}{}-XXXXXX", parent, kPrefix, getpid());
     if (mkdtemp(name.data()) != nullptr) {  // Mode 0700.
       return name;
     }
@@ -73,6 +96,8 @@ std::string Identity(const tls::Pem& pem) {
 
 absl::StatusOr<std::unique_ptr<CertificateWatch>> CertificateWatch::Start(tls::PemFiles files,
                                                                           unsigned reload_seconds) {
+  // Looked at before they are read, as Check does: a renewal in between is seen next time.
+  std::vector<Seen> seen = Look(files);
   absl::StatusOr<tls::Pem> pem = tls::ReadPemFiles(files, "gRPC TLS");
   if (!pem.ok()) {
     return pem.status();
@@ -83,7 +108,7 @@ absl::StatusOr<std::unique_ptr<CertificateWatch>> CertificateWatch::Start(tls::P
   }
   std::unique_ptr<CertificateWatch> watch(
       new CertificateWatch(std::move(files), reload_seconds, *std::move(dir)));
-  watch->seen_ = watch->Look();
+  watch->seen_ = std::move(seen);
   if (!watch->WriteCopy(Identity(*pem), pem->ca)) {
     return absl::InternalError(
         fmt::format("gRPC TLS: cannot write the certificates served into {}: {}", watch->dir_,
@@ -116,9 +141,9 @@ CertificateWatch::~CertificateWatch() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-std::vector<CertificateWatch::Seen> CertificateWatch::Look() const {
+std::vector<CertificateWatch::Seen> CertificateWatch::Look(const tls::PemFiles& files) {
   std::vector<Seen> seen;
-  for (const std::string* file : {&files_.cert_file, &files_.key_file, &files_.ca_file}) {
+  for (const std::string* file : {&files.cert_file, &files.key_file, &files.ca_file}) {
     struct stat st {};
     Seen one;
     if (!file->empty() && stat(file->c_str(), &st) == 0) {
@@ -141,7 +166,7 @@ bool CertificateWatch::WriteCopy(const std::string& identity, const std::string&
 
 bool CertificateWatch::Check() {
   std::lock_guard lock(mutex_);
-  std::vector<Seen> now = Look();
+  std::vector<Seen> now = Look(files_);
   if (now == seen_) {
     return false;
   }

@@ -14,7 +14,8 @@
 // stays until the files are right.
 //
 // The copy lives in a directory of this process's own (mode 0700, in /dev/shm when it can: in
-// memory, never on a disk), removed with the watch.
+// memory, never on a disk), removed with the watch; one a killed process left behind is
+// removed by the next start.
 //
 // Thread-safe: a thread of its own calls Check every reload_seconds; Check may also be called
 // from any thread.
@@ -52,6 +53,9 @@ class CertificateWatch {
     return provider_;
   }
 
+  // The copy's directory (for the tests: its mode, its removal).
+  const std::string& dir() const { return dir_; }
+
   // Reads the operator's files again if any changed since the last look; when they pass,
   // replaces the copy. Returns whether the copy was replaced.
   bool Check();
@@ -67,7 +71,7 @@ class CertificateWatch {
   };
 
   CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir);
-  std::vector<Seen> Look() const;
+  static std::vector<Seen> Look(const tls::PemFiles& files);
   // Writes the files' checked contents into the copy; false (logged) when it cannot.
   bool WriteCopy(const std::string& identity, const std::string& ca);
   void Run();

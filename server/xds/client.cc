@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
 #include "fmt/format.h"
@@ -16,7 +17,9 @@ namespace {
 
 namespace discovery = envoy::service::discovery::v3;
 
-constexpr int kInvalidArgument = 3;  // google.rpc.Code.
+constexpr int kInvalidArgument = 3;                         // google.rpc.Code.
+constexpr size_t kMaxReason = 4096;                         // Bytes of a NACK's reason.
+constexpr Micros kMinWait = std::chrono::milliseconds(10);  // However much jitter takes off.
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const Options& options,
                                                             const tls::Pem& pem) {
@@ -116,7 +119,7 @@ Micros Client::Backoff(const Options& options, int failures, std::mt19937_64& ra
     wait -= wait * options.backoff_random_factor *
             std::uniform_real_distribution<double>(0.0, 1.0)(random);
   }
-  return Micros{static_cast<int64_t>(wait)};
+  return std::max(kMinWait, Micros{static_cast<int64_t>(wait)});
 }
 
 bool Client::Sleep(Micros delay) {
@@ -144,8 +147,31 @@ void Client::Run() {
   }
 }
 
+absl::Status Client::Take(const envoy::service::discovery::v3::DiscoveryResponse& response) {
+  // A response of another type (an ADS server may multiplex) is refused, never read as an
+  // empty set of rules, which would put none in force.
+  if (response.type_url() != kRateLimitConfigType) {
+    return absl::InvalidArgumentError(fmt::format("a response of type '{}', not {}",
+                                                  response.type_url().substr(0, kMaxReason),
+                                                  kRateLimitConfigType));
+  }
+  try {  // yaml-cpp reports by exceptions; none may end the client's thread.
+    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files =
+        RulesFiles(response.resources());
+    return files.ok() ? apply_(*files, response.version_info()) : files.status();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(fmt::format("the set cannot be read: {}", e.what()));
+  }
+}
+
 bool Client::Stream() {
   grpc::ChannelArguments args;
+  // A server whose host vanishes without a reset is found out by keep-alive pings, so that the
+  // stream is opened again rather than waited on for ever. Every 5 minutes: grpc-go servers
+  // (go-control-plane's) refuse pings more often than that by default.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5 * 60 * 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (options_.tls && !options_.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options_.tls_server_name);
   }
@@ -187,16 +213,15 @@ bool Client::Stream() {
       answered = true;
       request.set_response_nonce(response.nonce());
       request.clear_error_detail();
-      absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files =
-          RulesFiles(response.resources());
-      const absl::Status applied =
-          files.ok() ? apply_(*files, response.version_info()) : files.status();
+      const absl::Status applied = Take(response);
       if (applied.ok()) {
         version_ = response.version_info();  // ACK.
         request.set_version_info(version_);
       } else {  // NACK: the version last taken stays in version_info.
         request.mutable_error_detail()->set_code(kInvalidArgument);
-        request.mutable_error_detail()->set_message(std::string(applied.message()));
+        // Bounded: the reason may quote what the server sent (a resource's name, its type).
+        request.mutable_error_detail()->set_message(
+            std::string(applied.message().substr(0, kMaxReason)));
       }
       if (!stream->Write(request)) {
         break;

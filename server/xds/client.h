@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "envoy/service/discovery/v3/discovery.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/security/credentials.h"
 
@@ -81,6 +82,8 @@ class Client {
   void Run();
   // One stream, from its opening to its end; returns whether a response arrived.
   bool Stream();
+  // A response's set handed to apply_: its result, or why it was not (the NACK's reason).
+  absl::Status Take(const envoy::service::discovery::v3::DiscoveryResponse& response);
   // Waits `delay` unless stopped first; returns false when stopped.
   bool Sleep(Micros delay);
 

@@ -1,7 +1,7 @@
 #include "server/xds/resources.h"
 
 #include "fmt/format.h"
-#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/struct.pb.h"
 #include "ratelimit/config/ratelimit/v3/rls_conf.pb.h"
 #include "yaml-cpp/yaml.h"
 
@@ -9,6 +9,35 @@ namespace sluice::server::xds {
 namespace {
 
 namespace conf = ratelimit::config::ratelimit::v3;
+
+// A google.protobuf.Value as YAML, built node by node (through JSON, protobuf's escapes of
+// characters outside the basic plane are refused by yaml-cpp's reader).
+YAML::Node ValueNode(const google::protobuf::Value& value) {
+  switch (value.kind_case()) {
+    case google::protobuf::Value::kBoolValue:
+      return YAML::Node(value.bool_value());
+    case google::protobuf::Value::kNumberValue:
+      return YAML::Node(value.number_value());
+    case google::protobuf::Value::kStringValue:
+      return YAML::Node(value.string_value());
+    case google::protobuf::Value::kStructValue: {
+      YAML::Node node(YAML::NodeType::Map);
+      for (const auto& [key, field] : value.struct_value().fields()) {
+        node[key] = ValueNode(field);
+      }
+      return node;
+    }
+    case google::protobuf::Value::kListValue: {
+      YAML::Node node(YAML::NodeType::Sequence);
+      for (const google::protobuf::Value& item : value.list_value().values()) {
+        node.push_back(ValueNode(item));
+      }
+      return node;
+    }
+    default:  // null
+      return YAML::Node(YAML::NodeType::Null);
+  }
+}
 
 // A field is written only when set, as a file leaves it out: their conversion writes Go's zero
 // values, which their loader reads as absent.
@@ -58,12 +87,9 @@ absl::StatusOr<YAML::Node> Descriptor(const conf::RateLimitDescriptor& descripto
     node["quota_mode"] = true;
   }
   if (descriptor.has_metadata()) {
-    std::string json;
-    if (!google::protobuf::util::MessageToJsonString(descriptor.metadata(), &json).ok()) {
-      return absl::InvalidArgumentError(
-          fmt::format("descriptor '{}': its metadata cannot be read", descriptor.key()));
-    }
-    node["metadata"] = YAML::Load(json);  // JSON is YAML; the text is protobuf's own.
+    google::protobuf::Value metadata;
+    *metadata.mutable_struct_value() = descriptor.metadata();
+    node["metadata"] = ValueNode(metadata);
   }
   return node;
 }

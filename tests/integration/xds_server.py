@@ -72,6 +72,7 @@ class ManagementServer:
         self._streams = []
         self._version = None
         self._resources = []
+        self._type_url = TYPE_URL
         self._nonce = 0
         self.requests = []  # DiscoveryRequest, in arrival order (all streams).
         self.request_times = []  # time.monotonic() of each's arrival.
@@ -99,9 +100,9 @@ class ManagementServer:
                 stream.out.put(_END)
         self._server.stop(0)
 
-    def push(self, version, configs):
+    def push(self, version, configs, type_url=TYPE_URL):
         """Makes `configs` (RateLimitConfig messages, or already packed Any) the snapshot of
-        `version` and sends it to every subscribed stream."""
+        `version` and sends it to every subscribed stream (as a response of `type_url`)."""
         resources = []
         for c in configs:
             if isinstance(c, any_pb2.Any):
@@ -111,7 +112,7 @@ class ManagementServer:
                 packed.Pack(c)
                 resources.append(packed)
         with self._lock:
-            self._version, self._resources = version, resources
+            self._version, self._resources, self._type_url = version, resources, type_url
             for stream in self._streams:
                 if stream.subscribed:
                     self._send(stream)
@@ -150,7 +151,7 @@ class ManagementServer:
         self._nonce += 1
         stream.last_nonce = str(self._nonce)
         stream.out.put(discovery_pb2.DiscoveryResponse(
-            version_info=self._version, resources=self._resources, type_url=TYPE_URL,
+            version_info=self._version, resources=self._resources, type_url=self._type_url,
             nonce=stream.last_nonce))
 
     def _read(self, stream, requests):

@@ -61,6 +61,37 @@ TEST_F(CertificateWatchTest, TakesARenewedPairOnceAndABrokenOneNever) {
   EXPECT_TRUE((*watch)->Check());
 }
 
+// The copy gRPC reads: the key and its chain, readable by this user alone, replaced only by a
+// pair that passed, and gone with the watch; a copy a killed process left is removed.
+TEST_F(CertificateWatchTest, TheCopyIsPrivateCheckedAndRemoved) {
+  const std::filesystem::path left = "/dev/shm/sluiced-tls-999999999-x";  // Above pid_max.
+  std::error_code ignored;
+  std::filesystem::create_directories(left, ignored);
+  absl::StatusOr<std::unique_ptr<CertificateWatch>> watch =
+      CertificateWatch::Start({.cert_file = cert_, .key_file = key_}, 3600);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  const std::string dir = (*watch)->dir();
+  if (std::filesystem::is_directory("/dev/shm")) {
+    EXPECT_EQ(dir.rfind("/dev/shm/sluiced-tls-", 0), 0U) << dir;
+    EXPECT_FALSE(std::filesystem::exists(left)) << "a dead process's copy stayed";
+  }
+  namespace fs = std::filesystem;
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  const std::string identity = dir + "/identity.pem";
+  EXPECT_EQ(fs::status(identity).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::string served = testing::TestCertificates::Read(identity);
+  EXPECT_NE(served.find(testing::TestCertificates::Read(certs_.Cert("server"))), std::string::npos);
+  EXPECT_NE(served.find("PRIVATE KEY"), std::string::npos);
+
+  Write(key_, testing::TestCertificates::Read(certs_.Key("client")));  // Not the cert's key.
+  EXPECT_FALSE((*watch)->Check());
+  EXPECT_EQ(testing::TestCertificates::Read(identity), served);
+
+  watch->reset();
+  EXPECT_FALSE(fs::exists(dir));
+}
+
 TEST_F(CertificateWatchTest, AWrongFileAtStartIsRefusedNamingIt) {
   Write(key_, testing::TestCertificates::Read(certs_.Key("client")));
   absl::StatusOr<std::unique_ptr<CertificateWatch>> watch =

@@ -103,6 +103,38 @@ TEST(XdsResourcesTest, AResourceReadsAsTheFileItStandsFor) {
   EXPECT_FALSE(root["descriptors"][1]["rate_limit"]["unit"]);  // Unlimited: no unit.
 }
 
+// Metadata of every kind of value, a character outside the basic plane among them (a tag
+// character: through protobuf's JSON, a pair of surrogate escapes that yaml-cpp refuses).
+TEST(XdsResourcesTest, MetadataOfEveryKindReadsBack) {
+  conf::RateLimitConfig config;
+  config.set_name("m");
+  config.set_domain("m");
+  conf::RateLimitDescriptor* d = config.add_descriptors();
+  d->set_key("k");
+  d->mutable_rate_limit()->set_unit(conf::HOUR);
+  d->mutable_rate_limit()->set_requests_per_unit(1);
+  auto& fields = *d->mutable_metadata()->mutable_fields();
+  fields["flag"].set_string_value("\xF0\x9F\x8F\xB4\xF3\xA0\x81\xA7\xF3\xA0\x81\xBF");
+  fields["none"].set_null_value(google::protobuf::NULL_VALUE);
+  fields["yes"].set_bool_value(true);
+  auto* list = fields["list"].mutable_list_value();
+  list->add_values()->set_number_value(1.5);
+  (*list->add_values()->mutable_struct_value()->mutable_fields())["in"].set_string_value("~");
+  google::protobuf::RepeatedPtrField<google::protobuf::Any> resources;
+  resources.Add()->PackFrom(config);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files = RulesFiles(resources);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const YAML::Node metadata = YAML::Load((*files)[0].second)["descriptors"][0]["metadata"];
+  EXPECT_EQ(metadata["flag"].as<std::string>(), fields["flag"].string_value());
+  EXPECT_TRUE(metadata["none"].IsNull());
+  EXPECT_TRUE(metadata["yes"].as<bool>());
+  EXPECT_EQ(metadata["list"][0].as<double>(), 1.5);
+  EXPECT_EQ(metadata["list"][1]["in"].as<std::string>(), "~");  // A string, not YAML's null.
+  MemoryStore store;
+  CounterRegistry counters;
+  EXPECT_NE(testing::MustParseRules((*files)[0].second, counters, store)->FindDomain("m"), nullptr);
+}
+
 TEST(XdsResourcesTest, AResourceOfAnotherTypeOrUndecodableIsRefusedNamingIt) {
   google::protobuf::RepeatedPtrField<google::protobuf::Any> resources = Resources();
   google::protobuf::Any* other = resources.Add();
