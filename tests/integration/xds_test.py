@@ -14,8 +14,10 @@ build generates (target sluice_python_proto):
         --sluiced build/bin/sluiced
 """
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -148,6 +150,32 @@ class XdsTest(unittest.TestCase):
         self.assertEqual(nack.version_info, "v1")
         self.assertIn("envoy.config.cluster.v3.Cluster", nack.error_detail.message)
         self.assertEqual(self.ask(), ("OK", 2))  # v1's rules still in force.
+
+    def test_sighup_while_waiting_for_the_first_set_changes_nothing(self):
+        path = os.path.join(self.workdir, "sighup.log")
+        with open(path, "w") as log:
+            proc = subprocess.Popen(
+                [sluiced.BINARY, "--xds", "127.0.0.1:%d" % self.server.port, "--http",
+                 "127.0.0.1:0", "--grpc", "127.0.0.1:0"], stdout=log, stderr=log)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+
+        def said(text):
+            deadline = time.monotonic() + 120
+            while True:
+                with open(path) as f:
+                    if text in f.read():
+                        return
+                # sluice-timing: watchdog
+                self.assertLess(time.monotonic(), deadline, "sluiced never said " + text)
+                time.sleep(0.02)
+        self.server.wait_for(lambda r: r[:1], what="the subscription")
+        proc.send_signal(signal.SIGHUP)
+        said("nothing to reload")
+        self.assertIsNone(proc.poll())  # Still waiting, not stopped.
+        self.server.push("v1", [rules(3)])
+        said("listening on")
+        proc.terminate()
+        self.assertEqual(proc.wait(60), 0)
 
     def test_sigterm_while_waiting_for_the_first_set_stops_at_once(self):
         self.sluiced = sluiced.Sluiced(self.workdir, "--xds", "127.0.0.1:%d" % self.server.port,
