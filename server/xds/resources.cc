@@ -41,7 +41,7 @@ YAML::Node ValueNode(const google::protobuf::Value& value) {
 
 // A field is written only when set, as a file leaves it out: their conversion writes Go's zero
 // values, which their loader reads as absent.
-absl::StatusOr<YAML::Node> Descriptor(const conf::RateLimitDescriptor& descriptor) {
+YAML::Node Descriptor(const conf::RateLimitDescriptor& descriptor) {
   YAML::Node node;
   node["key"] = descriptor.key();
   if (!descriptor.value().empty()) {
@@ -71,11 +71,7 @@ absl::StatusOr<YAML::Node> Descriptor(const conf::RateLimitDescriptor& descripto
     node["rate_limit"] = limit;
   }
   for (const conf::RateLimitDescriptor& child : descriptor.descriptors()) {
-    absl::StatusOr<YAML::Node> inner = Descriptor(child);
-    if (!inner.ok()) {
-      return inner.status();
-    }
-    node["descriptors"].push_back(*inner);
+    node["descriptors"].push_back(Descriptor(child));
   }
   if (descriptor.shadow_mode()) {
     node["shadow_mode"] = true;
@@ -113,12 +109,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> RulesFiles(
     YAML::Node root;
     root["domain"] = config.domain();
     for (const conf::RateLimitDescriptor& descriptor : config.descriptors()) {
-      absl::StatusOr<YAML::Node> node = Descriptor(descriptor);
-      if (!node.ok()) {
-        return absl::InvalidArgumentError(
-            fmt::format("resource '{}': {}", config.name(), std::string(node.status().message())));
-      }
-      root["descriptors"].push_back(*node);
+      root["descriptors"].push_back(Descriptor(descriptor));
     }
     YAML::Emitter out;
     out << root;

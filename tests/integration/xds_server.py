@@ -18,6 +18,7 @@ sluice_python_proto, <build>/python_proto on PYTHONPATH).
 import queue
 import threading
 import time
+from concurrent import futures
 
 import grpc
 from google.protobuf import any_pb2
@@ -77,8 +78,7 @@ class ManagementServer:
         self.requests = []  # DiscoveryRequest, in arrival order (all streams).
         self.request_times = []  # time.monotonic() of each's arrival.
         self.stream_metadata = []  # Each stream's invocation metadata, as a dict.
-        self._server = grpc.server(
-            __import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=8))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         handler = grpc.stream_stream_rpc_method_handler(
             self._serve, request_deserializer=discovery_pb2.DiscoveryRequest.FromString,
             response_serializer=discovery_pb2.DiscoveryResponse.SerializeToString)
