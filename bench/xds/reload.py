@@ -19,12 +19,12 @@ before them is not reported (the store's keys are made there).
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+import sluiced
 import xds_server
 
 
@@ -35,12 +35,6 @@ def rule_set(version, rules):
                                                        "requests_per_unit": 1000 + version}}
                     for i in range(rules - 1)]
     return [xds_server.config("bench", "bench", descriptors)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load(build, port, seconds):
@@ -64,7 +58,7 @@ def main():
 
     server = xds_server.ManagementServer()
     server.push("v0", rule_set(0, args.rules))
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = sluiced.free_port(), sluiced.free_port()
     proc = subprocess.Popen(
         [os.path.join(args.build, "bin", "sluiced"), "--xds", "127.0.0.1:%d" % server.port,
          "--http", "127.0.0.1:%d" % http_port, "--grpc", "127.0.0.1:%d" % grpc_port],

@@ -13,6 +13,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
+#include "src/core/replace_file.h"
 #include "src/core/status.h"
 
 namespace sluice::server {
@@ -94,33 +95,10 @@ absl::Status OpenSnapshot(MemoryStore& store, const std::string& path, bool disc
 }
 
 absl::Status SaveLimitHistory(const std::string& snapshot_path, const LimitHistory& history) {
-  // As the snapshot is written: a temporary file beside it, flushed, renamed over the old one,
-  // so that a crash leaves the old history or the new, never half of one.
-  const std::string path = HistoryPath(snapshot_path);
-  std::string temp = path + ".XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) {
-    return absl::UnavailableError(
-        fmt::format("cannot create a file beside {}: {}", path, Reason()));
-  }
-  const std::string text = kHistoryHeader + FormatHistory(history);
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n <= 0) {
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool ok = written == text.size() && ::fsync(fd) == 0;
-  const std::string why = ok ? "" : Reason();
-  ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = ok ? Reason() : why;
-    ::unlink(temp.c_str());
-    return absl::UnavailableError(fmt::format("cannot write {}: {}", path, reason));
-  }
-  return absl::OkStatus();
+  // As the snapshot is written (internal::ReplaceFile): a crash leaves the old history or the
+  // new, never half of one.
+  return internal::ReplaceFile(HistoryPath(snapshot_path), kHistoryHeader + FormatHistory(history),
+                               0600);
 }
 
 LimitHistory LoadLimitHistory(const std::string& snapshot_path) {

@@ -15,6 +15,8 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
+#include "src/core/replace_file.h"
+#include "src/core/status.h"
 #include "src/tls/pem_files.h"
 
 namespace sluice::server {
@@ -62,31 +64,6 @@ absl::StatusOr<std::string> MakePrivateDir() {
                   std::strerror(errno)));
 }
 
-// Writes `text` to `path` whole: a new file (0600) renamed over the old, so that a reader
-// sees the old contents or the new, never part of either.
-bool WriteWhole(const std::string& path, const std::string& text) {
-  const std::string fresh = path + ".new";
-  unlink(fresh.c_str());
-  const int fd = open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return false;
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      close(fd);
-      unlink(fresh.c_str());
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return close(fd) == 0 && rename(fresh.c_str(), path.c_str()) == 0;
-}
-
 // The key, then its chain, in one PEM text (OpenSSL finds each by its block's name).
 std::string Identity(const tls::Pem& pem) {
   return pem.key + (pem.key.ends_with('\n') ? "" : "\n") + pem.cert_chain;
@@ -109,10 +86,9 @@ absl::StatusOr<std::unique_ptr<CertificateWatch>> CertificateWatch::Start(tls::P
   std::unique_ptr<CertificateWatch> watch(
       new CertificateWatch(std::move(files), reload_seconds, *std::move(dir)));
   watch->seen_ = std::move(seen);
-  if (!watch->WriteCopy(Identity(*pem), pem->ca)) {
+  if (absl::Status s = watch->WriteCopy(Identity(*pem), pem->ca); !s.ok()) {
     return absl::InternalError(
-        fmt::format("gRPC TLS: cannot write the certificates served into {}: {}", watch->dir_,
-                    std::strerror(errno)));
+        fmt::format("gRPC TLS: the certificates served: {}", internal::Message(s)));
   }
   watch->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       watch->dir_ + "/" + kIdentity, watch->dir_ + "/" + kIdentity,
@@ -157,11 +133,13 @@ std::vector<CertificateWatch::Seen> CertificateWatch::Look(const tls::PemFiles& 
   return seen;
 }
 
-bool CertificateWatch::WriteCopy(const std::string& identity, const std::string& ca) {
-  if (!files_.ca_file.empty() && !WriteWhole(dir_ + "/" + kCa, ca)) {
-    return false;
+absl::Status CertificateWatch::WriteCopy(const std::string& identity, const std::string& ca) {
+  if (!files_.ca_file.empty()) {
+    if (absl::Status s = internal::ReplaceFile(dir_ + "/" + kCa, ca, 0600); !s.ok()) {
+      return s;
+    }
   }
-  return WriteWhole(dir_ + "/" + kIdentity, identity);
+  return internal::ReplaceFile(dir_ + "/" + kIdentity, identity, 0600);
 }
 
 bool CertificateWatch::Check() {
@@ -177,11 +155,9 @@ bool CertificateWatch::Check() {
                   std::string(pem.status().message()));
     return false;
   }
-  if (!WriteCopy(Identity(*pem), pem->ca)) {
-    spdlog::error(
-        "gRPC TLS: cannot write the renewed certificates into {}: {}; the certificate "
-        "in use is kept",
-        dir_, std::strerror(errno));
+  if (absl::Status s = WriteCopy(Identity(*pem), pem->ca); !s.ok()) {
+    spdlog::error("gRPC TLS: the renewed certificates: {}; the certificate in use is kept",
+                  internal::Message(s));
     return false;
   }
   spdlog::info("gRPC TLS: the certificate in {} is served from the next handshake on",

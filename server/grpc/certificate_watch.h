@@ -72,8 +72,8 @@ class CertificateWatch {
 
   CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir);
   static std::vector<Seen> Look(const tls::PemFiles& files);
-  // Writes the files' checked contents into the copy; false (logged) when it cannot.
-  bool WriteCopy(const std::string& identity, const std::string& ca);
+  // Writes the files' checked contents into the copy (internal::ReplaceFile).
+  absl::Status WriteCopy(const std::string& identity, const std::string& ca);
   void Run();
 
   const tls::PemFiles files_;

@@ -13,6 +13,7 @@
 
 #include "fmt/format.h"
 
+#include "src/core/replace_file.h"
 #include "src/memory/compact_state.h"
 
 namespace sluice::internal {
@@ -210,48 +211,7 @@ absl::Status WriteSnapshotFile(const std::string& path, std::string_view body) {
   file.I64(static_cast<int64_t>(body.size()));
   file.Bytes(body);
   file.U32(Crc32(file.data()));
-
-  // A temporary name of its own, so that two saves to one path (a timer's and a shutdown's)
-  // cannot truncate each other's file; the last rename wins, and either file is whole.
-  std::string temp = path + ".XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) {
-    return Errno("cannot create a temporary file beside", path);
-  }
-  auto fail = [&](std::string_view what, const std::string& name) {
-    absl::Status s = Errno(what, name);
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return s;
-  };
-  std::string_view rest = file.data();
-  while (!rest.empty()) {
-    const ssize_t n = ::write(fd, rest.data(), rest.size());
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return fail("cannot write", temp);
-    }
-    rest.remove_prefix(static_cast<size_t>(n));
-  }
-  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) {
-    return fail("cannot fsync", temp);
-  }
-  ::close(fd);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status s = Errno("cannot rename to", path);
-    ::unlink(temp.c_str());
-    return s;
-  }
-  // The rename is durable only once the directory that records it is on disk too.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
+  return internal::ReplaceFile(path, file.data(), 0644);
 }
 
 absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path) {
