@@ -245,25 +245,10 @@ absl::Status Daemon::Start(const Settings& settings) {
         "password)",
         http.host, server_->port());
   }
-  envoy_ = std::make_unique<EnvoyGrpcService>(
-      *service_, EnvoyOptions{.response_headers = flags_.response_headers,
-                              .headers = std::move(envoy_headers),
-                              .dynamic_metadata = flags_.dynamic_metadata,
-                              .metrics = &metrics_});
-  int grpc_port = 0;
-  absl::StatusOr<GrpcServer> grpc_server =
-      StartGrpcServer(grpc_address, *envoy_, grpc_port, flags_.grpc_tls);
-  if (!grpc_server.ok()) {  // Taken since it was tried, or refused for its TLS files.
+  if (absl::Status s = StartGrpc(settings, std::move(envoy_headers), threads); !s.ok()) {
     StopListeners(Micros{0});
-    return grpc_server.status();
+    return s;
   }
-  grpc_server_ = *std::move(grpc_server);
-  spdlog::info("sluiced serving Envoy's rate limit API on grpc://{}:{}{}{}", settings.grpc.host,
-               grpc_port,
-               !flags_.grpc_tls.enabled()               ? ""
-               : flags_.grpc_tls.client_ca_file.empty() ? " over TLS"
-                                                        : " over TLS, client certificates required",
-               flags_.shadow_mode ? " in shadow mode (never OVER_LIMIT overall)" : "");
   if (settings.debug) {
     if (absl::Status s = StartDebug(*settings.debug); !s.ok()) {
       StopListeners(Micros{0});
@@ -323,9 +308,7 @@ absl::Status Daemon::StartStatsd() {
 // Stops what Start started: the gRPC server (up to `drain`), then the HTTP listeners.
 void Daemon::StopListeners(Micros drain) {
   service_->StopWaiting();  // Acquires waiting to go ahead are told 503 now.
-  if (grpc_server_) {
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + drain);
-  }
+  grpc_server_.Shutdown(drain);
   server_->Stop(drain);
   if (debug_server_ != nullptr) {
     debug_server_->Stop(Micros{0});

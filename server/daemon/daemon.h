@@ -24,6 +24,7 @@
 #include "server/daemon/listen_address.h"
 #include "server/daemon/reloader.h"
 #include "server/grpc/envoy_service.h"
+#include "server/grpc/grpc_server.h"
 #include "server/http/api.h"
 #include "server/http/debug.h"
 #include "server/http/server.h"
@@ -82,7 +83,8 @@ struct Flags {
   std::string redis_deny_cache_ttl = "1s";
   bool redis_shares = false;  // Quota leasing for rules with `share:` (docs/redis.md).
   GrpcTlsOptions grpc_tls;    // --grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca, -san
-  RedisTlsOptions redis_tls;  // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
+  std::string grpc_engine = "grpcpp";  // grpcpp or h2 (server/grpc/grpc_server.h).
+  RedisTlsOptions redis_tls;           // --redis-tls-ca, --redis-tls-cert, --redis-tls-key
   bool redis_tls_skip_verify = false;
   std::string statsd;  // HOST:PORT; empty: no statsd.
   std::string statsd_interval = "10s";
@@ -134,6 +136,8 @@ class Daemon {
   absl::StatusOr<Settings> ParseFlags() const;   // After Open: --snapshot needs the memory store.
   absl::Status Start(const Settings& settings);  // The listeners.
   absl::Status StartDebug(const HostPort& debug);
+  // Envoy's API on its engine, `threads` event loops for h2 (daemon_grpc.cc).
+  absl::Status StartGrpc(const Settings& settings, HeaderOptions envoy_headers, int threads);
   absl::Status StartStatsd();  // --statsd: the sink, until the daemon is destroyed.
   void Serve(boost::asio::signal_set& signals, const Settings& settings);  // The control loop.
   int Drain(Micros drain);                                                 // Run's exit code.

@@ -77,9 +77,7 @@ HttpApi::HealthReport Daemon::Health() const {
 // not asked: it is told again every second on the control loop (at most a second late; the
 // drain's Shutdown makes it NOT_SERVING at once).
 void Daemon::PublishHealth() {
-  if (grpc_server_ && grpc_server_->GetHealthCheckService() != nullptr) {
-    grpc_server_->GetHealthCheckService()->SetServingStatus(Health().serving.ok());
-  }
+  grpc_server_.SetServing(Health().serving.ok());
   health_timer_.expires_after(std::chrono::seconds(1));
   health_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) {

@@ -257,6 +257,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--http", flags.http, "HTTP listen address HOST:PORT")->capture_default_str();
   AddOperatorFlags(app, flags);
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
+  app.add_option("--grpc-engine", flags.grpc_engine,
+                 "What serves gRPC: grpcpp (grpc++'s server) or h2 (HTTP/2 on sluiced's own event "
+                 "loops, plaintext only so far)")
+      ->check(CLI::IsMember({"grpcpp", "h2"}))
+      ->capture_default_str();
   app.add_option("--debug", flags.debug,
                  "Debug listen address HOST:PORT for /rlconfig and POST /json (default: none)");
   app.add_option("--store", flags.store,

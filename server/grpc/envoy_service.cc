@@ -3,12 +3,9 @@
 #include <limits>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
-#include "grpcpp/server_builder.h"
 
+#include "server/grpc/grpc_wire.h"
 #include "server/grpc/metadata.h"
 #include "server/service/envoy_headers.h"
 #include "sluice/duration.h"
@@ -21,19 +18,14 @@ namespace rls = envoy::service::ratelimit::v3;
 
 constexpr int64_t kMicrosPerSecond = 1'000'000;
 
-// A store that did not answer in time (DeadlineExceeded: Redis's --redis-timeout) is the
-// service unavailable, as a store that cannot be reached: UNAVAILABLE, which Envoy's
-// failure_mode_deny reads. gRPC's DEADLINE_EXCEEDED would say the caller's own deadline passed.
+// A decision's error as grpc++'s status (grpc_wire.h's GrpcCodeOf: a store too slow is
+// UNAVAILABLE).
 grpc::Status ToGrpc(const absl::Status& status) {
-  const std::string message(internal::Message(status));
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return {grpc::StatusCode::INVALID_ARGUMENT, message};
-    case absl::StatusCode::kResourceExhausted:
-      return {grpc::StatusCode::RESOURCE_EXHAUSTED, message};
-    default:
-      return {grpc::StatusCode::UNAVAILABLE, message};
+  if (status.ok()) {
+    return grpc::Status::OK;
   }
+  return {static_cast<grpc::StatusCode>(GrpcCodeOf(status)),
+          std::string(internal::Message(status))};
 }
 
 // envoy.type.v3.RateLimitUnit (no WEEK) as sluice's Unit.
@@ -78,23 +70,29 @@ grpc::ServerUnaryReactor* EnvoyGrpcService::ShouldRateLimit(grpc::CallbackServer
                                                             const rls::RateLimitRequest* request,
                                                             rls::RateLimitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // gRPC keeps `request` and `response` until Finish.
+  Decide(*request, *response,
+         [reactor](const absl::Status& status) { reactor->Finish(ToGrpc(status)); });
+  return reactor;
+}
+
+void EnvoyGrpcService::Decide(const rls::RateLimitRequest& request,
+                              rls::RateLimitResponse& response, Done done) {
   // The answer may come after this returns: the clock is held by pointer (it outlives the
   // service), the start by value.
   Clock* clock = &WallClock();
   const Timestamp start = clock->Now();
-  // gRPC keeps `request` and `response` until Finish; the answer may come on the store's thread.
-  service_.ShouldRateLimitAsync(
-      FromProto(*request), [this, reactor, request, response, clock,
-                            start](absl::StatusOr<std::vector<DescriptorResult>> results) {
-        if (results.ok()) {
-          Fill(*request, *results, *response);
-        }
-        if (options_.metrics != nullptr) {
-          options_.metrics->grpc_calls().Record(clock->Now() - start);
-        }
-        reactor->Finish(results.ok() ? grpc::Status::OK : ToGrpc(results.status()));
-      });
-  return reactor;
+  service_.ShouldRateLimitAsync(FromProto(request),
+                                [this, &request, &response, clock, start, done = std::move(done)](
+                                    absl::StatusOr<std::vector<DescriptorResult>> results) mutable {
+                                  if (results.ok()) {
+                                    Fill(request, *results, response);
+                                  }
+                                  if (options_.metrics != nullptr) {
+                                    options_.metrics->grpc_calls().Record(clock->Now() - start);
+                                  }
+                                  std::move(done)(results.status());
+                                });
 }
 
 void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
@@ -133,40 +131,6 @@ void EnvoyGrpcService::Fill(const rls::RateLimitRequest& request,
   }
   response.set_overall_code(service_.OverallOverLimit(results) ? rls::RateLimitResponse::OVER_LIMIT
                                                                : rls::RateLimitResponse::OK);
-}
-
-absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,
-                                           int& port, const GrpcTlsOptions& tls) {
-  absl::StatusOr<GrpcCredentials> credentials = GrpcServerCredentials(tls);
-  if (!credentials.ok()) {
-    return credentials.status();
-  }
-#ifdef NDEBUG
-  // gRPC's locks are Abseil's Mutex, and Debian builds Abseil without NDEBUG: each lock and
-  // unlock would keep a graph of lock order for deadlock detection, under one lock of the
-  // whole process (a few percent of a call's CPU, and contention between gRPC's threads).
-  // Debug builds keep the detection.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  // One process per port, as for HTTP: gRPC's default SO_REUSEPORT would let a second sluiced
-  // bind this port too, and the kernel would split Envoy's connections between the two, each
-  // counting its share against the whole limit.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, credentials->credentials, &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    // gRPC only logs why; ask the system the same question.
-    if (absl::Status why = WhyNotListening(address); !why.ok()) {
-      return why;
-    }
-    return absl::UnavailableError(
-        fmt::format("cannot serve gRPC on {} (gRPC's log above says why)", address));
-  }
-  return GrpcServer{.certificates = std::move(credentials->certificates),
-                    .server = std::move(server)};
 }
 
 }  // namespace sluice::server

@@ -10,11 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
-#include "grpcpp/server.h"
 
-#include "server/grpc/listener.h"
 #include "server/service/rate_limit_headers.h"
 #include "server/service/service.h"
 
@@ -51,6 +50,13 @@ class EnvoyGrpcService final
       const envoy::service::ratelimit::v3::RateLimitRequest* request,
       envoy::service::ratelimit::v3::RateLimitResponse* response) override;
 
+  // The call itself, for either engine: decides `request` into `response`, then calls `done`
+  // with the call's status (OK, or the store's error), before returning or later on the
+  // store's thread. `request` and `response` must live until then.
+  using Done = absl::AnyInvocable<void(const absl::Status&) &&>;
+  void Decide(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+              envoy::service::ratelimit::v3::RateLimitResponse& response, Done done);
+
  private:
   // The response to `request`, whose descriptors were decided as `results`.
   void Fill(const envoy::service::ratelimit::v3::RateLimitRequest& request,
@@ -62,23 +68,5 @@ class EnvoyGrpcService final
   RateLimitService& service_;
   EnvoyOptions options_;
 };
-
-// A running gRPC server and, over TLS, the watch of its certificate files, which outlives it
-// (members are destroyed last first).
-struct GrpcServer {
-  std::unique_ptr<CertificateWatch> certificates;
-  std::unique_ptr<grpc::Server> server;
-
-  grpc::Server* operator->() const { return server.get(); }
-  explicit operator bool() const { return server != nullptr; }
-};
-
-// A gRPC server on `address` (HOST:PORT) with `service` and the standard health service, over
-// TLS when `tls` says so (listener.h). `port` receives the port bound (for HOST:0). The port
-// is this process's alone (no SO_REUSEPORT). InvalidArgument naming a TLS file that is wrong;
-// Unavailable when it cannot listen, saying why ("cannot serve gRPC on 127.0.0.1:8081:
-// Address already in use").
-absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,
-                                           int& port, const GrpcTlsOptions& tls = {});
 
 }  // namespace sluice::server

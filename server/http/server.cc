@@ -32,10 +32,10 @@
 namespace sluice::server {
 namespace {
 
-using internal::LoopExecutor;
 using internal::Session;
-using internal::Socket;
-using internal::Tcp;
+using net::LoopExecutor;
+using net::Socket;
+using net::Tcp;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 
@@ -93,20 +93,26 @@ struct HttpServer::Loop {
   std::thread thread;
   // The loop's connections, for Stop to close; touched only by the loop's thread (and by Stop
   // once that thread has ended). Expired entries are dropped as the list doubles.
-  std::vector<std::weak_ptr<Session>> sessions;
+  std::vector<std::weak_ptr<Connection>> sessions;
   size_t prune_at = 64;
 
-  void Adopt(const std::shared_ptr<Session>& session) {
+  void Adopt(const std::shared_ptr<Connection>& session) {
     if (sessions.size() >= prune_at) {
-      std::erase_if(sessions, [](const std::weak_ptr<Session>& s) { return s.expired(); });
+      std::erase_if(sessions, [](const std::weak_ptr<Connection>& s) { return s.expired(); });
       prune_at = std::max<size_t>(64, 2 * sessions.size());
     }
     sessions.push_back(session);
   }
 };
 
-HttpServer::HttpServer(HttpHandler& api, HttpServerOptions options)
-    : api_(api), options_(std::move(options)) {}
+HttpServer::HttpServer(HttpHandler& api, HttpServerOptions options) : options_(std::move(options)) {
+  make_ = [&api, this](Socket socket, ConnectionShared shared) {
+    return std::make_shared<Session>(std::move(socket), api, options_, shared);
+  };
+}
+
+HttpServer::HttpServer(ConnectionMaker make, HttpServerOptions options)
+    : make_(std::move(make)), options_(std::move(options)) {}
 
 HttpServer::~HttpServer() {
   try {
@@ -134,8 +140,8 @@ absl::Status HttpServer::Start() {
   const Tcp::endpoint endpoint(address, options_.port);
   auto failed = [&](std::string_view step) {
     loops_.clear();
-    return absl::UnavailableError(fmt::format("cannot {} HTTP on {}:{}: {}", step, options_.host,
-                                              options_.port, ec.message()));
+    return absl::UnavailableError(fmt::format("cannot {} {} on {}:{}: {}", step, options_.protocol,
+                                              options_.host, options_.port, ec.message()));
   };
   if (acceptor.open(endpoint.protocol(), ec); ec) {
     return failed("open");
@@ -230,8 +236,9 @@ void HttpServer::Accept() {
       }
     }
     next.connections.fetch_add(1, std::memory_order_relaxed);
-    auto session = std::make_shared<Session>(std::move(socket), api_, options_, in_flight_,
-                                             stopping_, next.connections);
+    std::shared_ptr<Connection> session =
+        make_(std::move(socket),
+              {.in_flight = in_flight_, .stopping = stopping_, .connections = next.connections});
     asio::post(session->executor(), [session, &next] {
       next.Adopt(session);
       session->Start();
@@ -277,10 +284,10 @@ void HttpServer::PauseAccepting(std::string_view why) {
       open += loop->connections.load(std::memory_order_relaxed);
     }
     spdlog::warn(
-        "HTTP on {}:{}: {} (the descriptor limit, RLIMIT_NOFILE, is {}; {} connection(s) "
+        "{} on {}:{}: {} (the descriptor limit, RLIMIT_NOFILE, is {}; {} connection(s) "
         "open): accepting paused while fewer than {} descriptors are free; new connections wait "
         "in the listen backlog",
-        options_.host, port_, why, descriptor_limit_, open,
+        options_.protocol, options_.host, port_, why, descriptor_limit_, open,
         descriptor_limit_ - descriptor_ceiling_);
   }
   LookForDescriptors();
@@ -314,9 +321,9 @@ void HttpServer::EndShortage() {
   }
   const std::chrono::duration<double> lasted = short_resumed_ - *short_since_;
   spdlog::info(
-      "HTTP on {}:{}: accepting connections again: the shortage of descriptors (RLIMIT_NOFILE "
+      "{} on {}:{}: accepting connections again: the shortage of descriptors (RLIMIT_NOFILE "
       "{}) lasted {:.1f} s, {} pause(s)",
-      options_.host, port_, descriptor_limit_, lasted.count(), short_pauses_);
+      options_.protocol, options_.host, port_, descriptor_limit_, lasted.count(), short_pauses_);
   short_since_.reset();
   short_pauses_ = 0;
 }
@@ -332,14 +339,23 @@ void HttpServer::Stop(Micros drain) {
     loops_.front()->accept_retry.cancel();
     loops_.front()->shortage_over.cancel();
   });
+  for (auto& loop : loops_) {  // Each connection told on its own loop (HTTP/2: GOAWAY).
+    asio::post(loop->context, [raw = loop.get()] {
+      for (const std::weak_ptr<Connection>& weak : raw->sessions) {
+        if (std::shared_ptr<Connection> connection = weak.lock()) {
+          connection->Drain();
+        }
+      }
+    });
+  }
   // Requests in flight finish; idle keep-alive connections are closed with their loop.
   const auto deadline = std::chrono::steady_clock::now() + drain;
   while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (const int64_t left = in_flight_.load(); left > 0) {
-    spdlog::warn("the drain ({}) ended with {} HTTP request(s) in flight: closed unanswered",
-                 FormatDuration(drain), left);
+    spdlog::warn("the drain ({}) ended with {} {} request(s) in flight: closed unanswered",
+                 FormatDuration(drain), left, options_.protocol);
   }
   for (auto& loop : loops_) {
     loop->context.stop();
@@ -355,8 +371,8 @@ void HttpServer::Stop(Micros drain) {
   for (auto& loop : loops_) {
     beast::error_code ignored;
     loop->acceptor.close(ignored);
-    for (const std::weak_ptr<Session>& weak : loop->sessions) {
-      if (std::shared_ptr<Session> session = weak.lock()) {
+    for (const std::weak_ptr<Connection>& weak : loop->sessions) {
+      if (std::shared_ptr<Connection> session = weak.lock()) {
         session->Shut();
       }
     }

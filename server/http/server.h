@@ -33,12 +33,14 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/system/error_code.hpp"
 
+#include "server/http/connection.h"
 #include "server/http/handler.h"
 #include "sluice/clock.h"
 
 namespace sluice::server {
 
 struct HttpServerOptions {
+  std::string protocol = "HTTP";  // What its log lines and errors call it.
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0 picks a free port; port() tells which.
   int threads = 1;
@@ -65,8 +67,11 @@ size_t ChooseLoop(std::optional<int> cpu, size_t in_turn, std::span<const int64_
 
 class HttpServer {
  public:
-  // `api` must outlive the server.
+  // HTTP/1.1 answered by `api`, which must outlive the server.
   HttpServer(HttpHandler& api, HttpServerOptions options);
+  // Connections of another protocol (gRPC over HTTP/2: server/grpc/h2_server.h), each made by
+  // `make`; the options' HTTP/1 bounds and timeouts are then the maker's to use or not.
+  HttpServer(ConnectionMaker make, HttpServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -107,7 +112,7 @@ class HttpServer {
   // The loop for the connection just accepted on `fd`.
   Loop& Destination(int fd);
 
-  HttpHandler& api_;
+  ConnectionMaker make_;
   HttpServerOptions options_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<Loop>> loops_;

@@ -25,6 +25,7 @@
 #include "spdlog/spdlog.h"
 
 #include "server/http/answers.h"
+#include "server/http/connection.h"
 #include "server/http/handler.h"
 #include "server/http/server.h"
 #include "sluice/duration.h"
@@ -34,46 +35,46 @@ namespace sluice::server::internal {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using Tcp = asio::ip::tcp;
-// A connection's socket and timer name their loop's executor type, not the polymorphic
-// any_io_executor: every operation on them then skips a type-erased executor's copies and
-// queries (7% of the instructions of a check).
-using LoopExecutor = asio::io_context::executor_type;
-using Socket = Tcp::socket::rebind_executor<LoopExecutor>::other;
-using Timer = asio::steady_timer::rebind_executor<LoopExecutor>::other;
+using net::LoopExecutor;
+using net::Socket;
+using net::Tcp;
+using net::Timer;
 
 // One client connection: wait for a request's first bytes (idle timeout), read the rest of it
 // (read timeout), answer, and again while the client keeps the connection alive. The timeouts
 // are a timer of the session's own that cancels the read rather than closing the socket, so a
 // request that timed out can still be told why.
-class Session : public std::enable_shared_from_this<Session> {
+class Session final : public Connection, public std::enable_shared_from_this<Session> {
  public:
-  // `connections` counts the open connections of the session's loop: the caller has counted
-  // this one in, and the session counts it out when it ends.
+  // The caller has counted this connection into `shared.connections`; the session counts it
+  // out when it ends.
   Session(Socket socket, HttpHandler& api, const HttpServerOptions& options,
-          std::atomic<int64_t>& in_flight, const std::atomic<bool>& stopping,
-          std::atomic<int64_t>& connections)
+          ConnectionShared shared)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         api_(api),
         options_(options),
-        in_flight_(in_flight),
-        stopping_(stopping),
-        connections_(connections) {}
-  ~Session() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+        in_flight_(shared.in_flight),
+        stopping_(shared.stopping),
+        connections_(shared.connections) {}
+  ~Session() override { connections_.fetch_sub(1, std::memory_order_relaxed); }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  LoopExecutor executor() { return socket_.get_executor(); }
+  LoopExecutor executor() override { return socket_.get_executor(); }
 
   // Closes the connection at once. Only from the session's loop, or once no thread runs it.
-  void Shut() {
+  void Shut() override {
     if (!closed_) {
       Close();
     }
   }
 
-  void Start() {
+  // A request in flight is answered with "Connection: close" (Send reads stopping_); an idle
+  // keep-alive connection is closed with its loop.
+  void Drain() override {}
+
+  void Start() override {
     beast::error_code ec;
     socket_.set_option(Tcp::no_delay(true), ec);
     const Tcp::endpoint peer = socket_.remote_endpoint(ec);

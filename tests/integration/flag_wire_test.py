@@ -45,7 +45,10 @@ def envoy_flags(w):
     statsd = w.statsd("envoy")
 
     def build(s, port):
-        return [*s.listeners(port, threads=3), "--config", w.both, "--store", "memory",
+        # Envoy's API on our own gRPC engine here (the variables' scene below is on grpc++'s):
+        # each gRPC row of this scene checks it.
+        return [*s.listeners(port, threads=3), "--grpc-engine", "h2", "--config", w.both,
+                "--store", "memory",
                 "--debug", f"127.0.0.1:{s.debug_port}", "--merge-domains", "--skip-dotfiles",
                 "--response-headers",
                 "--header-limit", HEADERS[0], "--header-remaining", HEADERS[1],
@@ -307,6 +310,8 @@ ROWS = [
     Row("--config", EF, rules_loaded),
     Row("--http", EF, http_listens),
     Row("--grpc", EF, grpc_answers),
+    Row("--grpc-engine", EF, both(logged("(engine h2: HTTP/2 on 3 event loop(s) of its own)"),
+                                  grpc_answers)),
     Row("--debug", EF, debug_rlconfig),
     Row("--merge-domains", EF, merged),
     Row("--skip-dotfiles", EF, dotfiles_skipped),

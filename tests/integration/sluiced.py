@@ -100,6 +100,13 @@ class Response:
         return "HTTP %d %s %r" % (self.status, dict(self.headers), self.body[:600])
 
 
+def engine_flags():
+    """--grpc-engine as SLUICE_TEST_GRPC_ENGINE names it: ctest runs the gRPC tests once per
+    engine (tests/CMakeLists.txt); none when it is not set (sluiced's default)."""
+    engine = os.environ.get("SLUICE_TEST_GRPC_ENGINE")
+    return ["--grpc-engine", engine] if engine else []
+
+
 class Sluiced:
     """One sluiced process on a loopback port, with the given flags (snapshot, store, ...)."""
 
@@ -148,7 +155,7 @@ class Sluiced:
     def _command(self, port):
         config = ["--config", self.config] if os.path.exists(self.config) else []
         return [BINARY, "--http", "127.0.0.1:%d" % port, "--grpc", "127.0.0.1:0", "--threads",
-                str(self.threads), *config, *self.flags]
+                str(self.threads), *engine_flags(), *config, *self.flags]
 
     def _await_port(self):
         # 120 s: sluiced starts in tens of milliseconds, but a 2-core CI machine running other

@@ -474,7 +474,7 @@ TEST_F(AsyncServiceTest, GrpcCallsWaitForTheStoreTogether) {
     }
   }
   EXPECT_EQ(ok.load(), kCalls);
-  grpc->server->Shutdown();
+  grpc->server.Shutdown(Micros{0});
 }
 
 // POST /v1/acquire's waits on real timers (a thread of their own), with requests and

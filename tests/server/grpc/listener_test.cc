@@ -19,7 +19,9 @@
 #include "gtest/gtest.h"
 
 #include "server/grpc/envoy_service.h"
+#include "server/grpc/grpc_server.h"
 #include "sluice/memory_store.h"
+#include "tests/testing/grpc.h"
 #include "tests/testing/rules.h"
 #include "tests/testing/tls.h"
 
@@ -28,6 +30,10 @@ namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 using ::testing::HasSubstr;
+
+// The h2 engine serves plaintext only so far: it refuses TLS
+// (H2RefusesTlsNamingTheEngineThatServesIt), and the TLS tests are grpc++'s.
+constexpr const char* kNoTlsOnH2 = "the h2 engine serves no TLS yet";
 
 constexpr char kRules[] = R"(
 domain: api
@@ -45,7 +51,8 @@ class GrpcListenerTest : public ::testing::Test {
 
   // A server on 127.0.0.1 (`port` 0: any free one) with `tls`; its port in port_.
   absl::StatusOr<GrpcServer> Start(const GrpcTlsOptions& tls, int port = 0) {
-    return StartGrpcServer(fmt::format("127.0.0.1:{}", port), envoy_, port_, tls);
+    return StartGrpcServer(fmt::format("127.0.0.1:{}", port), envoy_, port_, tls,
+                           testing::TestGrpcEngine());
   }
 
   GrpcTlsOptions ServerTls(bool client_certificates) const {
@@ -106,16 +113,22 @@ class GrpcListenerTest : public ::testing::Test {
 };
 
 TEST_F(GrpcListenerTest, ServesOverTlsAndRefusesPlaintext) {
+  if (testing::TestingH2()) {
+    GTEST_SKIP() << kNoTlsOnH2;
+  }
   absl::StatusOr<GrpcServer> server = Start(ServerTls(false));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls()).ok());
   EXPECT_TRUE(Ask(Tls("client")).ok());  // A certificate nobody asked for changes nothing.
   const grpc::Status plaintext = Ask(grpc::InsecureChannelCredentials());
   EXPECT_EQ(plaintext.error_code(), grpc::StatusCode::UNAVAILABLE) << plaintext.error_message();
-  (*server)->Shutdown();
+  server->Shutdown(Micros{0});
 }
 
 TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
+  if (testing::TestingH2()) {
+    GTEST_SKIP() << kNoTlsOnH2;
+  }
   absl::StatusOr<GrpcServer> server = Start(ServerTls(true));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls("client")).ok());
@@ -125,11 +138,14 @@ TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
         << "client '" << client << "': " << refused.error_message();
   }
   EXPECT_FALSE(Ask(grpc::InsecureChannelCredentials()).ok());
-  (*server)->Shutdown();
+  server->Shutdown(Micros{0});
 }
 
 // envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN: a certificate of the client CA must also name it.
 TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
+  if (testing::TestingH2()) {
+    GTEST_SKIP() << kNoTlsOnH2;
+  }
   GrpcTlsOptions tls = ServerTls(true);
   tls.client_san = "client.sluice.test";
   absl::StatusOr<GrpcServer> server = Start(tls);
@@ -141,7 +157,7 @@ TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
         << "client '" << client << "': " << refused.error_message();
   }
-  (*server)->Shutdown();
+  server->Shutdown(Micros{0});
   EXPECT_THAT(Refusal({.cert_file = certs_.Cert("server"),
                        .key_file = certs_.Key("server"),
                        .client_san = "client.sluice.test"}),
@@ -149,6 +165,9 @@ TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
 }
 
 TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
+  if (testing::TestingH2()) {
+    GTEST_SKIP() << kNoTlsOnH2;
+  }
   const std::string missing = (certs_.dir() / "missing.crt").string();
   GrpcTlsOptions tls = ServerTls(false);
   tls.cert_file = missing;
@@ -192,6 +211,9 @@ TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
 // next handshake on, without a restart, as envoyproxy/ratelimit's CertProvider serves it; a
 // pair caught half written or a broken file is never served: the last good pair stays.
 TEST_F(GrpcListenerTest, RenewedCertificateFilesAreServedAndBrokenOnesNever) {
+  if (testing::TestingH2()) {
+    GTEST_SKIP() << kNoTlsOnH2;
+  }
   const std::string cert = (certs_.dir() / "live.crt").string();
   const std::string key = (certs_.dir() / "live.key").string();
   // Each file replaced whole (a rename), as renewal tools do; the pair is not replaced at once.
@@ -235,7 +257,7 @@ TEST_F(GrpcListenerTest, RenewedCertificateFilesAreServedAndBrokenOnesNever) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  (*server)->Shutdown();
+  server->Shutdown(Micros{0});
 }
 
 // gRPC binds with SO_REUSEPORT unless told not to; then a second sluiced on the port would
@@ -250,7 +272,14 @@ TEST_F(GrpcListenerTest, ASecondServerOnThePortIsRefusedAndTheFirstKeepsServing)
             fmt::format("cannot serve gRPC on 127.0.0.1:{}: Address already in use", port));
   port_ = port;
   EXPECT_TRUE(Ask(grpc::InsecureChannelCredentials()).ok());
-  (*first)->Shutdown();
+  first->Shutdown(Micros{0});
+}
+
+TEST_F(GrpcListenerTest, H2RefusesTlsNamingTheEngineThatServesIt) {
+  absl::StatusOr<GrpcServer> server =
+      StartGrpcServer("127.0.0.1:0", envoy_, port_, ServerTls(false), {.engine = GrpcEngine::kH2});
+  EXPECT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
+  EXPECT_THAT(server.status().message(), ::testing::HasSubstr("--grpc-engine grpcpp serves TLS"));
 }
 
 }  // namespace
