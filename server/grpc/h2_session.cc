@@ -69,7 +69,7 @@ struct GrpcH2Session::Callbacks {
     return 0;
   }
 
-  static int OnData(nghttp2_session* session, uint8_t, int32_t id, const uint8_t* data, size_t size,
+  static int OnData(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data, size_t size,
                     void* user) {
     auto& s = *static_cast<GrpcH2Session*>(user);
     const auto it = s.streams_.find(id);
@@ -84,11 +84,11 @@ struct GrpcH2Session::Callbacks {
       // Refused as soon as the prefix says so: the rest is neither kept nor waited for.
       stream.refused = true;
       stream.body.clear();
+      // The response is followed by RST_STREAM NO_ERROR (Sent), which tells the client to
+      // stop sending the rest.
       s.Answer(id, {GrpcCode::kResourceExhausted,
                     fmt::format("the request's message is over the limit of {} bytes",
                                 s.options_.max_message_bytes)});
-      // Tells the client to stop sending it (HTTP/2 allows this after a whole response).
-      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
     }
     return 0;
   }
@@ -107,6 +107,20 @@ struct GrpcH2Session::Callbacks {
     const auto it = s.streams_.find(frame->hd.stream_id);
     if (it != s.streams_.end() && !it->second.dispatched && !it->second.refused) {
       s.Dispatch(frame->hd.stream_id, it->second);
+    }
+    return 0;
+  }
+
+  // A refused request's response is followed by RST_STREAM NO_ERROR: the client stops
+  // sending it (HTTP/2 allows this once a response is whole).
+  static int Sent(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+    auto& s = *static_cast<GrpcH2Session*>(user);
+    if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+      return 0;
+    }
+    const auto it = s.streams_.find(frame->hd.stream_id);
+    if (it != s.streams_.end() && it->second.refused) {
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     }
     return 0;
   }
@@ -172,6 +186,7 @@ bool GrpcH2Session::Make() {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, Callbacks::OnData);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, Callbacks::OnFrame);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, Callbacks::OnClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, Callbacks::Sent);
   nghttp2_option_set_max_settings(option, kMaxSettings);
   nghttp2_option_set_max_outbound_ack(option, kMaxOutboundAcks);
   nghttp2_option_set_max_continuations(option, kMaxContinuations);
