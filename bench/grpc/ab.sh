@@ -7,7 +7,10 @@
 # server's medians and their ratios to the first sluiced and to the reference.
 #
 #   bench/grpc/ab.sh [--rounds 5] [--duration 10] [--store redis|memory|both]
-#                    [--no-reference] [NAME=]SLUICED...
+#                    [--concurrency 64] [--channels 2] [--no-reference] [NAME=]SLUICED...
+#
+# --channels 1000 --concurrency 1000: a thousand connections of one call each, as many Envoy
+# sidecars would connect (raise `ulimit -n` first).
 #
 # e.g. bench/grpc/ab.sh old=/tmp/sluiced.old new=build/bin/sluiced
 # A NAME=ENV=VALUE:PATH form is not offered: set what a binary needs with env(1) in a wrapper.
@@ -16,12 +19,14 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PEER=${PEER:-$ROOT/../shared/peers/envoy-ratelimit}
 [ -d "$PEER" ] || PEER=$ROOT/../../shared/peers/envoy-ratelimit  # From a worktree in /work/wt/.
 LOAD=${LOAD:-$ROOT/build/bin/sluice_grpc_load}
-rounds=5 duration=10 stores="redis memory" reference=1
+rounds=5 duration=10 stores="redis memory" reference=1 concurrency=64 channels=2
 bins=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
+    --concurrency) concurrency=$2; shift 2 ;;
+    --channels) channels=$2; shift 2 ;;
     --store) [ "$2" = both ] && stores="redis memory" || stores=$2; shift 2 ;;
     --no-reference) reference=; shift ;;
     -*) echo "ab.sh: unknown argument $1" >&2; exit 2 ;;
@@ -41,7 +46,8 @@ cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 one() {
   local before after out calls secs
   before=$(cpu "$1")
-  out=$("$LOAD" --target "$2" --domain bench --concurrency 64 --duration "$duration" 2>&1)
+  out=$("$LOAD" --target "$2" --domain bench --concurrency "$concurrency" \
+    --channels "$channels" --duration "$duration" 2>&1)
   after=$(cpu "$1")
   calls=$(echo "$out" | sed -n 's/^calls \([0-9]*\) in \([0-9.]*\) s.*/\1/p')
   secs=$(echo "$out" | sed -n 's/^calls \([0-9]*\) in \([0-9.]*\) s.*/\2/p')
@@ -52,7 +58,7 @@ one() {
     'BEGIN { printf "%s %.0f %.2f\n", l, c / s, t * 10000 / c }' >> "$CONF/results"
 }
 export -f one cpu
-export LOAD duration CONF
+export LOAD duration CONF concurrency channels
 for round in $(seq "$rounds"); do
   echo "round $round" >&2
   if [ -n "$reference" ] && [[ " $stores " == *" redis "* ]]; then
