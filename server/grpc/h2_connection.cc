@@ -110,6 +110,7 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
     Flush();
     UpdateBusy();
     if (!closed_) {
+      ArmTimer(session_->NextTick());  // Sooner, when a call of this read has a grpc-timeout.
       Read();
     }
   }

@@ -309,7 +309,15 @@ bool GrpcH2Session::Tick(SteadyTime now) {
   return true;
 }
 
-SteadyTime GrpcH2Session::NextTick() const {
+SteadyTime GrpcH2Session::NextTick() {
+  // The deadlines of calls answered or reset meanwhile wake nobody.
+  while (!deadlines_.empty()) {
+    const auto it = streams_.find(deadlines_.top().second);
+    if (it != streams_.end() && !it->second.answered) {
+      break;
+    }
+    deadlines_.pop();
+  }
   SteadyTime next = ping_sent_ ? *ping_sent_ + options_.ping_timeout
                                : std::max(now_, last_read_ + options_.ping_interval);
   if (!preface_seen_) {

@@ -66,8 +66,8 @@ class GrpcH2Session {
   // ping_interval of silence a PING is sent. False: the connection must end (no preface within
   // preface_timeout, no PING acknowledged within ping_timeout).
   bool Tick(SteadyTime now);
-  // When Tick has something to do next.
-  SteadyTime NextTick() const;
+  // When Tick has something to do next (deadlines of calls already answered left out).
+  SteadyTime NextTick();
 
   // Nothing is left to do: nghttp2 wants neither to read nor to write, or a drain has answered
   // every call. Checked once Send gives nothing.

@@ -284,6 +284,10 @@ TEST_F(H2SessionTest, ADeadlinePassedIsAnsweredAndTheLateReplyDropped) {
   EXPECT_EQ(Statuses(Read()).at(1), "4");
   std::move(service_.held[0])(GrpcReply{.body = "late"});
   EXPECT_TRUE(Read().empty());
+  // A call answered in time leaves no wake-up for its deadline: the next is the keep-alive's.
+  ASSERT_TRUE(Send(Call(3, "/echo", "x", Literal("grpc-timeout", "100m"))));
+  EXPECT_EQ(Statuses(Read()).at(3), "0");
+  EXPECT_EQ(Session().NextTick(), now_ + options_.ping_interval);
 }
 
 TEST_F(H2SessionTest, AResetCallIsForgottenAndItsReplyDropped) {
