@@ -259,7 +259,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--grpc", flags.grpc, "gRPC listen address HOST:PORT")->capture_default_str();
   app.add_option("--grpc-engine", flags.grpc_engine,
                  "What serves gRPC: grpcpp (grpc++'s server) or h2 (HTTP/2 on sluiced's own event "
-                 "loops, plaintext only so far)")
+                 "loops)")
       ->check(CLI::IsMember({"grpcpp", "h2"}))
       ->capture_default_str();
   app.add_option("--debug", flags.debug,

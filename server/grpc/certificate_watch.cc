@@ -72,36 +72,45 @@ std::string Identity(const tls::Pem& pem) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CertificateWatch>> CertificateWatch::Start(tls::PemFiles files,
-                                                                          unsigned reload_seconds) {
+                                                                          unsigned reload_seconds,
+                                                                          Serve serve) {
   // Looked at before they are read, as Check does: a renewal in between is seen next time.
   std::vector<Seen> seen = Look(files);
   absl::StatusOr<tls::Pem> pem = tls::ReadPemFiles(files, "gRPC TLS");
   if (!pem.ok()) {
     return pem.status();
   }
-  absl::StatusOr<std::string> dir = MakePrivateDir();
-  if (!dir.ok()) {
-    return dir.status();
+  std::string dir;
+  if (serve == nullptr) {
+    absl::StatusOr<std::string> made = MakePrivateDir();
+    if (!made.ok()) {
+      return made.status();
+    }
+    dir = *std::move(made);
   }
   std::unique_ptr<CertificateWatch> watch(
-      new CertificateWatch(std::move(files), reload_seconds, *std::move(dir)));
+      new CertificateWatch(std::move(files), reload_seconds, std::move(dir), std::move(serve)));
   watch->seen_ = std::move(seen);
-  if (absl::Status s = watch->WriteCopy(Identity(*pem), pem->ca); !s.ok()) {
+  if (absl::Status s = watch->Put(*pem); !s.ok()) {
     return absl::InternalError(
         fmt::format("gRPC TLS: the certificates served: {}", internal::Message(s)));
   }
-  watch->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      watch->dir_ + "/" + kIdentity, watch->dir_ + "/" + kIdentity,
-      watch->files_.ca_file.empty() ? std::string() : watch->dir_ + "/" + kCa,
-      watch->reload_seconds_);
+  if (watch->serve_ == nullptr) {
+    watch->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        watch->dir_ + "/" + kIdentity, watch->dir_ + "/" + kIdentity,
+        watch->files_.ca_file.empty() ? std::string() : watch->dir_ + "/" + kCa,
+        watch->reload_seconds_);
+  }
   watch->thread_ = std::thread([w = watch.get()] { w->Run(); });
   return watch;
 }
 
-CertificateWatch::CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir)
+CertificateWatch::CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir,
+                                   Serve serve)
     : files_(std::move(files)),
       reload_seconds_(reload_seconds == 0 ? 1 : reload_seconds),
-      dir_(std::move(dir)) {}
+      dir_(std::move(dir)),
+      serve_(std::move(serve)) {}
 
 CertificateWatch::~CertificateWatch() {
   {
@@ -113,8 +122,10 @@ CertificateWatch::~CertificateWatch() {
     thread_.join();
   }
   provider_.reset();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);
+  if (!dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
 }
 
 std::vector<CertificateWatch::Seen> CertificateWatch::Look(const tls::PemFiles& files) {
@@ -133,13 +144,16 @@ std::vector<CertificateWatch::Seen> CertificateWatch::Look(const tls::PemFiles& 
   return seen;
 }
 
-absl::Status CertificateWatch::WriteCopy(const std::string& identity, const std::string& ca) {
+absl::Status CertificateWatch::Put(const tls::Pem& pem) {
+  if (serve_ != nullptr) {
+    return serve_(pem);
+  }
   if (!files_.ca_file.empty()) {
-    if (absl::Status s = internal::ReplaceFile(dir_ + "/" + kCa, ca, 0600); !s.ok()) {
+    if (absl::Status s = internal::ReplaceFile(dir_ + "/" + kCa, pem.ca, 0600); !s.ok()) {
       return s;
     }
   }
-  return internal::ReplaceFile(dir_ + "/" + kIdentity, identity, 0600);
+  return internal::ReplaceFile(dir_ + "/" + kIdentity, Identity(pem), 0600);
 }
 
 bool CertificateWatch::Check() {
@@ -155,7 +169,7 @@ bool CertificateWatch::Check() {
                   std::string(pem.status().message()));
     return false;
   }
-  if (absl::Status s = WriteCopy(Identity(*pem), pem->ca); !s.ok()) {
+  if (absl::Status s = Put(*pem); !s.ok()) {
     spdlog::error("gRPC TLS: the renewed certificates: {}; the certificate in use is kept",
                   internal::Message(s));
     return false;

@@ -24,6 +24,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,21 +40,28 @@ namespace sluice::server {
 
 class CertificateWatch {
  public:
-  // Reads and checks `files` (a certificate and its key; perhaps client CAs), writes the copy
-  // and starts watching them, looking every `reload_seconds` (0: 1). InvalidArgument as
-  // tls::ReadPemFiles; Internal when the copy cannot be written.
+  // What serves a pair that passed, for an engine that reads no files (the h2 engine: a new
+  // OpenSSL context); an error keeps the pair in use, and is logged.
+  using Serve = std::function<absl::Status(const tls::Pem& pem)>;
+
+  // Reads and checks `files` (a certificate and its key; perhaps client CAs) and starts
+  // watching them, looking every `reload_seconds` (0: 1). Each pair that passes, the first
+  // included, goes to `serve` when given, else into the copy that provider() watches.
+  // InvalidArgument as tls::ReadPemFiles; Internal when the copy cannot be written; `serve`'s
+  // error for the first pair.
   static absl::StatusOr<std::unique_ptr<CertificateWatch>> Start(tls::PemFiles files,
-                                                                 unsigned reload_seconds);
+                                                                 unsigned reload_seconds,
+                                                                 Serve serve = nullptr);
   ~CertificateWatch();
   CertificateWatch(const CertificateWatch&) = delete;
   CertificateWatch& operator=(const CertificateWatch&) = delete;
 
-  // What gRPC serves from: its file watcher over the copy.
+  // What gRPC serves from: its file watcher over the copy (null with a Serve).
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider() const {
     return provider_;
   }
 
-  // The copy's directory (for the tests: its mode, its removal).
+  // The copy's directory (for the tests: its mode, its removal); empty with a Serve.
   const std::string& dir() const { return dir_; }
 
   // Reads the operator's files again if any changed since the last look; when they pass,
@@ -70,15 +78,16 @@ class CertificateWatch {
     bool operator==(const Seen&) const = default;
   };
 
-  CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir);
+  CertificateWatch(tls::PemFiles files, unsigned reload_seconds, std::string dir, Serve serve);
   static std::vector<Seen> Look(const tls::PemFiles& files);
-  // Writes the files' checked contents into the copy (internal::ReplaceFile).
-  absl::Status WriteCopy(const std::string& identity, const std::string& ca);
+  // Serves the files' checked contents: serve_, or the copy (internal::ReplaceFile).
+  absl::Status Put(const tls::Pem& pem);
   void Run();
 
   const tls::PemFiles files_;
   const unsigned reload_seconds_;
   const std::string dir_;  // The copy's directory.
+  const Serve serve_;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
 
   std::mutex mutex_;

@@ -12,6 +12,7 @@
 #include "grpcpp/server_builder.h"
 
 #include "server/grpc/h2_service.h"
+#include "server/grpc/h2_tls.h"
 #include "server/http/server.h"
 
 namespace sluice::server {
@@ -120,23 +121,28 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpc
                                            const GrpcEngineOptions& engine) {
   GrpcServer server;
   if (engine.engine == GrpcEngine::kH2) {
-    if (tls.enabled()) {
-      return absl::InvalidArgumentError(
-          "the h2 gRPC engine serves plaintext (h2c) only so far: --grpc-engine grpcpp serves "
-          "TLS");
-    }
     absl::StatusOr<std::pair<std::string, uint16_t>> where = IpAndPort(address);
     if (!where.ok()) {
       return where.status();
     }
+    if (absl::Status s = CheckGrpcTlsOptions(tls); !s.ok()) {
+      return s;
+    }
+    if (tls.enabled()) {
+      absl::StatusOr<std::unique_ptr<H2Tls>> h2_tls = H2Tls::Start(tls);
+      if (!h2_tls.ok()) {
+        return h2_tls.status();
+      }
+      server.h2_tls_ = *std::move(h2_tls);
+    }
     server.h2_options_ = std::make_unique<H2Options>(engine.h2);
     server.h2_service_ = std::make_unique<H2GrpcService>(service);
-    server.h2_ =
-        std::make_unique<HttpServer>(H2ConnectionMaker(*server.h2_service_, *server.h2_options_),
-                                     HttpServerOptions{.protocol = "gRPC",
-                                                       .host = where->first,
-                                                       .port = where->second,
-                                                       .threads = engine.threads});
+    server.h2_ = std::make_unique<HttpServer>(
+        H2ConnectionMaker(*server.h2_service_, *server.h2_options_, server.h2_tls_.get()),
+        HttpServerOptions{.protocol = "gRPC",
+                          .host = where->first,
+                          .port = where->second,
+                          .threads = engine.threads});
     if (absl::Status s = server.h2_->Start(); !s.ok()) {
       absl::Status why = WhyNotListening(address);  // Said as grpc++'s engine says it.
       return why.ok() ? s : why;

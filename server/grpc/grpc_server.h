@@ -7,7 +7,7 @@
 //           other proves itself.
 //   h2      HTTP/2 by libnghttp2 on sluiced's own event loops (h2_connection.h), as the HTTP
 //           API runs: calls read, decided and answered in one pass of the loop, with no
-//           thread hops. Plaintext (h2c, prior knowledge) only, so far.
+//           thread hops. h2c (prior knowledge), or TLS with ALPN h2 (h2_tls.h).
 //
 // Both answer the same calls with the same messages (EnvoyGrpcService::Decide).
 
@@ -28,6 +28,7 @@ namespace sluice::server {
 
 class HttpServer;
 class H2GrpcService;
+class H2Tls;
 
 enum class GrpcEngine { kGrpcpp, kH2 };
 
@@ -60,11 +61,13 @@ class GrpcServer {
   friend absl::StatusOr<GrpcServer> StartGrpcServer(const std::string&, EnvoyGrpcService&, int&,
                                                     const GrpcTlsOptions&,
                                                     const GrpcEngineOptions&);
-  // Over TLS, the watch of the certificate files, which outlives the server it feeds.
+  // grpc++ over TLS: the watch of the certificate files, which outlives the server it feeds.
   std::unique_ptr<CertificateWatch> certificates_;
   std::unique_ptr<grpc::Server> grpcpp_;
-  // h2: the options its connections read, the service and the loops, destroyed last first.
+  // h2: the options its connections read, its TLS, the service and the loops, destroyed last
+  // first.
   std::unique_ptr<H2Options> h2_options_;
+  std::unique_ptr<H2Tls> h2_tls_;
   std::unique_ptr<H2GrpcService> h2_service_;
   std::unique_ptr<HttpServer> h2_;
 };
@@ -72,7 +75,7 @@ class GrpcServer {
 // A gRPC server on `address` (HOST:PORT) with `service` and the standard health service, over
 // TLS when `tls` says so (listener.h), on `engine`'s engine. `port` receives the port bound
 // (for HOST:0). The port is this process's alone (no SO_REUSEPORT). InvalidArgument naming a
-// TLS file that is wrong, or TLS asked of the h2 engine; Unavailable when it cannot listen,
+// TLS file that is wrong; Unavailable when it cannot listen,
 // saying why ("cannot serve gRPC on 127.0.0.1:8081: Address already in use").
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& address, EnvoyGrpcService& service,
                                            int& port, const GrpcTlsOptions& tls = {},

@@ -3,14 +3,17 @@
 #include <array>
 #include <chrono>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/ssl/stream.hpp"
 #include "boost/asio/write.hpp"
 #include "spdlog/spdlog.h"
 
 #include "server/grpc/h2_session.h"
+#include "server/grpc/h2_tls.h"
 
 namespace sluice::server {
 namespace {
@@ -24,16 +27,35 @@ constexpr size_t kWriteChunk = size_t{64} * 1024;
 
 SteadyTime Now() { return std::chrono::steady_clock::now(); }
 
-// The socket, the timer and the writes around a GrpcH2Session (h2_session.h).
-class H2Connection final : public Connection, public std::enable_shared_from_this<H2Connection> {
+using TlsStream = asio::ssl::stream<Socket>;
+
+// The stream, the timer and the writes around a GrpcH2Session (h2_session.h). `Stream` is the
+// socket (h2c) or a TLS stream over it.
+template <typename Stream>
+class H2Connection final : public Connection,
+                           public std::enable_shared_from_this<H2Connection<Stream>> {
  public:
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  // Plaintext.
   H2Connection(Socket socket, GrpcUnaryService& service, const H2Options& options,
-               ConnectionShared shared)
+               ConnectionShared shared) requires(!kTls)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         service_(service),
         options_(options),
         shared_(shared) {}
+
+  // TLS with `context` (H2Tls::context), and `tls` to admit the client after its handshake.
+  H2Connection(Socket socket, GrpcUnaryService& service, const H2Options& options,
+               ConnectionShared shared, std::shared_ptr<asio::ssl::context> context,
+               const H2Tls& tls) requires kTls : context_(std::move(context)),
+                                                 tls_(&tls),
+                                                 socket_(std::move(socket), *context_),
+                                                 timer_(socket_.get_executor()),
+                                                 service_(service),
+                                                 options_(options),
+                                                 shared_(shared) {}
 
   ~H2Connection() override {
     SetBusy(false);
@@ -46,12 +68,40 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
 
   void Start() override {
     boost::system::error_code ec;
-    socket_.set_option(net::Tcp::no_delay(true), ec);
+    socket_.lowest_layer().set_option(net::Tcp::no_delay(true), ec);
+    if constexpr (kTls) {
+      // The handshake within the preface's time: the timer closes a connection still without
+      // a session then.
+      ArmTimer(Now() + options_.preface_timeout);
+      socket_.async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](
+                                                                  boost::system::error_code ec) {
+        if (ec || self->closed_ || !self->tls_->Admits(self->socket_.native_handle())) {
+          self->Close();  // Refused, or a client the SAN does not name.
+          return;
+        }
+        self->StartSession();
+      });
+    } else {
+      StartSession();
+    }
+  }
+
+  void Drain() override {
+    if (!closed_ && session_) {
+      session_->Drain();
+      ScheduleFlush();
+    }
+  }
+
+  void Shut() override { Close(); }
+
+ private:
+  void StartSession() {
     // A reply may come from the store's thread: it is handed to the session on this loop, and
     // written with every other reply of this pass (one write for them all).
     session_.emplace(
         service_, options_,
-        [weak = weak_from_this()](int32_t id) -> GrpcUnaryService::Done {
+        [weak = this->weak_from_this()](int32_t id) -> GrpcUnaryService::Done {
           return [weak, id](GrpcReply reply) mutable {
             const std::shared_ptr<H2Connection> self = weak.lock();
             if (self == nullptr) {
@@ -73,30 +123,22 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
     if (shared_.stopping.load()) {
       session_->Drain();
     }
+    timer_at_.reset();
+    timer_.cancel();  // The handshake's deadline, if any: the session's ticks from now on.
     ArmTimer(session_->NextTick());
     Flush();  // Our SETTINGS.
     Read();
   }
 
-  void Drain() override {
-    if (!closed_ && session_) {
-      session_->Drain();
-      ScheduleFlush();
-    }
-  }
-
-  void Shut() override { Close(); }
-
- private:
   void Read() {
-    socket_.async_read_some(asio::buffer(in_),
-                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-                              if (ec || self->closed_) {
-                                self->Close();  // The client went away, or we closed.
-                                return;
-                              }
-                              self->Received(n);
-                            });
+    socket_.async_read_some(asio::buffer(in_), [self = this->shared_from_this()](
+                                                   boost::system::error_code ec, size_t n) {
+      if (ec || self->closed_) {
+        self->Close();  // The client went away, or we closed.
+        return;
+      }
+      self->Received(n);
+    });
   }
 
   void Received(size_t n) {
@@ -118,7 +160,7 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
   void ScheduleFlush() {
     if (!flush_scheduled_ && !closed_) {
       flush_scheduled_ = true;
-      asio::post(executor(), [self = shared_from_this()] {
+      asio::post(executor(), [self = this->shared_from_this()] {
         self->flush_scheduled_ = false;
         self->Flush();
       });
@@ -145,7 +187,7 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
     writing_ = true;
     UpdateBusy();
     asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                      [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
                         self->writing_ = false;
                         if (ec) {
                           self->Close();
@@ -161,12 +203,12 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
     }
     timer_at_ = at;
     timer_.expires_at(at);
-    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
       if (ec == asio::error::operation_aborted || self->closed_) {
         return;  // Set again for an earlier time, or closing.
       }
       self->timer_at_.reset();
-      if (!self->session_->Tick(Now())) {
+      if (!self->session_ || !self->session_->Tick(Now())) {  // No session: handshake too slow.
         self->Close();
         return;
       }
@@ -192,12 +234,14 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
     closed_ = true;
     boost::system::error_code ec;
     timer_.cancel();
-    socket_.shutdown(net::Tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    socket_.lowest_layer().shutdown(net::Tcp::socket::shutdown_both, ec);
+    socket_.lowest_layer().close(ec);
     UpdateBusy();
   }
 
-  Socket socket_;
+  std::shared_ptr<asio::ssl::context> context_;  // TLS: outlives the stream.
+  const H2Tls* tls_ = nullptr;
+  Stream socket_;
   net::Timer timer_;
   std::optional<SteadyTime> timer_at_;  // When the timer is set to wake.
   GrpcUnaryService& service_;
@@ -215,9 +259,16 @@ class H2Connection final : public Connection, public std::enable_shared_from_thi
 
 }  // namespace
 
-ConnectionMaker H2ConnectionMaker(GrpcUnaryService& service, const H2Options& options) {
+ConnectionMaker H2ConnectionMaker(GrpcUnaryService& service, const H2Options& options,
+                                  const H2Tls* tls) {
+  if (tls != nullptr) {
+    return [&service, &options, tls](Socket socket, ConnectionShared shared) {
+      return std::make_shared<H2Connection<TlsStream>>(std::move(socket), service, options, shared,
+                                                       tls->context(), *tls);
+    };
+  }
   return [&service, &options](Socket socket, ConnectionShared shared) {
-    return std::make_shared<H2Connection>(std::move(socket), service, options, shared);
+    return std::make_shared<H2Connection<Socket>>(std::move(socket), service, options, shared);
   };
 }
 

@@ -26,6 +26,7 @@
 //   silence    a connection that has not sent HTTP/2's preface within preface_timeout is
 //              closed; one that answers no keep-alive PING within ping_timeout too.
 //   sockets    the HTTP server's: accepting pauses before the process runs out of descriptors.
+//   TLS        (h2_tls.h) the handshake within preface_timeout.
 
 #include <cstdint>
 #include <memory>
@@ -64,8 +65,11 @@ struct H2Options {
   Micros ping_timeout{20'000'000};
 };
 
-// Makes an H2Connection for each connection accepted: a ConnectionMaker for HttpServer.
-// `service` and `options` must outlive the server.
-ConnectionMaker H2ConnectionMaker(GrpcUnaryService& service, const H2Options& options);
+class H2Tls;
+
+// Makes an H2Connection for each connection accepted: a ConnectionMaker for HttpServer; over
+// TLS (h2_tls.h) when `tls` is given. `service`, `options` and `tls` must outlive the server.
+ConnectionMaker H2ConnectionMaker(GrpcUnaryService& service, const H2Options& options,
+                                  const H2Tls* tls = nullptr);
 
 }  // namespace sluice::server

@@ -75,18 +75,25 @@ class ClientSanVerifier final : public grpc::experimental::ExternalCertificateVe
 
 }  // namespace
 
-absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls) {
+absl::Status CheckGrpcTlsOptions(const GrpcTlsOptions& tls) {
   if (!tls.client_san.empty() && tls.client_ca_file.empty()) {
     return absl::InvalidArgumentError(
         "gRPC TLS: a client SAN (--grpc-tls-client-san) is checked in client certificates, "
         "which need a client CA (--grpc-tls-client-ca)");
   }
+  if (!tls.enabled() && !tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "gRPC TLS: a client CA (--grpc-tls-client-ca) verifies clients over TLS, which needs "
+        "the server's own certificate and key (--grpc-tls-cert, --grpc-tls-key)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls) {
+  if (absl::Status s = CheckGrpcTlsOptions(tls); !s.ok()) {
+    return s;
+  }
   if (!tls.enabled()) {
-    if (!tls.client_ca_file.empty()) {
-      return absl::InvalidArgumentError(
-          "gRPC TLS: a client CA (--grpc-tls-client-ca) verifies clients over TLS, which needs "
-          "the server's own certificate and key (--grpc-tls-cert, --grpc-tls-key)");
-    }
     return GrpcCredentials{.credentials = grpc::InsecureServerCredentials()};
   }
   absl::StatusOr<std::unique_ptr<CertificateWatch>> watch = CertificateWatch::Start(

@@ -43,6 +43,10 @@ struct GrpcCredentials {
   std::unique_ptr<CertificateWatch> certificates;  // Null in plaintext.
 };
 
+// InvalidArgument when `tls`'s options do not go together: a client SAN without a client CA,
+// a client CA without the server's own certificate and key. Both engines ask it.
+absl::Status CheckGrpcTlsOptions(const GrpcTlsOptions& tls);
+
 // Plaintext credentials for `tls` not enabled; else TLS ones from its files, read and checked
 // now. InvalidArgument naming a file that is missing, unreadable or holds the wrong thing, a
 // key that is not the certificate's, a client CA without a certificate of the server's, or a

@@ -212,12 +212,6 @@ std::string HealthCheck(const std::shared_ptr<grpc::Channel>& channel) {
   return bytes;
 }
 
-// Whether this run's sluiced serves gRPC on the h2 engine, which serves no TLS yet.
-bool OnH2() {
-  const char* engine = std::getenv("SLUICE_TEST_GRPC_ENGINE");
-  return engine != nullptr && std::string_view(engine) == "h2";
-}
-
 TEST(GrpcIntegrationTest, EnvoysQuestionsAnsweredByTheBinary) {
   SluicedProcess sluiced;
   const int port = sluiced.AwaitGrpcPort();
@@ -429,9 +423,6 @@ void ExpectMutualTls(SluicedProcess& sluiced, const testing::TestCertificates& c
 
 // --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca: Envoy's calls over mutual TLS.
 TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
-  if (OnH2()) {
-    GTEST_SKIP() << "the h2 engine serves no TLS yet";
-  }
   testing::TestCertificates certs;
   ASSERT_TRUE(certs.ok());
   SluicedProcess sluiced({"--grpc-tls-cert", certs.Cert("server"), "--grpc-tls-key",
@@ -443,9 +434,6 @@ TEST(GrpcIntegrationTest, ServesOverMutualTlsWithTheFlags) {
 // memory store and the test's addresses given as flags, which win; their log level, warn by
 // default, raised so that the port can be read from the log).
 TEST(GrpcIntegrationTest, ServesOverMutualTlsFromTheirEnvironment) {
-  if (OnH2()) {
-    GTEST_SKIP() << "the h2 engine serves no TLS yet";
-  }
   testing::TestCertificates certs;
   ASSERT_TRUE(certs.ok());
   SluicedProcess sluiced(
@@ -457,9 +445,6 @@ TEST(GrpcIntegrationTest, ServesOverMutualTlsFromTheirEnvironment) {
 }
 
 TEST(GrpcIntegrationTest, TlsFilesThatAreWrongExit2NamingTheFile) {
-  if (OnH2()) {
-    GTEST_SKIP() << "the h2 engine serves no TLS yet";
-  }
   testing::TestCertificates certs;
   ASSERT_TRUE(certs.ok());
   const std::string missing = (certs.dir() / "missing.crt").string();

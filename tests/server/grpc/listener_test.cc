@@ -12,6 +12,10 @@
 #include <thread>
 #include <utility>
 
+#include "boost/asio/connect.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl.hpp"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -30,10 +34,6 @@ namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
 using ::testing::HasSubstr;
-
-// The h2 engine serves plaintext only so far: it refuses TLS
-// (H2RefusesTlsNamingTheEngineThatServesIt), and the TLS tests are grpc++'s.
-constexpr const char* kNoTlsOnH2 = "the h2 engine serves no TLS yet";
 
 constexpr char kRules[] = R"(
 domain: api
@@ -113,9 +113,6 @@ class GrpcListenerTest : public ::testing::Test {
 };
 
 TEST_F(GrpcListenerTest, ServesOverTlsAndRefusesPlaintext) {
-  if (testing::TestingH2()) {
-    GTEST_SKIP() << kNoTlsOnH2;
-  }
   absl::StatusOr<GrpcServer> server = Start(ServerTls(false));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls()).ok());
@@ -126,9 +123,6 @@ TEST_F(GrpcListenerTest, ServesOverTlsAndRefusesPlaintext) {
 }
 
 TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
-  if (testing::TestingH2()) {
-    GTEST_SKIP() << kNoTlsOnH2;
-  }
   absl::StatusOr<GrpcServer> server = Start(ServerTls(true));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(Ask(Tls("client")).ok());
@@ -143,9 +137,6 @@ TEST_F(GrpcListenerTest, MutualTlsServesOnlyClientsWithACertificateOfItsCa) {
 
 // envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN: a certificate of the client CA must also name it.
 TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
-  if (testing::TestingH2()) {
-    GTEST_SKIP() << kNoTlsOnH2;
-  }
   GrpcTlsOptions tls = ServerTls(true);
   tls.client_san = "client.sluice.test";
   absl::StatusOr<GrpcServer> server = Start(tls);
@@ -165,9 +156,6 @@ TEST_F(GrpcListenerTest, AClientSanServesOnlyCertificatesThatNameIt) {
 }
 
 TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
-  if (testing::TestingH2()) {
-    GTEST_SKIP() << kNoTlsOnH2;
-  }
   const std::string missing = (certs_.dir() / "missing.crt").string();
   GrpcTlsOptions tls = ServerTls(false);
   tls.cert_file = missing;
@@ -211,9 +199,6 @@ TEST_F(GrpcListenerTest, TlsFilesThatAreWrongAreRefusedNamingTheFile) {
 // next handshake on, without a restart, as envoyproxy/ratelimit's CertProvider serves it; a
 // pair caught half written or a broken file is never served: the last good pair stays.
 TEST_F(GrpcListenerTest, RenewedCertificateFilesAreServedAndBrokenOnesNever) {
-  if (testing::TestingH2()) {
-    GTEST_SKIP() << kNoTlsOnH2;
-  }
   const std::string cert = (certs_.dir() / "live.crt").string();
   const std::string key = (certs_.dir() / "live.key").string();
   // Each file replaced whole (a rename), as renewal tools do; the pair is not replaced at once.
@@ -275,11 +260,43 @@ TEST_F(GrpcListenerTest, ASecondServerOnThePortIsRefusedAndTheFirstKeepsServing)
   first->Shutdown(Micros{0});
 }
 
-TEST_F(GrpcListenerTest, H2RefusesTlsNamingTheEngineThatServesIt) {
-  absl::StatusOr<GrpcServer> server =
-      StartGrpcServer("127.0.0.1:0", envoy_, port_, ServerTls(false), {.engine = GrpcEngine::kH2});
-  EXPECT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
-  EXPECT_THAT(server.status().message(), ::testing::HasSubstr("--grpc-engine grpcpp serves TLS"));
+// A TLS handshake with the server offering `protocols` by ALPN (in its wire form): the
+// protocol agreed, or why the handshake failed.
+std::string HandshakeOffering(int port, const std::string& ca_file, std::string_view protocols) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ssl::context context(asio::ssl::context::tls_client);
+  context.load_verify_file(ca_file);
+  asio::ssl::stream<asio::ip::tcp::socket> stream(io, context);
+  boost::system::error_code ec;
+  stream.lowest_layer().connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)},
+                                ec);
+  SSL_set_alpn_protos(stream.native_handle(),
+                      reinterpret_cast<const unsigned char*>(protocols.data()),
+                      static_cast<unsigned>(protocols.size()));
+  stream.handshake(asio::ssl::stream_base::client, ec);
+  if (ec) {
+    return "failed: " + ec.message();
+  }
+  const unsigned char* agreed = nullptr;
+  unsigned length = 0;
+  SSL_get0_alpn_selected(stream.native_handle(), &agreed, &length);
+  return std::string(reinterpret_cast<const char*>(agreed), length);
+}
+
+// HTTP/2 over TLS is agreed by ALPN: the h2 engine agrees to "h2" and refuses a client that
+// offers only HTTP/1.1 at the handshake.
+TEST_F(GrpcListenerTest, TheH2EngineAgreesH2ByAlpnAndNothingElse) {
+  if (!testing::TestingH2()) {
+    GTEST_SKIP() << "grpc++'s ALPN is grpc++'s";
+  }
+  absl::StatusOr<GrpcServer> server = Start(ServerTls(false));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(HandshakeOffering(port_, certs_.Cert("ca"), "\x08http/1.1\x02h2"), "h2");
+  EXPECT_THAT(HandshakeOffering(port_, certs_.Cert("ca"), "\x08http/1.1"),
+              ::testing::StartsWith("failed: "));
+  EXPECT_TRUE(Ask(Tls()).ok());  // And serves after.
+  server->Shutdown(Micros{0});
 }
 
 }  // namespace
