@@ -86,10 +86,12 @@ class H2Connection final : public Connection,
     }
   }
 
+  // The GOAWAY's write starts now, and counts the connection busy: the server's drain waits
+  // for it (HttpServer::Stop).
   void Drain() override {
     if (!closed_ && session_) {
       session_->Drain();
-      ScheduleFlush();
+      Flush();
     }
   }
 

@@ -13,7 +13,8 @@
 // the loop and written together likewise.
 //
 // Bounds, each against an attack on HTTP/2 servers (docs/server.md, "gRPC engines"):
-//   streams    SETTINGS_MAX_CONCURRENT_STREAMS; a stream opened past it is refused.
+//   streams    SETTINGS_MAX_CONCURRENT_STREAMS; a stream opened past it is refused, as is one
+//              opened past the last stream of our GOAWAY while draining.
 //   resets     a client resetting streams faster than nghttp2's reset rate limit (rapid reset,
 //              CVE-2023-44487) loses its connection (GOAWAY).
 //   headers    a header list over max_header_bytes (counted as HTTP/2 counts one) resets its
@@ -22,7 +23,9 @@
 //   floods     SETTINGS and PING (anything that asks for an acknowledgement) beyond nghttp2's
 //              bounds on queued acknowledgements end the connection.
 //   messages   a request message over max_message_bytes is answered RESOURCE_EXHAUSTED as soon
-//              as its prefix says so; nothing past it is kept.
+//              as its prefix says so; nothing past it is kept. A connection's requests hold at
+//              most 16 MiB together (past it, the stream that asks for more is refused), and a
+//              request not whole within preface_timeout of its headers is reset.
 //   silence    a connection that has not sent HTTP/2's preface within preface_timeout is
 //              closed; one that answers no keep-alive PING within ping_timeout too.
 //   sockets    the HTTP server's: accepting pauses before the process runs out of descriptors.
@@ -55,7 +58,7 @@ class GrpcUnaryService {
 };
 
 struct H2Options {
-  uint32_t max_concurrent_streams = 1024;
+  uint32_t max_concurrent_streams = 100;  // As gRPC's servers commonly set it.
   size_t max_message_bytes = kMaxGrpcMessageBytes;
   size_t max_header_bytes = size_t{16} * 1024;
   Micros preface_timeout{10'000'000};

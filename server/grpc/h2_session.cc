@@ -10,6 +10,11 @@
 namespace sluice::server {
 namespace {
 
+// The longest grpc-timeout kept (its 8 digits of hours would overflow the clock).
+constexpr Micros kLongestDeadline{int64_t{100} * 24 * 3600 * 1'000'000};
+// The most request bytes a connection holds at once, over all its streams: one stream's bound
+// is max_message_bytes, and without this many streams would hold many times it.
+constexpr size_t kMaxBufferedBytes = size_t{16} << 20;
 // The connection's receive window: calls from many streams may be in flight at once.
 constexpr int32_t kConnectionWindow = 1 << 20;
 // nghttp2's bounds on floods, set here rather than left to its defaults, which have changed
@@ -32,11 +37,21 @@ nghttp2_nv Header(std::string_view name, std::string_view value) {
 
 // nghttp2's callbacks, each given the session as its user data.
 struct GrpcH2Session::Callbacks {
-  static int BeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  static int BeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
     auto& s = *static_cast<GrpcH2Session*>(user);
-    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-      s.streams_.try_emplace(frame->hd.stream_id);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+      return 0;
     }
+    if (s.draining_ && frame->hd.stream_id > s.goaway_last_) {
+      // Opened before our GOAWAY reached the client, past the last stream it names: refused,
+      // so that the client may send it elsewhere without its being counted here too.
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                NGHTTP2_REFUSED_STREAM);
+      return 0;
+    }
+    s.streams_.try_emplace(frame->hd.stream_id);
+    // Its request must be whole within preface_timeout, or it is reset (Tick).
+    s.deadlines_.push({s.now_ + s.options_.preface_timeout, frame->hd.stream_id, true});
     return 0;
   }
 
@@ -63,7 +78,8 @@ struct GrpcH2Session::Callbacks {
       stream.content_type = text;
     } else if (key == "grpc-timeout") {
       if (const std::optional<Micros> timeout = ParseGrpcTimeout(text)) {
-        stream.deadline = s.now_ + *timeout;
+        // Up to 8 digits of hours would overflow the clock: beyond 100 days, 100 days.
+        stream.deadline = s.now_ + std::min(*timeout, kLongestDeadline);
       }
     }
     return 0;
@@ -77,13 +93,23 @@ struct GrpcH2Session::Callbacks {
       return 0;
     }
     Stream& stream = it->second;
+    if (s.buffered_ + size > kMaxBufferedBytes) {
+      // The connection's requests together hold too much: this one is refused.
+      s.Forget(stream);
+      stream.refused = true;
+      s.Answer(id, {GrpcCode::kResourceExhausted,
+                    fmt::format("the connection's requests hold more than {} bytes",
+                                kMaxBufferedBytes)});
+      return 0;
+    }
     stream.body.append(reinterpret_cast<const char*>(data), size);
+    s.buffered_ += size;
     const std::optional<uint64_t> declared = DeclaredGrpcLength(stream.body);
     if ((declared && *declared > s.options_.max_message_bytes) ||
         stream.body.size() > s.options_.max_message_bytes + 5) {
       // Refused as soon as the prefix says so: the rest is neither kept nor waited for.
       stream.refused = true;
-      stream.body.clear();
+      s.Forget(stream);
       // The response is followed by RST_STREAM NO_ERROR (Sent), which tells the client to
       // stop sending the rest.
       s.Answer(id, {GrpcCode::kResourceExhausted,
@@ -127,7 +153,11 @@ struct GrpcH2Session::Callbacks {
 
   static int OnClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
     // A call still deciding finds no stream: its answer is dropped.
-    static_cast<GrpcH2Session*>(user)->streams_.erase(id);
+    auto& s = *static_cast<GrpcH2Session*>(user);
+    if (const auto it = s.streams_.find(id); it != s.streams_.end()) {
+      s.Forget(it->second);
+      s.streams_.erase(it);
+    }
     return 0;
   }
 
@@ -239,9 +269,8 @@ void GrpcH2Session::Drain() {
   }
   draining_ = true;
   // Calls already begun are answered; the client opens new ones elsewhere.
-  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
-                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                        nullptr, 0);
+  goaway_last_ = nghttp2_session_get_last_proc_stream_id(session_);
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, goaway_last_, NGHTTP2_NO_ERROR, nullptr, 0);
 }
 
 void GrpcH2Session::Dispatch(int32_t id, Stream& stream) {
@@ -259,9 +288,18 @@ void GrpcH2Session::Dispatch(int32_t id, Stream& stream) {
     return;
   }
   if (stream.deadline) {
-    deadlines_.emplace(*stream.deadline, id);
+    deadlines_.push({*stream.deadline, id, false});
   }
   service_.Call(stream.path, *message.message, responder_(id));
+  // The request is read: its bytes go (the stream may be answered and gone already).
+  if (const auto it = streams_.find(id); it != streams_.end()) {
+    Forget(it->second);
+  }
+}
+
+void GrpcH2Session::Forget(Stream& stream) {
+  buffered_ -= stream.body.size();
+  std::string().swap(stream.body);
 }
 
 void GrpcH2Session::Answer(int32_t id, GrpcReply reply) {
@@ -297,10 +335,21 @@ bool GrpcH2Session::Tick(SteadyTime now) {
   if (ping_sent_ && now - *ping_sent_ >= options_.ping_timeout) {
     return false;  // Gone without a word: its calls have nobody to answer.
   }
-  while (!deadlines_.empty() && deadlines_.top().first <= now) {
-    const int32_t id = deadlines_.top().second;
+  while (!deadlines_.empty() && deadlines_.top().at <= now) {
+    const Deadline due = deadlines_.top();
     deadlines_.pop();
-    Answer(id, {GrpcCode::kDeadlineExceeded, "the call's grpc-timeout passed"});
+    const auto it = streams_.find(due.stream);
+    if (it == streams_.end() || it->second.answered) {
+      continue;
+    }
+    if (!due.whole) {
+      Answer(due.stream, {GrpcCode::kDeadlineExceeded, "the call's grpc-timeout passed"});
+    } else if (!it->second.dispatched && !it->second.refused) {
+      // Its request did not come whole in time: reset (no call was made).
+      Forget(it->second);
+      it->second.refused = true;
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, due.stream, NGHTTP2_CANCEL);
+    }
   }
   if (!ping_sent_ && now - last_read_ >= options_.ping_interval) {
     ping_sent_ = now;
@@ -312,8 +361,9 @@ bool GrpcH2Session::Tick(SteadyTime now) {
 SteadyTime GrpcH2Session::NextTick() {
   // The deadlines of calls answered or reset meanwhile wake nobody.
   while (!deadlines_.empty()) {
-    const auto it = streams_.find(deadlines_.top().second);
-    if (it != streams_.end() && !it->second.answered) {
+    const auto it = streams_.find(deadlines_.top().stream);
+    if (it != streams_.end() && !it->second.answered &&
+        !(deadlines_.top().whole && (it->second.dispatched || it->second.refused))) {
       break;
     }
     deadlines_.pop();
@@ -324,7 +374,7 @@ SteadyTime GrpcH2Session::NextTick() {
     next = std::min(next, started_ + options_.preface_timeout);
   }
   if (!deadlines_.empty()) {
-    next = std::min(next, deadlines_.top().first);
+    next = std::min(next, deadlines_.top().at);
   }
   return next;
 }

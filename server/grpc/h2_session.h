@@ -91,18 +91,28 @@ class GrpcH2Session {
   };
   struct Callbacks;  // nghttp2's, in h2_session.cc.
 
+  // When a stream's request must be whole (`whole`), or its call answered (its grpc-timeout).
+  struct Deadline {
+    SteadyTime at;
+    int32_t stream = 0;
+    bool whole = false;
+    bool operator>(const Deadline& other) const { return at > other.at; }
+  };
+
   bool Make();
   void Dispatch(int32_t id, Stream& stream);
+  // Lets go of a stream's request bytes (counted in buffered_).
+  void Forget(Stream& stream);
 
   GrpcUnaryService& service_;
   const H2Options& options_;
   Responder responder_;
   nghttp2_session* session_ = nullptr;
   absl::flat_hash_map<int32_t, Stream> streams_;
-  // Deadlines of streams (grpc-timeout), earliest first; a stream gone meanwhile is skipped.
-  std::priority_queue<std::pair<SteadyTime, int32_t>, std::vector<std::pair<SteadyTime, int32_t>>,
-                      std::greater<>>
-      deadlines_;
+  // Deadlines of streams, earliest first; a stream gone or answered meanwhile is skipped.
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  size_t buffered_ = 0;      // Request bytes held, over all streams.
+  int32_t goaway_last_ = 0;  // Draining: the last stream our GOAWAY serves.
   SteadyTime started_;
   SteadyTime last_read_;
   SteadyTime now_;  // Of the last Receive or Tick: when a grpc-timeout starts.

@@ -1,5 +1,6 @@
 #include "server/grpc/h2_tls.h"
 
+#include <string_view>
 #include <utility>
 
 #include "fmt/format.h"
@@ -87,6 +88,13 @@ absl::Status H2Tls::Serve(const tls::Pem& pem, bool verify_clients) {
     return absl::InvalidArgumentError(fmt::format("OpenSSL refused them: {}", ec.message()));
   }
   SSL_CTX_set_alpn_select_cb(context->native_handle(), SelectH2, nullptr);
+  // HTTP/2 forbids renegotiation. A session id context lets a TLS 1.2 client that verified
+  // us resume its session when client certificates are asked (without one OpenSSL fails
+  // every such resumption).
+  SSL_CTX_set_options(context->native_handle(), SSL_OP_NO_RENEGOTIATION);
+  static constexpr unsigned char kSessionContext[] = "sluiced-grpc";
+  SSL_CTX_set_session_id_context(context->native_handle(), kSessionContext,
+                                 sizeof kSessionContext - 1);
   std::lock_guard lock(mutex_);
   context_ = std::move(context);
   return absl::OkStatus();
@@ -98,6 +106,14 @@ std::shared_ptr<boost::asio::ssl::context> H2Tls::context() const {
 }
 
 bool H2Tls::Admits(SSL* ssl) const {
+  // A client that offered no ALPN at all is never asked (OpenSSL calls SelectH2 only for an
+  // offer): it has agreed to nothing, and is refused here.
+  const unsigned char* agreed = nullptr;
+  unsigned length = 0;
+  SSL_get0_alpn_selected(ssl, &agreed, &length);
+  if (std::string_view(reinterpret_cast<const char*>(agreed), length) != "h2") {
+    return false;
+  }
   return client_san_.empty() || tls::CertificateNames(PeerPem(ssl), client_san_);
 }
 

@@ -33,8 +33,8 @@ class H2Tls {
   // The context a new connection's handshake uses (the last pair that passed).
   std::shared_ptr<boost::asio::ssl::context> context() const;
 
-  // Whether the client of a finished handshake on `ssl` may be served: its certificate names
-  // the client SAN, when there is one.
+  // Whether the client of a finished handshake on `ssl` may be served: it agreed to "h2" by
+  // ALPN, and its certificate names the client SAN, when there is one.
   bool Admits(SSL* ssl) const;
 
  private:

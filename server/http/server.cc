@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -339,17 +340,24 @@ void HttpServer::Stop(Micros drain) {
     loops_.front()->accept_retry.cancel();
     loops_.front()->shortage_over.cancel();
   });
-  for (auto& loop : loops_) {  // Each connection told on its own loop (HTTP/2: GOAWAY).
-    asio::post(loop->context, [raw = loop.get()] {
+  // Each connection told on its own loop (HTTP/2: GOAWAY, whose write then counts in
+  // in_flight_); the drain below begins once every loop has told its own.
+  std::atomic<size_t> told{0};
+  for (auto& loop : loops_) {
+    asio::post(loop->context, [raw = loop.get(), &told] {
       for (const std::weak_ptr<Connection>& weak : raw->sessions) {
         if (std::shared_ptr<Connection> connection = weak.lock()) {
           connection->Drain();
         }
       }
+      told.fetch_add(1);
     });
   }
   // Requests in flight finish; idle keep-alive connections are closed with their loop.
   const auto deadline = std::chrono::steady_clock::now() + drain;
+  while (told.load() < loops_.size() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -312,7 +312,22 @@ TEST_F(H2SessionTest, ADrainSaysGoawayAndAnswersTheCallsBegun) {
   EXPECT_EQ(statuses.at(1), "0");
   EXPECT_FALSE(statuses.contains(3));
   EXPECT_EQ(service_.calls, 1);
+
   EXPECT_TRUE(Session().Finished());
+}
+
+TEST_F(H2SessionTest, AStreamOpenedBeforeTheGoawayWentOutIsRefused) {
+  ASSERT_TRUE(Send(Call(1, "/echo", "x")));
+  Session().Drain();  // Submitted, not yet written: the client opens stream 3 meanwhile.
+  ASSERT_TRUE(Send(Call(3, "/echo", "y")));
+  const std::vector<Received> frames = Read();
+  bool refused = false;
+  for (const Received& f : frames) {
+    refused |= f.type == kRstStream && f.stream == 3 && f.payload == U32(NGHTTP2_REFUSED_STREAM);
+  }
+  EXPECT_TRUE(refused);  // So that it may go elsewhere without being counted here too.
+  EXPECT_EQ(Statuses(frames).at(1), "0");
+  EXPECT_EQ(service_.calls, 1);
 }
 
 TEST_F(H2SessionTest, StreamsPastTheLimitAreRefused) {
@@ -388,6 +403,27 @@ TEST_F(H2SessionTest, HeaderListsOverTheBoundAreRefusedAndOthersServed) {
   EXPECT_TRUE(Has(frames, kRstStream, 3));
   EXPECT_EQ(Statuses(frames).at(5), "0");
   EXPECT_EQ(service_.calls, 1);
+}
+
+TEST_F(H2SessionTest, ARequestNotWholeInTimeIsResetAndHugeTimeoutsAreBounded) {
+  // Headers, then part of a message, then nothing: reset after preface_timeout, no call made.
+  ASSERT_TRUE(Send(Frame(kHeaders, kEndHeaders, 1, RequestHeaders("/echo")) +
+                   Frame(kData, 0, 1, Message("abcdef").substr(0, 7))));
+  Read();
+  now_ += options_.preface_timeout - Micros{1};
+  ASSERT_TRUE(Session().Tick(now_));
+  EXPECT_FALSE(Has(Read(), kRstStream, 1));
+  now_ += Micros{1};
+  ASSERT_TRUE(Session().Tick(now_));
+  EXPECT_TRUE(Has(Read(), kRstStream, 1));
+  EXPECT_EQ(service_.calls, 0);
+  // Eight digits of hours: bounded to 100 days, not an overflow into the past.
+  ASSERT_TRUE(Send(Call(3, "/hold", "x", Literal("grpc-timeout", "99999999H"))));
+  Read();
+  EXPECT_EQ(Session().NextTick(), now_ + options_.ping_interval);  // Long before the deadline.
+  now_ += std::chrono::hours(24 * 100);
+  ASSERT_TRUE(Session().Tick(now_));
+  EXPECT_EQ(Statuses(Read()).at(3), "4");
 }
 
 TEST_F(H2SessionTest, SilenceEndsTheConnection) {
