@@ -94,7 +94,25 @@ std::string_view GrpcEngineName(GrpcEngine engine) {
 
 GrpcServer::GrpcServer() = default;
 GrpcServer::GrpcServer(GrpcServer&&) noexcept = default;
-GrpcServer& GrpcServer::operator=(GrpcServer&&) noexcept = default;
+// Not the default: that would replace the members in their order, freeing the options and
+// the service the running loops of h2_ read before h2_ itself is stopped and replaced.
+GrpcServer& GrpcServer::operator=(GrpcServer&& other) noexcept {
+  if (this != &other) {
+    Shutdown(Micros{0});
+    h2_.reset();  // Last first, as the destructor.
+    h2_service_.reset();
+    h2_tls_.reset();
+    h2_options_.reset();
+    grpcpp_.reset();
+    certificates_ = std::move(other.certificates_);
+    grpcpp_ = std::move(other.grpcpp_);
+    h2_options_ = std::move(other.h2_options_);
+    h2_tls_ = std::move(other.h2_tls_);
+    h2_service_ = std::move(other.h2_service_);
+    h2_ = std::move(other.h2_);
+  }
+  return *this;
+}
 GrpcServer::~GrpcServer() { Shutdown(Micros{0}); }
 
 void GrpcServer::Shutdown(Micros drain) {
