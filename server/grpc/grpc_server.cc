@@ -51,26 +51,19 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcpp(
 
 // HOST:PORT or [IPv6]:PORT, with an IP address for HOST (the h2 engine resolves no names).
 absl::StatusOr<std::pair<std::string, uint16_t>> IpAndPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
   const auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(fmt::format("gRPC address '{}': {}", address, why));
   };
-  if (colon == std::string::npos) {
-    return bad("no port (HOST:PORT)");
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const auto [host, port_text] = SplitAddress(address);
   boost::system::error_code ec;
   boost::asio::ip::make_address(host, ec);
   if (ec) {
     return bad("the h2 engine needs an IP address, not a name");
   }
   unsigned port = 0;
-  const char* end = address.data() + address.size();
-  if (const auto [at, error] = std::from_chars(address.data() + colon + 1, end, port);
-      error != std::errc{} || at != end || colon + 1 == address.size() || port > 65535) {
+  const char* end = port_text.data() + port_text.size();
+  if (const auto [at, error] = std::from_chars(port_text.data(), end, port);
+      port_text.empty() || error != std::errc{} || at != end || port > 65535) {
     return bad("the port is not a number from 0 to 65535");
   }
   return std::pair{host, static_cast<uint16_t>(port)};

@@ -25,18 +25,6 @@ struct AddrInfoFree {
   void operator()(addrinfo* a) const { freeaddrinfo(a); }
 };
 
-// "host:port" or "[v6]:port" split; a host of "" stays "".
-std::pair<std::string, std::string> SplitAddress(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  std::string_view host = address.substr(0, colon);
-  const std::string_view port =
-      colon == std::string_view::npos ? std::string_view() : address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return {std::string(host), std::string(port)};
-}
-
 // 0 if `a` can be bound now as gRPC binds, else the errno of the step that failed.
 int TryBind(const addrinfo& a) {
   const int fd = socket(a.ai_family, a.ai_socktype, a.ai_protocol);
@@ -116,6 +104,17 @@ absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls)
   }
   return GrpcCredentials{.credentials = grpc::experimental::TlsServerCredentials(options),
                          .certificates = *std::move(watch)};
+}
+
+std::pair<std::string, std::string> SplitAddress(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  std::string_view host = address.substr(0, colon);
+  const std::string_view port =
+      colon == std::string_view::npos ? std::string_view() : address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return {std::string(host), std::string(port)};
 }
 
 absl::Status WhyNotListening(const std::string& address) {

@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,6 +56,10 @@ absl::Status CheckGrpcTlsOptions(const GrpcTlsOptions& tls);
 // certificate renewed in them is served from the next handshake on, a broken or mismatched
 // pair never (the last good one stays).
 absl::StatusOr<GrpcCredentials> GrpcServerCredentials(const GrpcTlsOptions& tls);
+
+// "host:port" or "[v6]:port" split into its host (brackets taken off) and port; a host of ""
+// stays "", and an address with no colon is all host.
+std::pair<std::string, std::string> SplitAddress(std::string_view address);
 
 // Why `address` (HOST:PORT, [IPv6]:PORT) cannot be listened on, asked of the system by binding
 // it as gRPC does (SO_REUSEADDR, no SO_REUSEPORT): "Address already in use" when another
